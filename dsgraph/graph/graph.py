@@ -1,0 +1,170 @@
+"""The in-memory graph: CSR by destination, node features, labels and split masks.
+
+Row i of the CSR lists the source nodes whose messages node i receives (its in-neighbours), which
+is exactly the set of keys node i attends to. ``rowptr`` is int64 [N+1]; ``col`` is int32 [E] (node
+ids must stay below 2^31).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+MAX_NODES = 2**31 - 1
+
+
+@dataclass(kw_only=True)
+class Graph:
+    rowptr: torch.Tensor  # int64 [N+1]
+    col: torch.Tensor  # int32 [E], source node of each in-edge, sorted by destination
+    x: torch.Tensor  # float32 [N, F]
+    y: torch.Tensor  # int64 [N], -1 marks an unlabelled node
+    train_mask: torch.Tensor  # bool [N]
+    val_mask: torch.Tensor  # bool [N]
+    test_mask: torch.Tensor  # bool [N]
+    name: str = "graph"
+
+    @property
+    def num_nodes(self) -> int:
+        return self.rowptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.y.max().item()) + 1 if self.num_nodes else 0
+
+    @classmethod
+    def from_edges(
+        cls,
+        src,
+        dst,
+        *,
+        x,
+        y,
+        train_mask,
+        val_mask,
+        test_mask,
+        num_nodes: int | None = None,
+        name: str = "graph",
+        source: str = "input",
+    ) -> "Graph":
+        """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything.
+
+        ``source`` names where the arrays came from; it prefixes every error message.
+        """
+        src = np.asarray(src)
+        dst = np.asarray(dst)
+        x = np.asarray(x)
+        if num_nodes is None:
+            num_nodes = x.shape[0] if x.ndim >= 1 else 0
+        _check_edges(src, dst, num_nodes, source)
+        order = np.argsort(dst, kind="stable")
+        counts = np.bincount(dst, minlength=num_nodes) if dst.size else np.zeros(num_nodes, np.int64)
+        rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=rowptr[1:])
+        graph = cls(
+            rowptr=torch.from_numpy(rowptr),
+            col=torch.from_numpy(src[order].astype(np.int32)),
+            x=_as_features(x, source),
+            y=torch.from_numpy(np.asarray(y).astype(np.int64)),
+            train_mask=torch.from_numpy(np.asarray(train_mask).astype(bool)),
+            val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
+            test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
+            name=name,
+        )
+        graph.validate(source)
+        return graph
+
+    def validate(self, source: str = "graph") -> None:
+        """Raises ValueError naming ``source`` and the problem if any array is inconsistent."""
+        n = self.num_nodes
+        if n < 0 or self.rowptr.dtype != torch.int64:
+            raise ValueError(f"{source}: rowptr must be int64 with N+1 entries")
+        if self.rowptr[0] != 0 or self.rowptr[-1] != self.num_edges:
+            raise ValueError(f"{source}: rowptr must start at 0 and end at the edge count {self.num_edges}")
+        if n and bool((self.rowptr[1:] < self.rowptr[:-1]).any()):
+            raise ValueError(f"{source}: rowptr is not monotone")
+        if self.num_edges and (int(self.col.min()) < 0 or int(self.col.max()) >= n):
+            raise ValueError(f"{source}: an edge source index is outside [0, {n})")
+        if self.x.ndim != 2:
+            raise ValueError(f"{source}: features 'x' must be 2-D [N, F], got shape {tuple(self.x.shape)}")
+        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+            length = getattr(self, name).shape[0]
+            if length != n:
+                raise ValueError(f"{source}: array '{name}' has {length} rows but the graph has {n} nodes")
+        if not bool(torch.isfinite(self.x).all()):
+            bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
+            raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
+        if n and int(self.y.min()) < -1:
+            raise ValueError(f"{source}: labels 'y' must be class ids >= 0 (or -1 for unlabelled)")
+        for name in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(self, name)
+            if bool((mask & (self.y < 0)).any()):
+                raise ValueError(f"{source}: '{name}' selects a node whose label is -1 (unlabelled)")
+
+    def in_degrees(self) -> torch.Tensor:
+        return self.rowptr[1:] - self.rowptr[:-1]
+
+    def with_self_loops(self) -> "Graph":
+        """Returns a copy where every node also attends to itself (one self loop per row, appended
+        unless the row already has one)."""
+        n = self.num_nodes
+        dst = torch.repeat_interleave(torch.arange(n), self.in_degrees())
+        has_loop = torch.zeros(n, dtype=torch.bool)
+        has_loop[dst[self.col.long() == dst]] = True
+        missing = (~has_loop).nonzero().squeeze(1)
+        src_all = torch.cat([self.col.long(), missing])
+        dst_all = torch.cat([dst, missing])
+        order = torch.sort(dst_all * (n + 1) + src_all).indices  # sort by (dst, src)
+        rowptr = torch.zeros(n + 1, dtype=torch.int64)
+        rowptr[1:] = torch.cumsum(torch.bincount(dst_all, minlength=n), 0)
+        return Graph(
+            rowptr=rowptr,
+            col=src_all[order].to(torch.int32),
+            x=self.x,
+            y=self.y,
+            train_mask=self.train_mask,
+            val_mask=self.val_mask,
+            test_mask=self.test_mask,
+            name=self.name,
+        )
+
+    def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The CSR block of destination rows [start, end): (rowptr rebased to 0, col with global ids)."""
+        lo, hi = int(self.rowptr[start]), int(self.rowptr[end])
+        return self.rowptr[start : end + 1] - lo, self.col[lo:hi]
+
+
+def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, source: str) -> None:
+    if src.ndim != 1 or dst.ndim != 1:
+        raise ValueError(f"{source}: 'src' and 'dst' must be 1-D arrays")
+    if src.shape != dst.shape:
+        raise ValueError(f"{source}: 'src' has {src.size} entries but 'dst' has {dst.size}")
+    for name, arr in (("src", src), ("dst", dst)):
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"{source}: '{name}' must hold integer node ids, got {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
+            bad = int(np.nonzero((arr < 0) | (arr >= num_nodes))[0][0])
+            raise ValueError(
+                f"{source}: edge index out of range in '{name}' at position {bad}: {int(arr[bad])} "
+                f"is not in [0, {num_nodes})"
+            )
+    if num_nodes > MAX_NODES:
+        raise ValueError(f"{source}: {num_nodes} nodes exceed the int32 limit {MAX_NODES}")
+
+
+def _as_features(x: np.ndarray, source: str) -> torch.Tensor:
+    if x.ndim != 2:
+        raise ValueError(f"{source}: features 'x' must be 2-D [N, F], got shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+        raise ValueError(f"{source}: features 'x' must be numeric, got {x.dtype}")
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
