@@ -1,0 +1,5 @@
+import sys
+
+from dsgraph.cli import main
+
+sys.exit(main())

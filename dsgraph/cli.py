@@ -1,0 +1,29 @@
+"""The ``dsgraph`` console command (also ``python -m dsgraph``).
+
+Each subcommand lives in the module that owns it; this file only maps names to their ``main``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with main(argv) -> int, one-line help)
+SUBCOMMANDS = {
+    "train": ("dsgraph.train.launcher", "launch training with the deepspeed launcher"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: dsgraph SUBCOMMAND [--help] [ARGS]\n\nsubcommands:")
+        for name, (_, text) in SUBCOMMANDS.items():
+            print(f"  {name:<10} {text}")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"dsgraph: unknown subcommand '{name}'; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
