@@ -11,6 +11,7 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
     "train": ("dsgraph.train.launcher", "launch training with the deepspeed launcher"),
+    "partition": ("dsgraph.graph.partition_cli", "split a graph into a partition store (one part per rank)"),
 }
 
 
