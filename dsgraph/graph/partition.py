@@ -28,8 +28,8 @@ def partition_nodes(
     """Part id of every node: int64 [N] with values in [0, num_parts).
 
     Methods:
-    - ``metis``: METIS k-way (recursive bisection up to 8 parts) on the symmetrised adjacency without
-      self loops; minimises cut edges with balanced node counts.
+    - ``metis``: METIS (recursive bisection up to 8 parts, k-way above) on the symmetrised adjacency
+      without self loops; minimises cut edges with balanced node counts.
     - ``random``: a seeded random assignment with node counts that differ by at most one.
     - ``contiguous``: equal node ranges in the input order.
     - ``balanced``: contiguous ranges in the input order whose boundaries equalise the attention
@@ -99,7 +99,9 @@ def _metis_parts(graph: Graph, num_parts: int, seed: int, log: Callable[[str], N
 
     log(f"building the symmetric adjacency of {graph.num_nodes:,} nodes and {graph.num_edges:,} edges")
     xadj, adjncy = symmetric_adjacency(graph)
-    log(f"running METIS k-way into {num_parts} parts on {adjncy.size:,} adjacency entries (no progress inside METIS)")
+    scheme = "recursive bisection" if num_parts <= 8 else "k-way"  # pymetis' default choice
+    log(f"running METIS ({scheme}) into {num_parts} parts on {adjncy.size:,} adjacency entries "
+        "(METIS reports no progress)")
     options = pymetis.Options(seed=int(seed))
     result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=options)
     del xadj, adjncy
