@@ -12,6 +12,7 @@ import sys
 SUBCOMMANDS = {
     "train": ("dsgraph.train.launcher", "launch training with the deepspeed launcher"),
     "partition": ("dsgraph.graph.partition_cli", "split a graph into a partition store (one part per rank)"),
+    "convert": ("dsgraph.graph.convert", "convert an OGB folder, edge list or .npz into a .npz or partition store"),
 }
 
 

@@ -1,0 +1,110 @@
+"""Edge clean-up and CSR construction for large edge arrays, in a few passes over int64 keys.
+
+Every edge src -> dst becomes the key ``dst * N + src``; sorting the keys in place orders edges by
+destination, then source, which is exactly the CSR by destination (``rowptr`` from the row starts,
+``col = key % N``). Symmetrizing adds the reversed keys, deduplicating drops equal neighbours in the
+sorted keys, and self loops are filtered while keys are written. All passes work on slices, so the
+peak is the key array (8 bytes per output edge) plus ``col`` (4 bytes per edge); the caller drops
+its ``src``/``dst`` once :func:`edge_keys` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+CHUNK = 1 << 22
+
+
+@dataclass(kw_only=True, slots=True)
+class CleanupStats:
+    """What :func:`edge_keys` and :func:`csr_from_keys` changed."""
+
+    input_edges: int = 0
+    self_loops_dropped: int = 0
+    reverse_edges_added: int = 0
+    duplicates_dropped: int = 0
+
+
+def edge_keys(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int,
+    *,
+    symmetrize: bool = False,
+    drop_self_loops: bool = False,
+    stats: CleanupStats | None = None,
+    chunk: int = CHUNK,
+) -> np.ndarray:
+    """Sorted int64 keys ``dst * num_nodes + src`` of the edges src -> dst.
+
+    ``symmetrize`` adds v -> u for every edge u -> v that is not a self loop (self loops are not
+    doubled); ``drop_self_loops`` leaves out edges u -> u. Ids must already lie in [0, num_nodes).
+    """
+    stats = stats if stats is not None else CleanupStats()
+    n = np.int64(num_nodes)
+    total = len(src)
+    stats.input_edges += total
+    keys = np.empty(total * (2 if symmetrize else 1), dtype=np.int64)
+    filled = 0
+    for start in range(0, total, chunk):
+        s = src[start : start + chunk].astype(np.int64)
+        d = dst[start : start + chunk].astype(np.int64)
+        loop = s == d
+        if drop_self_loops:
+            stats.self_loops_dropped += int(loop.sum())
+            s, d = s[~loop], d[~loop]
+            loop = np.zeros(len(s), dtype=bool)
+        keys[filled : filled + len(s)] = d * n + s
+        filled += len(s)
+        if symmetrize:
+            keep = ~loop
+            added = int(keep.sum())
+            keys[filled : filled + added] = s[keep] * n + d[keep]
+            filled += added
+            stats.reverse_edges_added += added
+    keys = keys[:filled]
+    keys.sort()
+    return keys
+
+
+def csr_from_keys(
+    keys: np.ndarray,
+    num_nodes: int,
+    *,
+    dedup: bool = False,
+    stats: CleanupStats | None = None,
+    chunk: int = CHUNK,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rowptr int64 [N+1], col int32 [E]) from sorted keys; ``dedup`` keeps one copy of each edge.
+
+    ``keys`` is compacted in place when deduplicating (its contents are consumed).
+    """
+    if dedup:
+        kept = _dedup_sorted(keys, chunk)
+        if stats is not None:
+            stats.duplicates_dropped += len(keys) - kept
+        keys = keys[:kept]
+    n = np.int64(num_nodes)
+    col = np.empty(len(keys), dtype=np.int32)
+    for start in range(0, len(keys), chunk):
+        col[start : start + chunk] = keys[start : start + chunk] % n
+    rowptr = np.searchsorted(keys, np.arange(num_nodes + 1, dtype=np.int64) * n).astype(np.int64)
+    return rowptr, col
+
+
+def _dedup_sorted(keys: np.ndarray, chunk: int) -> int:
+    """Moves the distinct values of sorted ``keys`` to its front; returns how many there are."""
+    written = 0
+    previous = None
+    for start in range(0, len(keys), chunk):
+        part = keys[start : start + chunk]
+        keep = np.empty(len(part), dtype=bool)
+        keep[0] = previous is None or part[0] != previous
+        np.not_equal(part[1:], part[:-1], out=keep[1:])
+        previous = part[-1].copy()
+        distinct = part[keep]
+        keys[written : written + len(distinct)] = distinct
+        written += len(distinct)
+    return written
