@@ -32,8 +32,8 @@ def partition_nodes(
       without self loops; minimises cut edges with balanced node counts.
     - ``random``: a seeded random assignment with node counts that differ by at most one.
     - ``contiguous``: equal node ranges in the input order.
-    - ``balanced``: contiguous ranges in the input order whose boundaries equalise the attention
-      work per part, in-edges plus one self loop per node (so edges, not only nodes, are balanced).
+    - ``balanced``: contiguous ranges in the input order whose boundaries equalise the in-edges
+      (attention work) per part rather than the node counts.
 
     ``log`` receives one-line phase messages for the slow steps (METIS on large graphs).
     """
@@ -52,8 +52,7 @@ def partition_nodes(
         return parts
     if method == "contiguous":
         return np.arange(n, dtype=np.int64) * num_parts // n
-    work = graph.in_degrees().numpy() + 1  # in-edges plus the self loop the model adds
-    return _ranges_to_parts(_balanced_bounds(np.cumsum(work), num_parts), n)
+    return _ranges_to_parts(_balanced_bounds(graph.in_degrees().numpy(), num_parts), n)
 
 
 def symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -108,13 +107,19 @@ def _metis_parts(graph: Graph, num_parts: int, seed: int, log: Callable[[str], N
     return np.asarray(result.vertex_part, dtype=np.int64)
 
 
-def _balanced_bounds(cumulative_work: np.ndarray, num_parts: int) -> np.ndarray:
-    """Range boundaries [P+1] so that each range holds about 1/P of the total work; no range is empty."""
-    n = cumulative_work.size
-    total = int(cumulative_work[-1])
-    targets = np.arange(1, num_parts, dtype=np.float64) * total / num_parts
-    cuts = np.searchsorted(cumulative_work, targets, side="left") + 1  # first node past each target
-    bounds = np.concatenate(([0], cuts, [n])).astype(np.int64)
+def _balanced_bounds(degree: np.ndarray, num_parts: int) -> np.ndarray:
+    """Range boundaries [P+1] placing each cut where the in-edges before it are nearest to r/P of all.
+
+    No range is left empty, so a hub heavier than 1/P of the edges makes its part the largest.
+    """
+    n = degree.size
+    before = np.zeros(n + 1, dtype=np.int64)  # before[c] = in-edges of nodes [0, c)
+    np.cumsum(degree, out=before[1:])
+    targets = np.arange(1, num_parts, dtype=np.float64) * before[-1] / num_parts
+    upper = np.clip(np.searchsorted(before, targets, side="left"), 1, n)  # first cut at or past the target
+    lower = upper - 1
+    nearer_lower = np.abs(before[lower] - targets) <= np.abs(before[upper] - targets)
+    bounds = np.concatenate(([0], np.where(nearer_lower, lower, upper), [n])).astype(np.int64)
     for r in range(1, num_parts):  # keep every range non-empty and leave room for the rest
         bounds[r] = min(max(bounds[r], bounds[r - 1] + 1), n - (num_parts - r))
     return bounds
