@@ -183,8 +183,10 @@ def _node_arrays(num_nodes: int, features: str | None, labels: str | None) -> di
             raise ValueError(f"{features}: features must have shape [N, F] with N = {num_nodes} nodes, got {x.shape}")
         if not np.issubdtype(x.dtype, np.number):
             raise ValueError(f"{features}: features must be numeric, got {x.dtype}")
+        x = np.array(x, dtype=np.float32)  # one copy out of the memory map
     if labels:
         y = _load_npy(labels, "labels")
         if y.shape != (num_nodes,) or not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"{labels}: labels must be integers of shape [N] with N = {num_nodes}, got {y.dtype} {y.shape}")
+        y = np.array(y, dtype=np.int64)
     return {"x": x, "y": y, **{m: np.zeros(num_nodes, dtype=bool) for m in MASKS}}
