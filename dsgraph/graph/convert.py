@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dedup", action="store_true", help="keep one copy of repeated edges")
     parser.add_argument("--relabel", action="store_true",
                         help="edge lists: number the distinct node ids 0..N-1 in ascending order "
-                        "(writes OUTPUT's original ids to OUTPUT.node_ids.npy for .npz output)")
+                        "and write each node's original id to OUTPUT.node_ids.npy (OUTPUT without .npz)")
     parser.add_argument("--features", metavar="FILE.npy", help="edge lists: node features [N, F]")
     parser.add_argument("--labels", metavar="FILE.npy", help="edge lists: integer node labels [N] (-1 = unlabelled)")
     parser.add_argument("--split", metavar="NAME", help="OGB: the split scheme under split/ (needed if several)")
@@ -92,22 +92,22 @@ def _check_output(output: str, force: bool) -> None:
 
 
 def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
-    """Writes the .npz (plus node_ids.npy when relabelled) or the partition store; returns the paths."""
-    if args.output.endswith(".npz"):
-        save_npz(result.graph, args.output)
-        written = [args.output]
-        if result.node_ids is not None:
-            ids_path = args.output[: -len(".npz")] + ".node_ids.npy"
-            np.save(ids_path, result.node_ids, allow_pickle=False)
-            written.append(ids_path)
-        return written
-    from dsgraph.graph.partition import partition_nodes, relabel
-    from dsgraph.graph.store import write_store
+    """Writes the .npz or the partition store, plus OUTPUT.node_ids.npy (without .npz) when the
+    edge list was relabelled; returns the paths written."""
+    output = args.output
+    if output.endswith(".npz"):
+        save_npz(result.graph, output)
+    else:
+        from dsgraph.graph.partition import partition_nodes, relabel
+        from dsgraph.graph.store import write_store
 
-    parts = partition_nodes(result.graph, args.parts, args.method, args.seed)
-    graph, perm, node_ranges = relabel(result.graph, parts, args.parts)
+        parts = partition_nodes(result.graph, args.parts, args.method, args.seed)
+        graph, perm, node_ranges = relabel(result.graph, parts, args.parts)
+        write_store(graph, perm, node_ranges, output, args.method, dataset=result.graph.name,
+                    seed=args.seed, overwrite=args.force)
+    written = [output]
     if result.node_ids is not None:
-        perm = result.node_ids[perm]  # new id -> the input file's id
-    write_store(graph, perm, node_ranges, args.output, args.method, dataset=result.graph.name,
-                seed=args.seed, overwrite=args.force)
-    return [args.output]
+        ids_path = os.path.normpath(output.removesuffix(".npz")) + ".node_ids.npy"
+        np.save(ids_path, result.node_ids, allow_pickle=False)
+        written.append(ids_path)
+    return written
