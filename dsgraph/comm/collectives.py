@@ -1,0 +1,164 @@
+"""Collectives as autograd pairs: each backward is the dual of its forward.
+
+- ``gather_rows``: all-gather of row blocks with uneven counts; backward reduce-scatters the gradient.
+- ``nodes_to_heads`` / ``heads_to_nodes``: all-to-all between the node split [n_r, H, D] and the head
+  split [N, H/P, D]; each one's backward is the other.
+- ``exchange_rows``: uneven all-to-all of selected rows (a halo exchange); backward sends the
+  gradients back along the same routes and accumulates them into the rows that were sent.
+
+Every function returns its input unchanged when the group has one rank. Tensors move through
+deepspeed.comm so its comms logger sees them; time and bytes are counted in ``pg.stats``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+# torch 2.13 prefers all_gather_single / reduce_scatter_single, which deepspeed.comm does not wrap yet.
+warnings.filterwarnings("ignore", message=r".*`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+
+from dsgraph.comm.group import GraphParallelGroup
+
+
+def _dist():
+    import deepspeed.comm as dist
+
+    return dist
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _all_gather_padded(x: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """[counts[rank], ...] on each rank -> [sum(counts), ...] in rank order."""
+    width = max(counts)
+    padded = x.new_zeros((width, *x.shape[1:]))
+    padded[: x.shape[0]] = x
+    out = x.new_empty((width * pg.world_size, *x.shape[1:]))
+    with pg.stats.record(x, _nbytes(padded) * (pg.world_size - 1)):
+        _dist().all_gather_into_tensor(out, padded, group=pg.group)
+    blocks = out.view(pg.world_size, width, *x.shape[1:])
+    return torch.cat([blocks[r, :c] for r, c in enumerate(counts)])
+
+
+def _reduce_scatter_padded(grad: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """[sum(counts), ...] on each rank -> the sum over ranks of this rank's rows [counts[rank], ...]."""
+    width = max(counts)
+    padded = grad.new_zeros((pg.world_size, width, *grad.shape[1:]))
+    for r, block in enumerate(torch.split(grad, counts)):
+        padded[r, : counts[r]] = block
+    out = grad.new_empty((width, *grad.shape[1:]))
+    with pg.stats.record(grad, _nbytes(out) * (pg.world_size - 1)):
+        _dist().reduce_scatter_tensor(out, padded.view(-1, *grad.shape[1:]), group=pg.group)
+    return out[: counts[pg.rank]]
+
+
+class _GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, counts, pg):
+        ctx.counts, ctx.pg = counts, pg
+        return _all_gather_padded(x.contiguous(), counts, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_padded(grad.contiguous(), ctx.counts, ctx.pg), None, None
+
+
+def gather_rows(x: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """All-gather: local rows [counts[rank], ...] -> all rows [sum(counts), ...] in rank order.
+    Backward: reduce-scatter of the full gradient back to [counts[rank], ...]."""
+    if pg.world_size == 1:
+        return x
+    return _GatherRows.apply(x, counts, pg)
+
+
+def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """Uneven all-to-all along dim 0: rows [sum(send), ...] -> [sum(recv), ...]."""
+    out = x.new_empty((sum(recv), *x.shape[1:]))
+    row_bytes = _nbytes(x) // max(x.shape[0], 1)
+    with pg.stats.record(x, row_bytes * (sum(send) - send[pg.rank])):
+        _dist().all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=pg.group)
+    return out
+
+
+def _nodes_to_heads(x_nHD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    n, heads, dim = x_nHD.shape
+    p = pg.world_size
+    send_PnhD = x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous()
+    return _all_to_all(send_PnhD.view(p * n, heads // p, dim), [n] * p, counts, pg)
+
+
+def _heads_to_nodes(y_NhD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    p, n = pg.world_size, counts[pg.rank]
+    recv = _all_to_all(y_NhD, counts, [n] * p, pg)  # [P * n, h, D], block r holds heads of rank r
+    _, h, dim = recv.shape
+    return recv.view(p, n, h, dim).transpose(0, 1).reshape(n, p * h, dim)
+
+
+class _NodesToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, counts, pg):
+        ctx.counts, ctx.pg = counts, pg
+        return _nodes_to_heads(x, counts, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _heads_to_nodes(grad.contiguous(), ctx.counts, ctx.pg), None, None
+
+
+class _HeadsToNodes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, counts, pg):
+        ctx.counts, ctx.pg = counts, pg
+        return _heads_to_nodes(y.contiguous(), counts, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _nodes_to_heads(grad.contiguous(), ctx.counts, ctx.pg), None, None
+
+
+def nodes_to_heads(x_nHD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """All-to-all: node split [counts[rank], H, D] -> head split [sum(counts), H/P, D] (rank r gets
+    heads [r*H/P, (r+1)*H/P) of every node). Backward: ``heads_to_nodes`` of the gradient."""
+    if pg.world_size == 1:
+        return x_nHD
+    if x_nHD.shape[1] % pg.world_size:
+        raise ValueError(f"nodes_to_heads: {x_nHD.shape[1]} heads do not split over {pg.world_size} ranks")
+    return _NodesToHeads.apply(x_nHD, counts, pg)
+
+
+def heads_to_nodes(y_NhD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """All-to-all: head split [sum(counts), H/P, D] -> node split [counts[rank], H, D].
+    Backward: ``nodes_to_heads`` of the gradient."""
+    if pg.world_size == 1:
+        return y_NhD
+    return _HeadsToNodes.apply(y_NhD, counts, pg)
+
+
+class _ExchangeRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, send_index, send_counts, recv_counts, pg):
+        ctx.save_for_backward(send_index)
+        ctx.num_rows, ctx.send_counts, ctx.recv_counts, ctx.pg = x.shape[0], send_counts, recv_counts, pg
+        return _all_to_all(x.index_select(0, send_index), send_counts, recv_counts, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (send_index,) = ctx.saved_tensors
+        back = _all_to_all(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.pg)
+        grad_x = grad.new_zeros((ctx.num_rows, *grad.shape[1:])).index_add_(0, send_index, back)
+        return grad_x, None, None, None, None
+
+
+def exchange_rows(
+    x: torch.Tensor, send_index: torch.Tensor, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup
+) -> torch.Tensor:
+    """Uneven all-to-all of selected rows: sends x[send_index] (grouped by destination rank, sizes
+    ``send_counts``) and returns the [sum(recv_counts), ...] rows received, grouped by source rank.
+    Backward: the gradients travel back and are summed into the rows that were sent."""
+    if pg.world_size == 1:
+        return x.index_select(0, send_index)
+    return _ExchangeRows.apply(x, send_index, send_counts, recv_counts, pg)

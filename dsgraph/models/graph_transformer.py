@@ -1,0 +1,70 @@
+"""The Graph Transformer: input projection, L pre-LN blocks of sparse multi-head attention over
+in-edges and a GELU FFN, final norm, node classifier.
+
+The model sees only this rank's node rows; attention reaches other ranks' rows through the
+graph-parallel ``attention`` strategy passed to ``forward``, so the same module serves 1 or P ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from dsgraph.models.dropout import NodeDropout
+
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> y, all [n, H, D]
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
+        self.heads = heads
+        self.attn_norm = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden)
+        self.ffn = nn.Sequential(nn.Linear(hidden, ffn_mult * hidden), nn.GELU(), nn.Linear(ffn_mult * hidden, hidden))
+        self.attn_dropout = NodeDropout(dropout, site=1)
+        self.ffn_dropout = NodeDropout(dropout, site=2)
+
+    def forward(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        n, d = h_nd.shape
+        q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_nd)).view(n, 3, self.heads, d // self.heads).unbind(1)
+        y_nd = attention(q_nHD, k_nHD, v_nHD).reshape(n, d)
+        h_nd = h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
+        return h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd)), node_ids, seed, step, layer)
+
+
+class GraphTransformer(nn.Module):
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        *,
+        hidden: int = 128,
+        heads: int = 8,
+        layers: int = 2,
+        ffn_mult: int = 2,
+        dropout: float = 0.5,
+        input_dropout: float = 0.5,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.heads, self.seed = heads, seed
+        self.input_dropout = NodeDropout(input_dropout, site=0)
+        self.input = nn.Linear(in_dim, hidden)
+        self.blocks = nn.ModuleList(TransformerBlock(hidden, heads, ffn_mult, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden)
+        self.classifier = nn.Linear(hidden, num_classes)
+
+    def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> torch.Tensor:
+        """x_nf: this rank's node features [n, F]; node_ids: their global ids [n] (for dropout masks);
+        step: the optimizer step (for dropout masks). Returns logits [n, num_classes]."""
+        h_nd = self.input(self.input_dropout(x_nf, node_ids, self.seed, step, 0))
+        for layer, block in enumerate(self.blocks, start=1):
+            h_nd = block(h_nd, attention, node_ids, self.seed, step, layer)
+        return self.classifier(self.norm(h_nd))

@@ -1,0 +1,3 @@
+from dsgraph.parallel.strategies import STRATEGIES, AllGatherAttention, AllToAllAttention, build_strategy
+
+__all__ = ["STRATEGIES", "AllGatherAttention", "AllToAllAttention", "build_strategy"]

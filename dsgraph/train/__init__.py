@@ -1,0 +1,1 @@
+"""Config section, DeepSpeed engine setup, the training loop, metrics and checkpoints."""

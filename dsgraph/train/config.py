@@ -1,0 +1,111 @@
+"""The ``"dsgraph"`` section of a DeepSpeed JSON config, validated by dsgraph itself.
+
+DeepSpeed silently accepts unknown top-level keys, so a typo in this section would otherwise be
+ignored; here an unknown key is an error that names it and lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True, slots=True)
+class DsgraphConfig:
+    dataset: str = "cora"
+    """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph), or a path to a .npz."""
+    strategy: str = "ag"
+    """Graph-parallel attention strategy: 'ag' (all-gather K/V) or 'a2a' (all-to-all to a head split)."""
+    backend: str = "auto"
+    """Sparse attention kernel: 'auto', 'reference', 'cpu' or 'cuda'."""
+    epochs: int = 200
+    """Full-graph epochs; each epoch is one optimizer step."""
+    seed: int = 0
+    """Seeds parameter initialisation, dropout masks and synthetic data."""
+    eval_every: int = 10
+    """Evaluate train/val/test accuracy on the full graph every this many epochs (and after the last)."""
+    checkpoint_every: int = 0
+    """Save a DeepSpeed checkpoint every this many epochs (0: never)."""
+    checkpoint_dir: str = "runs/checkpoints"
+    """Folder for checkpoints; --resume loads the latest one from here."""
+    metrics_out: str | None = None
+    """JSON-lines file for step and eval metrics (rank 0 writes it); null for none."""
+    hidden: int = 128
+    """Hidden size d = heads * head_dim."""
+    heads: int = 8
+    """Attention heads H."""
+    layers: int = 2
+    """Transformer blocks L."""
+    ffn_mult: int = 2
+    """FFN width as a multiple of hidden."""
+    dropout: float = 0.5
+    """Dropout after attention and FFN (masks depend only on seed, step, layer and node id)."""
+    input_dropout: float = 0.5
+    """Dropout on the input node features."""
+    self_loops: bool = True
+    """Let every node attend to itself (adds a self loop to rows that have none)."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
+        if self.checkpoint_every < 0:
+            raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
+        if self.strategy not in ("ag", "a2a"):
+            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a; got '{self.strategy}'")
+        if self.hidden % self.heads:
+            raise ValueError(f"dsgraph config: 'hidden' ({self.hidden}) must be divisible by 'heads' ({self.heads})")
+        for name in ("dropout", "input_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"dsgraph config: '{name}' must be in [0, 1), got {getattr(self, name)}")
+
+    @classmethod
+    def from_dict(cls, section: dict, source: str = "config") -> "DsgraphConfig":
+        if not isinstance(section, dict):
+            raise ValueError(f"{source}: the \"dsgraph\" section must be a JSON object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown key(s) {', '.join(repr(k) for k in unknown)} in the \"dsgraph\" section; "
+                f"valid keys: {', '.join(fields)}"
+            )
+        for key, value in section.items():
+            _check_type(key, value, fields[key].type, source)
+        try:
+            return cls(**section)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None))}
+
+
+def _check_type(key: str, value, type_name: str, source: str) -> None:
+    allowed = _TYPES[type_name]
+    if isinstance(value, bool) and bool not in allowed:
+        allowed = ()
+    if not isinstance(value, allowed):
+        raise ValueError(f"{source}: \"dsgraph\" key '{key}' must be {type_name}, got {value!r}")
+
+
+def load_ds_config(path: str) -> tuple[dict, DsgraphConfig]:
+    """Reads a DeepSpeed JSON; returns (DeepSpeed's part without "dsgraph", the validated section)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such DeepSpeed config file")
+    with open(path) as f:
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    if "sequence_parallel_size" in config:
+        raise ValueError(f"{path}: remove 'sequence_parallel_size'; dsgraph's graph parallelism is not DeepSpeed sequence parallelism")
+    section = config.pop("dsgraph", {})
+    return config, DsgraphConfig.from_dict(section, source=path)

@@ -1,0 +1,179 @@
+"""The full-graph training loop on a DeepSpeed engine.
+
+Every rank holds the same parameters (DeepSpeed's data-parallel group is the whole job) and its own
+node rows. The loss on rank r is ``local_sum * W / global_count``: ZeRO averages gradients over the
+W ranks, so the update equals the single-process full-graph update.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import deepspeed
+import deepspeed.comm as dist
+import torch
+import torch.nn.functional as F
+
+from dsgraph.comm import GraphParallelGroup, even_row_counts
+from dsgraph.graph import load_dataset
+from dsgraph.models import GraphTransformer
+from dsgraph.parallel import build_strategy
+from dsgraph.train import checkpoint
+from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.data import LocalNodes
+from dsgraph.train.metrics import MetricsWriter, peak_memory_mb
+
+
+def init_distributed() -> torch.device:
+    accel = deepspeed.get_accelerator()
+    backend = "nccl" if accel.device_name() == "cuda" else "gloo"
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
+    if accel.device_name() == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        accel.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTransformer:
+    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
+    return GraphTransformer(
+        in_dim,
+        num_classes,
+        hidden=cfg.hidden,
+        heads=cfg.heads,
+        layers=cfg.layers,
+        ffn_mult=cfg.ffn_mult,
+        dropout=cfg.dropout,
+        input_dropout=cfg.input_dropout,
+        seed=cfg.seed,
+    )
+
+
+def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+class Trainer:
+    def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.pg = GraphParallelGroup.from_world()
+        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        self.num_classes = graph.num_classes
+        if cfg.self_loops:
+            graph = graph.with_self_loops()
+        counts = even_row_counts(graph.num_nodes, self.pg.world_size)
+        self.attention = build_strategy(cfg.strategy, graph, counts, self.pg, cfg.heads, cfg.backend)
+        model = build_model(cfg, graph.num_features, self.num_classes)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32
+        self.local = LocalNodes.split(graph, self.pg, counts).to(device, dtype)
+        self.train_count = int(_all_reduce_sum([float(self.local.train_mask.sum())], device)[0])
+        if self.train_count == 0:
+            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        self.world = self.pg.world_size
+        self.start_epoch = 0
+        self.best = {"val_acc": -1.0, "test_acc": 0.0, "epoch": -1}
+
+    # --- one optimizer step on the whole graph -------------------------------------------------
+    def train_step(self, epoch: int) -> dict:
+        loc, engine = self.local, self.engine
+        engine.train()
+        self.pg.stats.reset()
+        start = time.perf_counter()
+        logits = engine(loc.x, self.attention, loc.node_ids, epoch)
+        train_logits, train_y = logits[loc.train_mask].float(), loc.y[loc.train_mask]
+        local_sum = F.cross_entropy(train_logits, train_y, reduction="sum")
+        engine.backward(local_sum * self.world / self.train_count)
+        engine.step()
+        step_time = time.perf_counter() - start
+        correct = float((train_logits.argmax(1) == train_y).sum())
+        loss_sum, correct = _all_reduce_sum([float(local_sum.detach()), correct], self.device)
+        return {
+            "kind": "step",
+            "epoch": epoch,
+            "step": engine.global_steps,
+            "loss": loss_sum / self.train_count,
+            "train_acc": correct / self.train_count,
+            "val_acc": None,
+            "test_acc": None,
+            **self._system(step_time),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> dict:
+        loc, engine = self.local, self.engine
+        engine.eval()
+        self.pg.stats.reset()
+        start = time.perf_counter()
+        logits = engine(loc.x, self.attention, loc.node_ids, epoch).float()
+        eval_time = time.perf_counter() - start
+        pred = logits.argmax(1)
+        sums = []
+        for mask in (loc.train_mask, loc.val_mask, loc.test_mask):
+            sums += [float((pred[mask] == loc.y[mask]).sum()), float(mask.sum())]
+        loss = float(F.cross_entropy(logits[loc.train_mask], loc.y[loc.train_mask], reduction="sum"))
+        totals = _all_reduce_sum(sums + [loss], self.device)
+        acc = [totals[i] / max(totals[i + 1], 1.0) for i in (0, 2, 4)]
+        row = {
+            "kind": "eval",
+            "epoch": epoch,
+            "step": engine.global_steps,
+            "loss": totals[6] / self.train_count,
+            "train_acc": acc[0],
+            "val_acc": acc[1],
+            "test_acc": acc[2],
+            **self._system(eval_time),
+        }
+        if acc[1] > self.best["val_acc"]:
+            self.best = {"val_acc": acc[1], "test_acc": acc[2], "epoch": epoch}
+        row["best_val_acc"], row["test_acc_at_best_val"] = self.best["val_acc"], self.best["test_acc"]
+        return row
+
+    def _system(self, step_time: float) -> dict:
+        return {
+            "strategy": self.cfg.strategy,
+            "world_size": self.world,
+            "step_time_s": step_time,
+            "comm_time_s": self.pg.stats.time_s,
+            "comm_bytes": self.pg.stats.bytes_sent,
+            "peak_mem_mb": peak_memory_mb(self.device),
+        }
+
+    # --- the loop ---------------------------------------------------------------------------
+    def resume(self) -> None:
+        state = checkpoint.load_latest(self.engine, self.cfg.checkpoint_dir, self.cfg.seed)
+        self.start_epoch, self.best = state["epoch"] + 1, state["best"]
+
+    def fit(self, log=print) -> dict:
+        cfg = self.cfg
+        rank = self.pg.rank
+        metrics = MetricsWriter(cfg.metrics_out, self.engine.monitor, rank, append=self.start_epoch > 0)
+        last = None
+        try:
+            for epoch in range(self.start_epoch, cfg.epochs):
+                row = self.train_step(epoch)
+                metrics.write(row)
+                line = f"epoch {epoch:4d}  loss {row['loss']:.4f}  train_acc {row['train_acc']:.3f}"
+                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+                    last = self.evaluate(epoch)
+                    metrics.write(last)
+                    line += f"  val_acc {last['val_acc']:.3f}  test_acc {last['test_acc']:.3f}"
+                line += f"  step {row['step_time_s'] * 1e3:.0f} ms (comm {row['comm_time_s'] * 1e3:.0f} ms)"
+                if rank == 0:
+                    log(line)
+                if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+                    checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
+        finally:
+            metrics.close()
+        if rank == 0 and last is not None:
+            log(
+                f"done: test_acc {last['test_acc']:.4f} (last epoch); best val_acc {self.best['val_acc']:.4f} "
+                f"at epoch {self.best['epoch']} with test_acc {self.best['test_acc']:.4f}"
+            )
+        return {"last": last, "best": self.best}
+
