@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from dsgraph.graph.datasets import load_dataset
-from dsgraph.graph.partition import METHODS, PartitionQuality, halo_ids, partition_nodes, partition_quality, relabel
+from dsgraph.graph.partition import METHODS, METIS_BALANCE, PartitionQuality, halo_ids, partition_nodes, partition_quality, relabel
 from dsgraph.graph.store import write_store
 
 
@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--method", choices=METHODS, default="metis",
                         help="metis: fewest cut edges; random; contiguous: equal node ranges; "
                         "balanced: contiguous ranges with equal in-edge work (default: metis)")
+    parser.add_argument("--metis-balance", choices=METIS_BALANCE, default="nodes",
+                        help="what metis keeps equal across parts: node counts, or in-edges (attention work) "
+                        "at the price of more cut edges (default: nodes)")
     parser.add_argument("--out", required=True, help="output folder (must be empty or absent unless --force)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random and metis methods (default: 0)")
     parser.add_argument("--dataset-seed", type=int, default=0, help="seed of synthetic datasets such as rmat (default: 0)")
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"loading dataset {args.dataset}")
         graph = timed("load", load_dataset, args.dataset, args.dataset_seed)
         log(f"partitioning {graph.num_nodes:,} nodes and {graph.num_edges:,} edges into {args.parts} parts ({args.method})")
-        parts = timed("partition", partition_nodes, graph, args.parts, args.method, args.seed, log)
+        parts = timed("partition", partition_nodes, graph, args.parts, args.method, args.seed, log,
+                      metis_balance=args.metis_balance)
         log("relabelling nodes so each part is one contiguous id range")
         graph, perm, node_ranges = timed("relabel", relabel, graph, parts, args.parts)
         del parts
@@ -84,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"writing the store to {args.out}")
         timed("write", write_store, graph, perm, node_ranges, args.out, args.method, dataset=args.dataset,
               seed=args.seed, halos=halos, overwrite=args.force, progress=not args.quiet,
-              extra={"dataset_seed": args.dataset_seed, "quality": quality.as_dict()})
+              extra={"dataset_seed": args.dataset_seed, "quality": quality.as_dict(),
+                     **({"metis_balance": args.metis_balance} if args.method == "metis" else {})})
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"dsgraph partition: {err}", file=sys.stderr)
         return 1

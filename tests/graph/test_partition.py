@@ -165,3 +165,16 @@ def test_bad_requests_raise_value_errors(cora):
         partition_nodes(cora, 5000, "random")
     with pytest.raises(ValueError, match="num_parts is 2"):
         relabel(cora, np.full(cora.num_nodes, 3), 2)
+
+
+def test_metis_edge_balance_evens_out_in_edges_on_a_power_law_graph():
+    graph = load_dataset("rmat:12", seed=0)
+    quality = {}
+    for balance in ("nodes", "edges"):
+        parts = partition_nodes(graph, 4, "metis", seed=0, metis_balance=balance)
+        new, _, ranges = relabel(graph, parts, 4)
+        quality[balance] = partition_quality(new, ranges)
+    assert quality["nodes"].node_balance < 1.05 and quality["nodes"].edge_balance > 1.5
+    assert quality["edges"].edge_balance < 1.1
+    with pytest.raises(ValueError, match="unknown metis_balance 'heads'"):
+        partition_nodes(graph, 2, "metis", metis_balance="heads")
