@@ -80,15 +80,17 @@ def dataset_file(spec: str, work: str) -> str:
     return path
 
 
-def bench_partition(spec: str, data: str, parts: int, method: str, work: str) -> dict:
-    out = os.path.join(work, f"{spec.replace(':', '_')}-{method}-{parts}")
+def bench_partition(spec: str, data: str, parts: int, method: str, work: str, metis_balance: str = "nodes") -> dict:
+    label = method if method != "metis" or metis_balance == "nodes" else f"metis/{metis_balance}"
+    out = os.path.join(work, f"{spec.replace(':', '_')}-{label.replace('/', '_')}-{parts}")
     stats_path = out + ".stats.json"
     cmd = [sys.executable, "-m", "dsgraph", "partition", "--dataset", data, "--parts", str(parts),
-           "--method", method, "--out", out, "--force", "--quiet", "--stats-json", stats_path]
+           "--method", method, "--metis-balance", metis_balance, "--out", out, "--force", "--quiet",
+           "--stats-json", stats_path]
     wall, rss, _ = run_measured(cmd)
     with open(stats_path) as f:
         stats = json.load(f)
-    return {"dataset": spec, "method": method, "parts": parts, "wall_s": wall,
+    return {"dataset": spec, "method": label, "parts": parts, "wall_s": wall,
             "partition_s": stats["timings_s"]["partition"], "peak_rss_mb": rss, "store": out, **stats["quality"]}
 
 
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", default=["cora", "rmat:20"], help="dataset specs (default: cora rmat:20)")
     parser.add_argument("--parts", nargs="+", type=int, default=[2, 4], help="part counts (default: 2 4)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--metis-balance", nargs="+", choices=("nodes", "edges"), default=["nodes", "edges"],
+                        help="run metis once per choice; 'edges' rows are labelled metis/edges (default: both)")
     parser.add_argument("--work", default="/tmp/dsgraph-bench-partition", help="folder for datasets and stores")
     parser.add_argument("--load-method", default="metis", choices=METHODS,
                         help="method of the store used for the loading comparison (default: metis)")
@@ -133,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         data = dataset_file(spec, args.work)
         for parts in args.parts:
             for method in args.methods:
-                rows.append(bench_partition(spec, data, parts, method, args.work))
-                print(f"done {spec} {parts} {method}: {rows[-1]['wall_s']:.1f}s", file=sys.stderr, flush=True)
+                for balance in args.metis_balance if method == "metis" else ["nodes"]:
+                    rows.append(bench_partition(spec, data, parts, method, args.work, balance))
+                    print(f"done {spec} {parts} {rows[-1]['method']}: {rows[-1]['wall_s']:.1f}s", file=sys.stderr, flush=True)
     print_partition_table(rows)
 
     biggest = args.datasets[-1]
