@@ -1,0 +1,143 @@
+"""The fused CPU backend of ``sparse_attention``: numba kernels, parallel over rows, in autograd.
+
+Forward is one online-softmax pass per (row, head) that keeps only the log-sum-exp lse [N_dst, H]
+(fp32) for backward. Backward recomputes the scores: dQ in a pass over rows (CSR), dK and dV in a pass
+over the transpose (CSC, built once per graph and cached, see ``csc.py``). No atomics and a fixed
+summation order: two backward runs give bit-identical gradients.
+
+dtypes: fp32 computes in fp32; bf16 is converted to fp32 inside (numba has no bf16), which copies
+N x D-sized tensors, never E-sized ones, and the outputs are cast back; fp64 computes in fp64 (for
+gradcheck). The kernels are compiled on first use and cached on disk by numba.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from dsgraph.ops import cpu_kernels
+from dsgraph.ops.csc import cached_per_graph, transpose
+
+BLOCKS_PER_THREAD = 16  # work blocks per thread: enough to even out power-law rows
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+INT32_MAX = 2**31 - 1
+
+
+def is_available() -> bool:
+    return True
+
+
+def sparse_attention_cpu(
+    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Same contract as ``sparse_attention_reference``: q [N_dst, H, D], k, v [N_src, H, D] on the
+    CPU, rowptr int64 [N_dst+1], col int32/int64 [E]; returns y [N_dst, H, D] in q's dtype."""
+    _check_cpu_inputs(rowptr, col, q, k, v)
+    return _CpuSparseAttention.apply(rowptr, col, q, k, v, scale)
+
+
+class _CpuSparseAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rowptr, col, q, k, v, scale):
+        y, y_acc, lse = attention_forward(rowptr, col, q, k, v, scale)
+        ctx.save_for_backward(q, k, v, y_acc, lse)
+        ctx.graph = (rowptr, col)  # non-differentiable context; the CSC is cached per graph
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        q, k, v, y_acc, lse = ctx.saved_tensors
+        rowptr, col = ctx.graph
+        need_q, need_k, need_v = ctx.needs_input_grad[2:5]
+        dq, dk, dv = attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, ctx.scale, need_kv=need_k or need_v)
+        return None, None, dq if need_q else None, dk if need_k else None, dv if need_v else None, None
+
+
+def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns y [N_dst, H, D] in q's dtype, the same y in the accumulation dtype (the same tensor
+    unless q is bf16) and lse [N_dst, H] in the accumulation dtype (fp32; fp64 for fp64 inputs).
+
+    Backward takes y in the accumulation dtype: delta_i = <dy_i, y_i> is a difference of nearly equal
+    terms in dq, and a bf16-rounded y would cost its accuracy on rows with many edges.
+    """
+    _set_threads()
+    cdt = _compute_dtype(q.dtype)
+    q_, k_, v_ = (_as_compute_array(t, cdt) for t in (q, k, v))
+    rowptr_, col_ = rowptr.numpy(), _as_int32(col).numpy()
+    y = np.empty(q_.shape, dtype=q_.dtype)
+    lse = np.empty(q_.shape[:2], dtype=q_.dtype)
+    bounds = _bounds(rowptr, col, rowptr_, "rows")
+    cpu_kernels.forward_kernel(bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), y, lse)
+    y_acc = torch.from_numpy(y)
+    return y_acc.to(q.dtype), y_acc, torch.from_numpy(lse)
+
+
+def attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale: float, *, need_kv: bool = True):
+    """Returns (dq, dk, dv) in the inputs' dtype; dk and dv are None unless ``need_kv``.
+
+    y_acc and lse are forward's outputs in the accumulation dtype; dy has y's shape, any strides."""
+    _set_threads()
+    cdt = _compute_dtype(q.dtype)
+    q_, k_, v_, y_, dy_ = (_as_compute_array(t, cdt) for t in (q, k, v, y_acc, dy))
+    lse_ = lse.numpy()
+    scale_ = q_.dtype.type(scale)
+    rowptr_, col_ = rowptr.numpy(), _as_int32(col).numpy()
+    dq = np.empty(q_.shape, dtype=q_.dtype)
+    delta = np.empty(lse_.shape, dtype=q_.dtype)
+    row_bounds = _bounds(rowptr, col, rowptr_, "rows")
+    cpu_kernels.backward_rows_kernel(row_bounds, rowptr_, col_, q_, k_, v_, dy_, y_, lse_, scale_, dq, delta)
+    dq_t = torch.from_numpy(dq).to(q.dtype)
+    if not need_kv:
+        return dq_t, None, None
+    csc = transpose(rowptr, col, k.shape[0])
+    colptr_, row_ = csc.colptr.numpy(), csc.row.numpy()
+    dk = np.empty(k_.shape, dtype=q_.dtype)
+    dv = np.empty(v_.shape, dtype=q_.dtype)
+    col_bounds = _bounds(rowptr, col, colptr_, "cols")
+    cpu_kernels.backward_cols_kernel(col_bounds, colptr_, row_, q_, k_, v_, dy_, lse_, delta, scale_, dk, dv)
+    return dq_t, torch.from_numpy(dk).to(k.dtype), torch.from_numpy(dv).to(v.dtype)
+
+
+def _set_threads() -> None:
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+
+
+def _bounds(rowptr, col, ptr: np.ndarray, which: str) -> np.ndarray:
+    blocks = BLOCKS_PER_THREAD * numba.get_num_threads()
+    key = ("cpu-bounds", which, ptr.size, blocks)
+    return cached_per_graph(rowptr, col, key, lambda: cpu_kernels.balanced_bounds(ptr, blocks))
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _as_compute_array(t: torch.Tensor, cdt: torch.dtype) -> np.ndarray:
+    """A C-contiguous numpy view (or, for bf16 or strided inputs, an N x H x D copy) in ``cdt``."""
+    return t.detach().to(cdt).contiguous().numpy()
+
+
+def _as_int32(col: torch.Tensor) -> torch.Tensor:
+    return col if col.dtype == torch.int32 else col.to(torch.int32)
+
+
+def _check_cpu_inputs(rowptr, col, q, k, v) -> None:
+    """ValueErrors for what the kernels cannot index safely (they do no bounds checks)."""
+    for name, t in (("rowptr", rowptr), ("col", col), ("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cpu":
+            raise ValueError(f"sparse_attention cpu backend: '{name}' is on {t.device}; move it to the CPU or use backend='auto'")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"sparse_attention cpu backend: dtype {q.dtype} is not supported; use one of {SUPPORTED_DTYPES}")
+    n_src, edges = k.shape[0], col.numel()
+    if n_src > INT32_MAX or q.shape[0] > INT32_MAX:
+        raise ValueError("sparse_attention cpu backend: node counts must stay below 2^31 (int32 node ids)")
+    if rowptr.numel() and (int(rowptr[0]) != 0 or int(rowptr[-1]) != edges):
+        raise ValueError(f"sparse_attention cpu backend: rowptr must start at 0 and end at the edge count {edges}")
+    if rowptr.numel() > 1 and bool((rowptr[1:] < rowptr[:-1]).any()):
+        raise ValueError("sparse_attention cpu backend: rowptr is not monotone")
+    if edges and (int(col.min()) < 0 or int(col.max()) >= n_src):
+        raise ValueError(f"sparse_attention cpu backend: an index in 'col' is outside [0, {n_src}) (the rows of k and v)")
