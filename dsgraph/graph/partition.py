@@ -10,7 +10,6 @@ Everything here is a pure function of its inputs (no files, no processes), so it
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from typing import Callable
 
@@ -100,7 +99,6 @@ def symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     xadj = np.zeros(n + 1, dtype=idx_dtype)
     np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
     del rows
-    gc.collect()
     return xadj, adjncy
 
 
