@@ -1,0 +1,217 @@
+"""The CUDA backend of ``sparse_attention``: CuPy loads cuda/*.cu, torch owns every tensor.
+
+Kernels are compiled at run time by NVRTC (CuPy ``RawModule``), once per (device, file, dtype,
+head dim), and launched on torch's current stream on zero-copy DLPack views of torch tensors
+(outputs are allocated by torch, so memory stays in torch's caching allocator). Importing this
+module never fails: without CuPy or a GPU, ``is_available()`` is False.
+
+Forward: an online softmax per (row, head) that writes y and lse [N_dst, H] (fp32). Backward:
+delta = <dy, y>, then dQ over the rows (CSR) and dK, dV over the columns of the cached transpose
+(CSC), each without atomics. Rows and columns are binned by degree (see ``cuda_plan.py``).
+bf16 inputs accumulate in fp32; y is produced in fp32 (kept for backward) and cast for the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from dsgraph.ops import cuda_source
+from dsgraph.ops.csc import cached_per_graph, transpose
+from dsgraph.ops.cuda_plan import SegmentPlan, build_plan
+
+try:
+    import cupy
+except Exception:  # not installed, or a build that finds no CUDA library: the backend is off
+    cupy = None
+
+THREADS_PER_BLOCK = 256
+INT32_MAX = 2**31 - 1
+MAX_GRID_Y = 65535
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+_FWD, _BWD = "sparse_attention_fwd.cu", "sparse_attention_bwd.cu"
+_MODULES: dict[tuple[int, str, str, int], object] = {}
+
+
+def is_available() -> bool:
+    if cupy is None or not torch.cuda.is_available():
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def sparse_attention_cuda(
+    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Same contract as ``sparse_attention_reference`` for CUDA tensors in fp32 or bf16 with a head
+    dim in cuda_source.HEAD_DIMS; returns y [N_dst, H, D] in q's dtype."""
+    if not is_available():
+        raise ValueError("sparse_attention cuda backend: needs CuPy (pip install -e '.[cuda]') and a CUDA GPU")
+    _check_cuda_inputs(rowptr, col, q, k, v)
+    return _CudaSparseAttention.apply(rowptr, col, q, k, v, scale)
+
+
+class _CudaSparseAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rowptr, col, q, k, v, scale):
+        y_f32, lse = attention_forward(rowptr, col, q, k, v, scale)
+        ctx.save_for_backward(q, k, v, y_f32, lse)
+        ctx.graph = (rowptr, col)  # non-differentiable context; plans and the CSC are cached per graph
+        ctx.scale = scale
+        return y_f32.to(q.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        q, k, v, y_f32, lse = ctx.saved_tensors
+        rowptr, col = ctx.graph
+        dq, dk, dv = attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, ctx.scale)
+        need = ctx.needs_input_grad
+        return None, None, dq if need[2] else None, dk if need[3] else None, dv if need[4] else None, None
+
+
+def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns y [N_dst, H, D] fp32 and lse [N_dst, H] fp32 (-inf for rows with no edges)."""
+    q, k, v = (_aligned(t) for t in (q, k, v))
+    heads = q.shape[1]
+    y = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    if q.shape[0] == 0:
+        return y, lse
+    col32 = _int32(col)
+    args = (_dl(rowptr.contiguous()), _dl(col32.contiguous()), _dl(q), _dl(k), _dl(v), _dl(y), _dl(lse), np.int32(heads), np.float32(scale))
+    plan = _plan(rowptr, col, "rows", rowptr)
+    _run_pass(_FWD, "sa_forward", plan, args, q, state_vectors=1)
+    return y, lse
+
+
+def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float):
+    """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]."""
+    q, k, v, dy = (_aligned(t) for t in (q, k, v, dy.to(q.dtype)))
+    heads = q.shape[1]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if q.shape[0] == 0 or k.shape[0] == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = torch.empty_like(lse)
+    items = lse.numel()
+    team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], q.shape[2])
+    with _on_torch_stream(q.device):
+        _kernel(q, _BWD, "sa_delta")((_blocks(items * team),), (THREADS_PER_BLOCK,), (_dl(dy), _dl(y_f32), _dl(delta), np.int64(items)))
+    common = (_dl(q), _dl(k), _dl(v), _dl(dy), _dl(lse), _dl(delta))
+    dq_args = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()), *common, _dl(dq), np.int32(heads), np.float32(scale))
+    _run_pass(_BWD, "sa_dq", _plan(rowptr, col, "rows", rowptr), dq_args, q, state_vectors=1)
+    csc = transpose(rowptr, col, k.shape[0])
+    dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
+    _run_pass(_BWD, "sa_dkdv", _plan(rowptr, col, "cols", csc.colptr), dkdv_args, q, state_vectors=2)
+    return dq, dk, dv
+
+
+def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int) -> None:
+    """Launches the schedules of one pass on torch's current stream, heaviest bin first."""
+    heads, dim = q.shape[1], q.shape[2]
+    team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], dim)
+    with _on_torch_stream(q.device):
+        if plan.long.numel():
+            state_floats = 2 + state_vectors * dim  # dsg::state_floats<NF>()
+            partial = torch.empty(plan.num_chunks * heads * state_floats, dtype=torch.float32, device=q.device)
+            _kernel(q, file, f"{prefix}_chunk")(
+                (plan.num_chunks, heads), (cuda_source.BLOCK_WARPS * 32,),
+                (*args, _dl(plan.chunk_seg), _dl(plan.chunk_begin), np.int32(plan.chunk_edges), _dl(partial)),
+            )  # fmt: skip
+            n_long = plan.long.numel()
+            _kernel(q, file, f"{prefix}_merge")(
+                (_blocks(n_long * heads * team),), (THREADS_PER_BLOCK,),
+                (*args, _dl(plan.long), _dl(plan.long_chunk_ptr), np.int32(n_long), _dl(partial)),
+            )  # fmt: skip
+        if plan.warp.numel():
+            n = plan.warp.numel()
+            _kernel(q, file, f"{prefix}_warp")((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
+        if plan.small.numel():
+            n = plan.small.numel()
+            _kernel(q, file, f"{prefix}_small")((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
+
+
+def _kernel(q: torch.Tensor, file: str, name: str):
+    """The compiled kernel ``name`` of cuda/<file> for q's device, dtype and head dim (cached)."""
+    key = (q.device.index, file, _DTYPE_NAMES[q.dtype], q.shape[2])
+    module = _MODULES.get(key)
+    if module is None:
+        with cupy.cuda.Device(q.device.index):
+            module = cupy.RawModule(
+                code=cuda_source.kernel_source(file),
+                options=cuda_source.compile_options(key[2], key[3]),
+                backend="nvrtc",
+            )
+            module.compile()
+        _MODULES[key] = module
+    return module.get_function(name)
+
+
+def _plan(rowptr, col, direction: str, ptr: torch.Tensor) -> SegmentPlan:
+    return cached_per_graph(rowptr, col, ("cuda-plan", direction, ptr.numel()), lambda: build_plan(ptr))
+
+
+class _on_torch_stream:
+    """Context: CuPy's current device and stream are torch's current ones for ``device``."""
+
+    def __init__(self, device: torch.device):
+        self.device = cupy.cuda.Device(device.index)
+        self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
+
+    def __enter__(self):
+        self.device.__enter__()
+        self.stream.__enter__()
+
+    def __exit__(self, *exc):
+        self.stream.__exit__(*exc)
+        self.device.__exit__(*exc)
+
+
+def _blocks(threads: int) -> int:
+    return max(1, -(-threads // THREADS_PER_BLOCK))
+
+
+def _dl(t: torch.Tensor):
+    """A zero-copy CuPy view of a contiguous tensor; bf16 travels as int16 (CuPy has no bf16)."""
+    return cupy.from_dlpack(t.view(torch.int16) if t.dtype == torch.bfloat16 else t)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t.contiguous(), copied once more if its start is not 16-byte aligned (vector loads)."""
+    t = t.detach().contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _int32(col: torch.Tensor) -> torch.Tensor:
+    return col if col.dtype == torch.int32 else col.to(torch.int32)
+
+
+def _check_cuda_inputs(rowptr, col, q, k, v) -> None:
+    """ValueErrors for what the kernels cannot handle, checked before any launch."""
+    device = q.device
+    for name, t in (("rowptr", rowptr), ("col", col), ("q", q), ("k", k), ("v", v)):
+        if t.device != device or device.type != "cuda":
+            raise ValueError(f"sparse_attention cuda backend: all inputs must be on one CUDA device; '{name}' is on {t.device}")
+    if q.dtype not in _DTYPE_NAMES:
+        raise ValueError(f"sparse_attention cuda backend: dtype {q.dtype} is not supported; use float32 or bfloat16")
+    if q.shape[2] not in cuda_source.HEAD_DIMS:
+        raise ValueError(
+            f"sparse_attention cuda backend: head dim {q.shape[2]} is not supported; use one of "
+            f"{cuda_source.HEAD_DIMS} or backend='reference'"
+        )
+    if max(q.shape[0], k.shape[0]) > INT32_MAX or q.shape[1] > MAX_GRID_Y:
+        raise ValueError(f"sparse_attention cuda backend: node counts must stay below 2^31 and heads at most {MAX_GRID_Y}")
+    cached_per_graph(rowptr, col, ("cuda-checked", k.shape[0]), lambda: _check_graph(rowptr, col, k.shape[0]))
+
+
+def _check_graph(rowptr, col, n_src: int) -> bool:
+    """Index checks (one device sync); cached per graph, so they run once."""
+    edges = col.numel()
+    if int(rowptr[0]) != 0 or int(rowptr[-1]) != edges or bool((rowptr[1:] < rowptr[:-1]).any()):
+        raise ValueError(f"sparse_attention cuda backend: rowptr must be monotone from 0 to the edge count {edges}")
+    if edges and (int(col.min()) < 0 or int(col.max()) >= n_src):
+        raise ValueError(f"sparse_attention cuda backend: an index in 'col' is outside [0, {n_src}) (the rows of k and v)")
+    return True

@@ -1,0 +1,55 @@
+"""Where the CUDA kernels live and how they are compiled: shared by the CuPy loader (``cuda.py``)
+and the GPU-less NVRTC compile check (``nvrtc_check.py``), so both compile exactly the same thing.
+
+Kernels are compiled once per (device, file, dtype, head dim) with the head dim and the dtype as
+compile-time constants (-DDSG_HEAD_DIM, -DDSG_BF16); shapes other than D are runtime arguments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CUDA_DIR = Path(__file__).resolve().parents[2] / "cuda"
+HEAD_DIMS = (8, 16, 32, 64, 128)  # a power of two: D / (elements per 16-byte load) lanes per vector
+DTYPES = ("float32", "bfloat16")
+BLOCK_WARPS = 8  # warps per block of the chunk kernels; must equal dsg::BLOCK_WARPS in the .cuh
+
+# file -> the kernels it defines (extern "C" names)
+KERNELS = {
+    "sparse_attention_fwd.cu": ("sa_forward_small", "sa_forward_warp", "sa_forward_chunk", "sa_forward_merge"),
+    "sparse_attention_bwd.cu": (
+        "sa_delta",
+        "sa_dq_small", "sa_dq_warp", "sa_dq_chunk", "sa_dq_merge",
+        "sa_dkdv_small", "sa_dkdv_warp", "sa_dkdv_chunk", "sa_dkdv_merge",
+    ),
+}  # fmt: skip
+
+
+def elements_per_load(dtype: str) -> int:
+    """Elements in one 16-byte vector load: 4 fp32 or 8 bf16 (DSG_VEC in the .cuh)."""
+    return 8 if dtype == "bfloat16" else 4
+
+
+def team_size(dtype: str, head_dim: int) -> int:
+    """Lanes that hold one D-vector (TEAM in the .cuh)."""
+    return head_dim // elements_per_load(dtype)
+
+
+def kernel_source(file: str) -> str:
+    """The source of cuda/<file>, with a #line directive so that errors name the real file."""
+    path = CUDA_DIR / file
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
+def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
+    """NVRTC options besides the target architecture."""
+    if dtype not in DTYPES:
+        raise ValueError(f"cuda kernels: dtype {dtype} is not supported; use one of {DTYPES}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"cuda kernels: head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
+    return (
+        "-std=c++17",
+        f"-I{CUDA_DIR}",
+        f"-DDSG_HEAD_DIM={head_dim}",
+        f"-DDSG_BF16={int(dtype == 'bfloat16')}",
+    )
