@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv-dgl
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+[ -f "$VENV/.gitignore" ] || echo '*' > "$VENV/.gitignore"  # git ignores the lane's environment
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q "torch==2.2.1" "numpy<2"
 # dgl 2.1.0's graphbolt imports torchdata.datapipes (gone after torchdata 0.7.1) and pandas, yaml

@@ -23,6 +23,7 @@ import numpy as np
 
 from dsgraph.graph.ingest import FORMATS, CleanupOptions, Ingested, read_graph
 from dsgraph.graph.npz import save_npz
+from dsgraph.graph.partition import METHODS
 from dsgraph.graph.summary import format_summary, save_degree_histogram
 
 
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", metavar="NAME", help="OGB: the split scheme under split/ (needed if several)")
     parser.add_argument("--name", help="dataset name (default: from INPUT)")
     parser.add_argument("--parts", type=int, default=1, help="partition store output: number of parts (default: 1)")
-    parser.add_argument("--method", default="metis", help="partition store output: partition method (default: metis)")
+    parser.add_argument("--method", choices=METHODS, default="metis",
+                        help="partition store output: partition method, as in dsgraph partition (default: metis)")
     parser.add_argument("--seed", type=int, default=0, help="partition store output: partition seed (default: 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT")
     parser.add_argument("--histogram", metavar="FILE.png", help="also plot the in- and out-degree distribution")
