@@ -29,7 +29,7 @@ def parse_rmat_spec(spec: str) -> tuple[int, int]:
         scale = int(parts[1])
         edge_factor = int(parts[2]) if len(parts) == 3 else 16
     except ValueError:
-        raise ValueError(f"dataset '{spec}': SCALE and EDGE_FACTOR must be integers") from None
+        raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR] with integers") from None
     if not COMMUNITY_BITS <= scale <= 30 or not 1 <= edge_factor <= 1024:
         raise ValueError(f"dataset '{spec}': need {COMMUNITY_BITS} <= SCALE <= 30 and 1 <= EDGE_FACTOR <= 1024")
     return scale, edge_factor
