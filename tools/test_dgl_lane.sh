@@ -5,7 +5,7 @@
 # newest torch that dgl 2.1.0 ships graphbolt/sparse libraries for (2.2.2 has none).
 # The torch 2.2.1 wheel on the package index is the CUDA build: it and its nvidia-* libraries are
 # about 2.5 GB to download (5.3 GB installed); CPU-only torch 2.2 wheels are not on the package
-# index. Tests run on CPU. From scratch the lane takes about 2.5 minutes. Idempotent; extra
+# index. Tests run on CPU. From scratch the lane takes about 2 minutes. Idempotent; extra
 # arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
