@@ -12,19 +12,7 @@ from dsgraph.ops.csc import build_transpose, transpose
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
-
-HUB_DEGREE = 20_000
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
-
-
-def rmat_with_hub(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """An R-MAT power-law graph (512 nodes, with rows that have no edges) plus one extra row with
-    HUB_DEGREE in-edges: rowptr int64 [513+1], col int32 [E] with sources in [0, 512)."""
-    g = load_dataset("rmat:9", seed=seed)
-    gen = torch.Generator().manual_seed(seed)
-    hub_col = torch.randint(0, g.num_nodes, (HUB_DEGREE,), generator=gen, dtype=torch.int32)
-    rowptr = torch.cat([g.rowptr, g.rowptr[-1:] + HUB_DEGREE])
-    return rowptr, torch.cat([g.col, hub_col])
+from tests.ops.cases import HUB_DEGREE, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
 
 @pytest.fixture(scope="module")
@@ -35,27 +23,6 @@ def hub_graph():
     return rowptr, col
 
 
-def qkv(n_dst: int, n_src: int, heads: int, dim: int, dtype=torch.float32, seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(n_dst, heads, dim, generator=gen)
-    k = torch.randn(n_src, heads, dim, generator=gen)
-    v = torch.randn(n_src, heads, dim, generator=gen)
-    return [t.to(dtype).requires_grad_() for t in (q, k, v)]
-
-
-def run(fn, rowptr, col, q, k, v, dy):
-    """y and (dq, dk, dv) of ``fn`` for the upstream gradient dy."""
-    y = fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5)
-    return (y, *torch.autograd.grad(y, (q, k, v), dy))
-
-
-def assert_relative_close(actual, expected, rel):
-    """Elementwise |a - e| <= rel * (|e| + max|e|): relative to each tensor's own scale."""
-    actual, expected = actual.float(), expected.float()
-    scale = expected.abs().max().item()
-    torch.testing.assert_close(actual, expected, rtol=rel, atol=rel * scale)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dim", [8, 16, 32, 64])
 @pytest.mark.parametrize("heads", [1, 4, 8])
@@ -64,10 +31,7 @@ def test_matches_reference(hub_graph, heads, dim, dtype):
     q, k, v = qkv(rowptr.numel() - 1, 512, heads, dim, dtype)
     dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     got = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
-    # The reference on the same values in fp32: its own bf16 backward sums gathered gradients in bf16
-    # (E-sized scatter-adds), which is ~10x less accurate than the fp32 accumulation of the contract.
-    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
-    want = run(sparse_attention_reference, rowptr, col, q32, k32, v32, dy.float())
+    want = run_reference_fp32(sparse_attention_reference, rowptr, col, q, k, v, dy)
     for name, a, b in zip(("y", "dq", "dk", "dv"), got, want):
         assert a.dtype == dtype and a.shape == b.shape, name
         assert_relative_close(a, b.to(dtype), TOLERANCE[dtype])
