@@ -81,10 +81,11 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     if q.shape[0] == 0:
         return y, lse
-    col32 = _int32(col)
-    args = (_dl(rowptr.contiguous()), _dl(col32.contiguous()), _dl(q), _dl(k), _dl(v), _dl(y), _dl(lse), np.int32(heads), np.float32(scale))
     plan = _plan(rowptr, col, "rows", rowptr)
-    _run_pass(_FWD, "sa_forward", plan, args, q, state_vectors=1)
+    with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
+        graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
+        args = (*graph, _dl(q), _dl(k), _dl(v), _dl(y), _dl(lse), np.int32(heads), np.float32(scale))
+        _run_pass(_FWD, "sa_forward", plan, args, q, state_vectors=1)
     return y, lse
 
 
@@ -98,40 +99,42 @@ def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float):
     delta = torch.empty_like(lse)
     items = lse.numel()
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], q.shape[2])
-    with _on_torch_stream(q.device):
-        _kernel(q, _BWD, "sa_delta")((_blocks(items * team),), (THREADS_PER_BLOCK,), (_dl(dy), _dl(y_f32), _dl(delta), np.int64(items)))
-    common = (_dl(q), _dl(k), _dl(v), _dl(dy), _dl(lse), _dl(delta))
-    dq_args = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()), *common, _dl(dq), np.int32(heads), np.float32(scale))
-    _run_pass(_BWD, "sa_dq", _plan(rowptr, col, "rows", rowptr), dq_args, q, state_vectors=1)
     csc = transpose(rowptr, col, k.shape[0])
-    dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
-    _run_pass(_BWD, "sa_dkdv", _plan(rowptr, col, "cols", csc.colptr), dkdv_args, q, state_vectors=2)
+    row_plan, col_plan = _plan(rowptr, col, "rows", rowptr), _plan(rowptr, col, "cols", csc.colptr)
+    with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
+        delta_args = (_dl(dy), _dl(y_f32), _dl(delta), np.int64(items))
+        _kernel(q, _BWD, "sa_delta")((_blocks(items * team),), (THREADS_PER_BLOCK,), delta_args)
+        common = (_dl(q), _dl(k), _dl(v), _dl(dy), _dl(lse), _dl(delta))
+        graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
+        dq_args = (*graph, *common, _dl(dq), np.int32(heads), np.float32(scale))
+        _run_pass(_BWD, "sa_dq", row_plan, dq_args, q, state_vectors=1)
+        dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
+        _run_pass(_BWD, "sa_dkdv", col_plan, dkdv_args, q, state_vectors=2)
     return dq, dk, dv
 
 
 def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int) -> None:
-    """Launches the schedules of one pass on torch's current stream, heaviest bin first."""
+    """Launches the schedules of one pass, heaviest bin first; call it inside ``_on_torch_stream``."""
     heads, dim = q.shape[1], q.shape[2]
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], dim)
-    with _on_torch_stream(q.device):
-        if plan.long.numel():
-            state_floats = 2 + state_vectors * dim  # dsg::state_floats<NF>()
-            partial = torch.empty(plan.num_chunks * heads * state_floats, dtype=torch.float32, device=q.device)
-            _kernel(q, file, f"{prefix}_chunk")(
-                (plan.num_chunks, heads), (cuda_source.BLOCK_WARPS * 32,),
-                (*args, _dl(plan.chunk_seg), _dl(plan.chunk_begin), np.int32(plan.chunk_edges), _dl(partial)),
-            )  # fmt: skip
-            n_long = plan.long.numel()
-            _kernel(q, file, f"{prefix}_merge")(
-                (_blocks(n_long * heads * team),), (THREADS_PER_BLOCK,),
-                (*args, _dl(plan.long), _dl(plan.long_chunk_ptr), np.int32(n_long), _dl(partial)),
-            )  # fmt: skip
-        if plan.warp.numel():
-            n = plan.warp.numel()
-            _kernel(q, file, f"{prefix}_warp")((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
-        if plan.small.numel():
-            n = plan.small.numel()
-            _kernel(q, file, f"{prefix}_small")((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
+    if plan.long.numel():
+        state_floats = 2 + state_vectors * dim  # dsg::state_floats<NF>()
+        partial = torch.empty(plan.num_chunks * heads * state_floats, dtype=torch.float32, device=q.device)
+        _kernel(q, file, f"{prefix}_chunk")(
+            (plan.num_chunks, heads), (cuda_source.BLOCK_WARPS * 32,),
+            (*args, _dl(plan.chunk_seg), _dl(plan.chunk_begin), np.int32(plan.chunk_edges), _dl(partial)),
+        )  # fmt: skip
+        n_long = plan.long.numel()
+        _kernel(q, file, f"{prefix}_merge")(
+            (_blocks(n_long * heads * team),), (THREADS_PER_BLOCK,),
+            (*args, _dl(plan.long), _dl(plan.long_chunk_ptr), np.int32(n_long), _dl(partial)),
+        )  # fmt: skip
+    if plan.warp.numel():
+        n = plan.warp.numel()
+        _kernel(q, file, f"{prefix}_warp")((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
+    if plan.small.numel():
+        n = plan.small.numel()
+        _kernel(q, file, f"{prefix}_small")((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
 
 
 def _kernel(q: torch.Tensor, file: str, name: str):

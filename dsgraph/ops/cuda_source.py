@@ -7,6 +7,7 @@ compile-time constants (-DDSG_HEAD_DIM, -DDSG_BF16); shapes other than D are run
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CUDA_DIR = Path(__file__).resolve().parents[2] / "cuda"
@@ -36,9 +37,21 @@ def team_size(dtype: str, head_dim: int) -> int:
 
 
 def kernel_source(file: str) -> str:
-    """The source of cuda/<file>, with a #line directive so that errors name the real file."""
+    """The source of cuda/<file> with its local includes inlined, so that the text alone decides
+    what is compiled (CuPy's kernel cache is keyed by the text). #line directives keep compiler
+    messages pointing at the real files and lines."""
     path = CUDA_DIR / file
-    return f'#line 1 "{path}"\n' + path.read_text()
+    out = [f'#line 1 "{path}"']
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        match = re.fullmatch(r'\s*#include\s+"([^"]+)"\s*', line)
+        if match and (CUDA_DIR / match.group(1)).is_file():
+            header = CUDA_DIR / match.group(1)
+            out.append(f'#line 1 "{header}"')
+            out.extend(h for h in header.read_text().splitlines() if h.strip() != "#pragma once")
+            out.append(f'#line {number + 1} "{path}"')
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
@@ -49,7 +62,6 @@ def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
         raise ValueError(f"cuda kernels: head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
     return (
         "-std=c++17",
-        f"-I{CUDA_DIR}",
         f"-DDSG_HEAD_DIM={head_dim}",
         f"-DDSG_BF16={int(dtype == 'bfloat16')}",
     )
