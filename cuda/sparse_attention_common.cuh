@@ -144,11 +144,7 @@ __device__ __forceinline__ void scale_frag(Frag& f, float w) {
 
 // The lanes of this lane's team, as a shuffle mask.
 __device__ __forceinline__ unsigned team_mask(int lane) {
-  if constexpr (TEAM == 32) {
-    return 0xffffffffu;
-  } else {
-    return ((1u << TEAM) - 1u) << (lane & ~(TEAM - 1));
-  }
+  return (0xffffffffu >> (32 - TEAM)) << (lane & ~(TEAM - 1));  // TEAM low bits, at the team's first lane
 }
 
 // Sum over the team; every lane of the team gets the total.

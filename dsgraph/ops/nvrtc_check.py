@@ -28,15 +28,16 @@ def nvrtc_version() -> tuple[int, int]:
 def compile_cubin(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
     """Compiles cuda/<file> for ``arch`` (e.g. 'sm_90') and returns the cubin.
 
-    Raises RuntimeError with NVRTC's log when the source does not compile."""
+    Raises RuntimeError with NVRTC's log when the source does not compile or draws a warning."""
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(kernel_source(file).encode(), file.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
         options = [f"-arch={arch}".encode(), *(o.encode() for o in compile_options(dtype, head_dim))]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise RuntimeError(f"NVRTC failed on {file} ({arch}, {dtype}, D={head_dim}):\n{_log(nvrtc, prog)}")
+        log = _log(nvrtc, prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or "warning" in log:
+            raise RuntimeError(f"NVRTC on {file} ({arch}, {dtype}, D={head_dim}): {err}\n{log}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
         cubin = b" " * size
