@@ -5,6 +5,8 @@
   split [N, H/P, D]; each one's backward is the other.
 - ``exchange_rows``: uneven all-to-all of selected rows (a halo exchange); backward sends the
   gradients back along the same routes and accumulates them into the rows that were sent.
+- ``start_exchange_rows``: the same exchange started asynchronously; ``wait()`` on the returned
+  ``PendingRows`` before using the rows.
 
 Every function returns its input unchanged when the group has one rank. Tensors move through
 deepspeed.comm so its comms logger sees them; time and bytes are counted in ``pg.stats``.
@@ -12,6 +14,7 @@ deepspeed.comm so its comms logger sees them; time and bytes are counted in ``pg
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import torch
@@ -162,3 +165,56 @@ def exchange_rows(
     if pg.world_size == 1:
         return x.index_select(0, send_index)
     return _ExchangeRows.apply(x, send_index, send_counts, recv_counts, pg)
+
+
+class PendingRows:
+    """An exchange in flight: ``wait()`` returns the received rows [sum(recv_counts), ...]."""
+
+    def __init__(self, rows: torch.Tensor, work, keep_alive: torch.Tensor | None, pg: GraphParallelGroup):
+        self._rows, self._work, self._keep_alive, self._pg = rows, work, keep_alive, pg
+
+    def wait(self) -> torch.Tensor:
+        if self._work is not None:
+            began = time.perf_counter()
+            self._work.wait()
+            self._pg.stats.time_s += time.perf_counter() - began
+            self._work = self._keep_alive = None
+        return self._rows
+
+
+class _StartExchangeRows(torch.autograd.Function):
+    """Forward launches the all-to-all asynchronously and returns its (not yet filled) output; the
+    caller must ``PendingRows.wait()`` before reading it. Backward is ``_ExchangeRows``' backward."""
+
+    @staticmethod
+    def forward(ctx, x, send_index, send_counts, recv_counts, pg, started):
+        ctx.save_for_backward(send_index)
+        ctx.num_rows, ctx.send_counts, ctx.recv_counts, ctx.pg = x.shape[0], send_counts, recv_counts, pg
+        send = x.index_select(0, send_index).contiguous()
+        out = x.new_empty((sum(recv_counts), *x.shape[1:]))
+        row_bytes = _nbytes(x) // max(x.shape[0], 1)
+        with pg.stats.record(x, row_bytes * (sum(send_counts) - send_counts[pg.rank])):
+            work = _dist().all_to_all_single(
+                out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts, group=pg.group, async_op=True
+            )
+        started.append((work, send))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (*_ExchangeRows.backward(ctx, grad), None)
+
+
+def start_exchange_rows(
+    x: torch.Tensor, send_index: torch.Tensor, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup
+) -> PendingRows:
+    """``exchange_rows`` started asynchronously, so local work can run while rows travel.
+    Returns a ``PendingRows``; its ``wait()`` gives the [sum(recv_counts), ...] received rows (with
+    autograd: the backward sends the gradients back, synchronously, and sums them into the sent rows).
+    Issue no other collective on ``pg`` between the start and the wait."""
+    if pg.world_size == 1:
+        return PendingRows(x.index_select(0, send_index), None, None, pg)
+    started: list = []
+    rows = _StartExchangeRows.apply(x, send_index, send_counts, recv_counts, pg, started)
+    work, send = started[0]
+    return PendingRows(rows, work, send, pg)

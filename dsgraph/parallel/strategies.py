@@ -12,6 +12,7 @@ import torch
 from dsgraph.comm import GraphParallelGroup, gather_rows, heads_to_nodes, nodes_to_heads, row_starts
 from dsgraph.graph import Graph
 from dsgraph.ops import sparse_attention
+from dsgraph.parallel.halo import HaloAttention
 
 
 class AllGatherAttention:
@@ -54,16 +55,19 @@ class AllToAllAttention:
         return heads_to_nodes(y_NhD, self.counts, self.pg)
 
 
-STRATEGIES = {"ag": AllGatherAttention, "a2a": AllToAllAttention}
+STRATEGIES = {"ag": AllGatherAttention, "a2a": AllToAllAttention, "halo": HaloAttention}
 
 
 def build_strategy(
-    name: str, graph: Graph, counts: list[int], pg: GraphParallelGroup, heads: int, backend: str = "auto"
+    name: str, graph: Graph, counts: list[int], pg: GraphParallelGroup, heads: int, backend: str = "auto", control=None
 ):
     """The attention strategy ``name`` for this rank's rows of ``graph`` (rows split by ``counts``),
-    for a model with ``heads`` attention heads."""
+    for a model with ``heads`` attention heads. ``control`` (a ControlPlane) carries the halo id
+    lists of strategy "halo"; by default torch object collectives."""
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy '{name}'; choose from {', '.join(STRATEGIES)}")
     if sum(counts) != graph.num_nodes or len(counts) != pg.world_size:
         raise ValueError(f"row counts {counts} do not split {graph.num_nodes} nodes over {pg.world_size} ranks")
+    if name == "halo":
+        return HaloAttention(graph, counts, pg, heads, backend, control=control)
     return STRATEGIES[name](graph, counts, pg, heads, backend)

@@ -1,0 +1,74 @@
+"""GP-Halo on 2 and 4 gloo processes equals the single-process model (every block's output, logits and
+every parameter gradient, fp32, dropout on), on a METIS-relabelled graph with rows that have no
+in-edges and a part whose halo is empty; its traffic is exactly what the plan says; the torch control
+plane and the asynchronous exchange place rank-encoded rows where they belong."""
+
+import numpy as np
+import pytest
+import torch
+
+from dsgraph.comm import GraphParallelGroup, row_starts, start_exchange_rows
+from dsgraph.comm.control import TorchControlPlane, make_control_plane
+from dsgraph.graph import Graph
+from dsgraph.graph.partition import partition_nodes, relabel
+from tests.distributed import run
+from tests.graphs import random_graph
+from tests.parallel.test_equivalence import HEADS, _forward_backward, _rel_err
+
+
+def halo_test_graph(world: int) -> tuple[Graph, list[int]]:
+    """random_graph relabelled by METIS into ``world`` parts, minus the edges that reach part 0 from
+    other parts (so rank 0's halo is empty while other ranks still read rank 0's rows)."""
+    graph = random_graph()
+    graph, _, ranges = relabel(graph, partition_nodes(graph, world, "metis", seed=0), world)
+    end0 = int(ranges[0, 1])
+    rowptr, col = graph.rowptr.numpy(), graph.col.numpy()
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(rowptr))
+    keep = ~((dst < end0) & (col >= end0))
+    trimmed = Graph.from_edges(col[keep], dst[keep], x=graph.x.numpy(), y=graph.y.numpy(), train_mask=graph.train_mask.numpy(),
+                               val_mask=graph.val_mask.numpy(), test_mask=graph.test_mask.numpy())  # fmt: skip
+    return trimmed, (ranges[:, 1] - ranges[:, 0]).tolist()
+
+
+def _check_halo(rank, world, tmp):
+    import deepspeed.comm as dist
+
+    control = make_control_plane()
+    assert isinstance(control, TorchControlPlane) and control.world_size == world
+    assert control.allgather(("r", rank)) == [("r", r) for r in range(world)]
+    assert control.bcast({"from": rank}, root=world - 1) == {"from": world - 1}
+
+    graph, counts = halo_test_graph(world)
+    assert int((graph.in_degrees() == 0).sum()) >= 3
+    starts = row_starts(counts)
+    rows = range(starts[rank], starts[rank + 1])
+    ref_outs, ref_grads = _forward_backward(graph, [graph.num_nodes], GraphParallelGroup(), "halo", range(0, graph.num_nodes))
+    pg = GraphParallelGroup.from_world()
+    outs, grads = _forward_backward(graph, counts, pg, "halo", rows)
+    for out, ref in zip(outs, ref_outs):
+        assert _rel_err(out, ref[rows.start : rows.stop]) < 1e-5
+    for name, grad in grads.items():
+        dist.all_reduce(grad)
+        assert _rel_err(grad, ref_grads[name]) < 1e-5, (name, _rel_err(grad, ref_grads[name]))
+
+    from dsgraph.parallel import build_strategy
+
+    plan = build_strategy("halo", graph, counts, GraphParallelGroup(rank=rank, world_size=world), HEADS, control=control).plan
+    if rank == 0:
+        assert plan.num_halo == 0 and plan.rows_sent > 0
+    row_bytes = 2 * 32 * 4  # K and V rows of hidden 32 in fp32
+    layers = 2  # forward sends plan.rows_sent rows, backward returns plan.num_halo rows' gradients
+    assert pg.stats.bytes_sent == layers * row_bytes * (plan.rows_sent + plan.num_halo)
+
+    x = torch.arange(graph.num_nodes, dtype=torch.float64)[rows.start : rows.stop, None].repeat(1, 3).requires_grad_(True)
+    pending = start_exchange_rows(x, plan.send_index, plan.send_counts, plan.recv_counts, pg)
+    got = pending.wait()
+    torch.testing.assert_close(got[:, 0], plan.recv_ids.double(), rtol=0, atol=0)
+    got.sum().backward()  # every sent row's gradient is the number of times it was sent
+    sent_times = torch.bincount(plan.send_index, minlength=len(rows)).double()
+    torch.testing.assert_close(x.grad, sent_times[:, None].expand(-1, 3), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_halo_matches_single_process(world, tmp_path):
+    run(_check_halo, world, tmp_path)
