@@ -13,6 +13,8 @@ SUBCOMMANDS = {
     "train": ("dsgraph.train.launcher", "launch training with the deepspeed launcher"),
     "partition": ("dsgraph.graph.partition_cli", "split a graph into a partition store (one part per rank)"),
     "convert": ("dsgraph.graph.convert", "convert an OGB folder, edge list or .npz into a .npz or partition store"),
+    "profile": ("dsgraph.agp.profile_cli", "measure alpha and beta of this system into an AGP profile JSON"),
+    "plan": ("dsgraph.agp.plan_cli", "predict time and memory per (strategy, ranks) for a graph and pick one"),
 }
 
 

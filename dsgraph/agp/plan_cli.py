@@ -1,0 +1,135 @@
+"""``dsgraph plan``: the predicted time and memory of every (strategy, p) for a graph, and the pick."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dsgraph.agp.choose import choose
+from dsgraph.agp.model import STRATEGY_NAMES, GraphShape, ModelShape, Prediction, predict_all, scaling_test
+from dsgraph.agp.profile import load_profile
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dsgraph plan",
+        description="Predict per-iteration time and per-rank memory of GP-AG, GP-A2A and GP-Halo on 1..WORLD_SIZE "
+        "ranks from an AGP profile (see `dsgraph profile`), reject infeasible pairs with the reason, and pick one.",
+    )
+    p.add_argument("--profile", required=True, help="AGP profile JSON written by `dsgraph profile`")
+    p.add_argument("--world-size", type=int, required=True, help="largest rank count to consider")
+    g = p.add_argument_group("graph (a dataset, or sizes only)")
+    g.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
+    g.add_argument("--nodes", type=float, help="node count N (with --edges, instead of --dataset)")
+    g.add_argument("--edges", type=float, help="edge count E")
+    g.add_argument("--halo-fraction", type=float, help="with --nodes/--edges: assumed halo per rank as a fraction of the remote nodes")
+    g.add_argument("--halo-method", default="metis", choices=["metis", "random", "contiguous", "balanced", "none"], help="partitioner for GP-Halo's halo sizes (default metis; none: no halo)")
+    g.add_argument("--self-loops", action=argparse.BooleanOptionalAction, default=True, help="add self loops as training does (default on)")
+    m = p.add_argument_group("model")
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--hidden", type=int, default=128)
+    m.add_argument("--heads", type=int, default=8)
+    m.add_argument("--ffn-mult", type=int, default=2)
+    m.add_argument("--in-dim", type=int, help="input feature width (default: the dataset's, else hidden)")
+    m.add_argument("--classes", type=int, default=0, help="output classes (default: the dataset's)")
+    p.add_argument("--backend", help="check that the profile was measured with this attention backend")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="check that the profile was measured in this dtype")
+    p.add_argument("--json", dest="json_out", help="also write the table and the pick to this JSON file")
+    return p
+
+
+def format_table(predictions: list[Prediction]) -> str:
+    head = f"{'p':>3} {'strategy':<8} {'time ms':>10} {'attn ms':>9} {'comm ms':>9} {'rest ms':>9} {'mem MiB':>10}  status"
+    lines = [head, "-" * len(head)]
+    for x in predictions:
+        if x.feasible:
+            lines.append(
+                f"{x.p:>3} {x.strategy:<8} {x.time_s * 1e3:10.2f} {x.attention_s * 1e3:9.2f} {x.comm_s * 1e3:9.2f} "
+                f"{x.rest_s * 1e3:9.2f} {x.memory_bytes / 2**20:10.1f}  ok"
+            )
+        else:
+            mem = f"{x.memory_bytes / 2**20:10.1f}" if x.memory_bytes == x.memory_bytes else f"{'-':>10}"
+            time = f"{x.time_s * 1e3:10.2f}" if x.time_s != float("inf") else f"{'-':>10}"
+            lines.append(f"{x.p:>3} {x.strategy:<8} {time} {'':>9} {'':>9} {'':>9} {mem}  infeasible: {x.reason}")
+    return "\n".join(lines)
+
+
+def scaling_lines(graph: GraphShape, model: ModelShape, profile, world_size: int) -> list[str]:
+    """The paper's test s*p*(beta(s*p) - beta(p))/(s-1) <= k for p -> 2p within the world size."""
+    lines = []
+    p = 1
+    while 2 * p <= min(world_size, profile.max_ranks):
+        for s in STRATEGY_NAMES:
+            try:
+                t = scaling_test(s, p, 2, graph, model, profile)
+            except ValueError:
+                continue
+            verdict = "pays off" if t.pays_off else "does not pay off"
+            lines.append(
+                f"{s:<5} {p} -> {2 * p} ranks: {t.lhs * 1e9:9.2f} ns <= k = {t.k * 1e9:9.2f} ns? {verdict} "
+                f"(full model: {'faster' if t.model_pays_off else 'slower'})"
+            )
+        p *= 2
+    return lines
+
+
+def _graph_and_sizes(args) -> tuple[GraphShape, int, int]:
+    ranks = range(1, args.world_size + 1)
+    if args.dataset:
+        from dsgraph.graph import load_dataset
+
+        graph = load_dataset(args.dataset)
+        if args.self_loops:
+            graph = graph.with_self_loops()
+        method = None if args.halo_method == "none" else args.halo_method
+        return GraphShape.from_graph(graph, ranks, halo_method=method), graph.num_features, graph.num_classes
+    if args.nodes is None or args.edges is None:
+        raise ValueError("give --dataset, or both --nodes and --edges")
+    return GraphShape.from_counts(args.nodes, args.edges, ranks, args.halo_fraction), 0, 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.world_size < 1:
+            raise ValueError(f"--world-size must be >= 1, got {args.world_size}")
+        profile = load_profile(args.profile)
+        profile.check_matches(args.backend, args.dtype)
+        if args.world_size > profile.max_ranks:
+            raise ValueError(
+                f"{args.profile}: the profile covers rank counts up to {profile.max_ranks}, not world size "
+                f"{args.world_size}; run `dsgraph profile --max-ranks {args.world_size}` (or plan for fewer ranks)"
+            )
+        graph, in_dim, classes = _graph_and_sizes(args)
+        model = ModelShape(
+            layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
+            in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
+        )  # fmt: skip
+        predictions = predict_all(graph, model, profile, args.world_size)
+        choice = choose(predictions)
+        at_world = choose(predictions, world_size=args.world_size)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"dsgraph plan: error: {err}", file=sys.stderr)
+        return 2
+    print(f"graph: N={graph.num_nodes:,} E={graph.num_edges:,}; model: L={model.layers} d={model.hidden} H={model.heads}; "
+          f"profile: {profile.backend} {profile.dtype} ({profile.system.get('description', 'no description')})")  # fmt: skip
+    print(format_table(predictions))
+    print("\nchoice over p = 1..%d:" % args.world_size)
+    for line in choice.reasons:
+        print("  " + line)
+    print(f"\nat world size {args.world_size}: {at_world.best.strategy} ({at_world.best.time_s * 1e3:.2f} ms)")
+    scaling = scaling_lines(graph, model, profile, args.world_size)
+    if scaling:
+        print("\nscaling test (reference paper; beta per node, k = T(1)/N):")
+        for line in scaling:
+            print("  " + line)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"table": [x.as_dict() for x in predictions], "pick": choice.best.as_dict(),
+                       "pick_at_world_size": at_world.best.as_dict(), "reasons": choice.reasons}, f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The AGP system profile: a JSON file with the measured alpha and beta fits of one system.
+
+Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
+
+    {
+      "format": "dsgraph-agp-profile", "version": 1,
+      "backend": "cpu", "dtype": "float32", "heads": 8, "head_dim": 16, "ffn_mult": 2,
+      "system": {"description": "...", "memory_capacity_bytes": 1.3e11, "memory_shared_by_ranks": true, ...},
+      "ranks": {
+        "1": {"attention": FIT, "rest": FIT},
+        "2": {"attention": FIT, "rest": FIT,
+              "collectives": {"all_gather": FIT, "reduce_scatter": FIT, "all_to_all": FIT, "all_to_all_uneven": FIT}},
+        ...
+      }
+    }
+
+FIT is a ``LogLogFit`` (log_a, slope, r2, points). Units of x: ``attention`` edge-heads (one
+edge for one head of dimension ``head_dim``, forward plus backward, per rank while all p ranks
+compute at once); ``rest`` node-MACs (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the
+QKV, output and FFN projections, forward plus backward); collectives bytes sent per rank (the
+per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from dsgraph.agp.fits import LogLogFit
+
+FORMAT = "dsgraph-agp-profile"
+VERSION = 1
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+@dataclass(frozen=True, slots=True)
+class RankFits:
+    """The fits measured with ``p`` ranks running at once."""
+
+    attention: LogLogFit
+    rest: LogLogFit
+    collectives: dict[str, LogLogFit] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    backend: str
+    """Sparse attention backend the alpha fits were measured with (cpu, cuda, reference)."""
+    dtype: str
+    """Activation dtype of the measurements (float32 or bfloat16)."""
+    heads: int
+    head_dim: int
+    ffn_mult: int
+    system: dict
+    """Free-form description; ``memory_capacity_bytes`` and ``memory_shared_by_ranks`` are read."""
+    ranks: dict[int, RankFits]
+    source: str = "<memory>"
+
+    @property
+    def max_ranks(self) -> int:
+        return max(self.ranks)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def memory_capacity_bytes(self) -> float | None:
+        cap = self.system.get("memory_capacity_bytes")
+        return float(cap) if cap else None
+
+    @property
+    def memory_shared_by_ranks(self) -> bool:
+        """True when all ranks share one memory (CPU processes on one host)."""
+        return bool(self.system.get("memory_shared_by_ranks", False))
+
+    def fits(self, p: int) -> RankFits:
+        if p not in self.ranks:
+            raise ValueError(
+                f"{self.source}: the profile covers rank counts {sorted(self.ranks)}, not {p}; "
+                f"run `dsgraph profile --max-ranks {p}` on this system"
+            )
+        return self.ranks[p]
+
+    def check_matches(self, backend: str | None = None, dtype: str | None = None) -> None:
+        """ValueError when the profile was measured for another backend or dtype."""
+        if backend is not None and backend != self.backend:
+            raise ValueError(
+                f"{self.source}: the profile was measured with the '{self.backend}' attention backend, "
+                f"but this run uses '{backend}'; run `dsgraph profile --backend {backend}`"
+            )
+        if dtype is not None and dtype != self.dtype:
+            raise ValueError(
+                f"{self.source}: the profile was measured in {self.dtype}, but this run uses {dtype}; "
+                f"run `dsgraph profile --dtype {dtype}`"
+            )
+
+    def to_dict(self) -> dict:
+        ranks = {}
+        for p, f in sorted(self.ranks.items()):
+            entry = {"attention": f.attention.to_dict(), "rest": f.rest.to_dict()}
+            if f.collectives:
+                entry["collectives"] = {name: fit.to_dict() for name, fit in f.collectives.items()}
+            ranks[str(p)] = entry
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "heads": self.heads,
+            "head_dim": self.head_dim,
+            "ffn_mult": self.ffn_mult,
+            "system": self.system,
+            "ranks": ranks,
+        }
+
+    def save(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+
+    def replace_ranks(self, ranks: dict[int, RankFits]) -> "Profile":
+        return Profile(self.backend, self.dtype, self.heads, self.head_dim, self.ffn_mult, self.system, ranks, self.source)
+
+
+def load_profile(path: str) -> Profile:
+    """Reads and validates a profile JSON. FileNotFoundError when missing, ValueError when malformed."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such AGP profile; write one with `dsgraph profile --out {path}`")
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: the AGP profile is not valid JSON ({err})") from None
+    return profile_from_dict(data, source=path)
+
+
+def profile_from_dict(data, source: str = "<profile>") -> Profile:
+    """Validates a parsed profile; every error names ``source`` and the offending key."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{source}: not a dsgraph AGP profile (expected \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise ValueError(f"{source}: profile version {data.get('version')!r} is not supported (this dsgraph reads version {VERSION})")
+    for key, kind in (("backend", str), ("dtype", str), ("heads", int), ("head_dim", int), ("ffn_mult", int), ("system", dict), ("ranks", dict)):
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+            raise ValueError(f"{source}: key '{key}' must be a {kind.__name__}, got {data.get(key)!r}")
+    if data["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"{source}: dtype '{data['dtype']}' is not one of {', '.join(DTYPE_BYTES)}")
+    ranks: dict[int, RankFits] = {}
+    for key, entry in data["ranks"].items():
+        if not key.isdigit() or int(key) < 1:
+            raise ValueError(f"{source}: rank count key '{key}' under 'ranks' must be a positive integer")
+        p = int(key)
+        if not isinstance(entry, dict):
+            raise ValueError(f"{source}: ranks.{key} must be an object")
+        for part in ("attention", "rest"):
+            if part not in entry:
+                raise ValueError(f"{source}: ranks.{key} has no '{part}' fit")
+        collectives = {}
+        if p > 1:
+            given = entry.get("collectives")
+            if not isinstance(given, dict) or any(c not in given for c in COLLECTIVES):
+                raise ValueError(f"{source}: ranks.{key}.collectives must hold fits for {', '.join(COLLECTIVES)}")
+            collectives = {c: LogLogFit.from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES}
+        ranks[p] = RankFits(
+            attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
+            rest=LogLogFit.from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
+            collectives=collectives,
+        )
+    if 1 not in ranks:
+        raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")
+    return Profile(data["backend"], data["dtype"], data["heads"], data["head_dim"], data["ffn_mult"], data["system"], ranks, source)

@@ -1,0 +1,53 @@
+"""Runs a function on p local gloo ranks (spawned processes) and returns rank 0's result.
+
+Used by the profiler and the validation sweep: one spawn per rank count, many measurements inside.
+Each rank gets ``threads`` torch (and numba) threads; the rank's result must be picklable.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+
+import torch.multiprocessing as mp
+
+
+def default_threads(p: int) -> int:
+    """Threads per rank when p ranks share this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // p)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, p, port, threads, out_path, fn, args):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(p), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=p)
+    try:
+        result = fn(rank, p, *args)
+        if rank == 0:
+            with open(out_path, "wb") as f:
+                pickle.dump(result, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(fn, p: int, *args, threads: int | None = None):
+    """Calls ``fn(rank, p, *args)`` on p spawned ranks (torch.distributed initialised on gloo) and
+    returns what rank 0 returned. An exception on any rank is raised here."""
+    threads = threads or default_threads(p)
+    with tempfile.TemporaryDirectory(prefix="dsgraph-agp-") as tmp:
+        out_path = os.path.join(tmp, "result.pkl")
+        mp.start_processes(_entry, args=(p, _free_port(), threads, out_path, fn, args), nprocs=p, start_method="spawn")
+        with open(out_path, "rb") as f:
+            return pickle.load(f)

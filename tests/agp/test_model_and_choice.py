@@ -1,0 +1,138 @@
+"""The cost and memory model and the choice, on synthetic profiles (no processes)."""
+
+import math
+
+import pytest
+
+from dsgraph.agp.choose import choose, switch_target
+from dsgraph.agp.model import Calibration, GraphShape, HaloShape, ModelShape, predict, predict_all, scaling_test
+from dsgraph.agp.synthetic import linear_profile
+from tests.graphs import random_graph
+
+PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all_to_all_uneven": 1e-9}
+
+
+def _profile(max_ranks=4, per_byte=PER_BYTE, attention=1e-8, **kw):
+    return linear_profile(
+        max_ranks=max_ranks, attention_s_per_edge_head=attention, rest_s_per_mac=1e-12,
+        collective_s_per_byte=per_byte, head_dim=16, **kw,
+    )  # fmt: skip
+
+
+MODEL = ModelShape(layers=2, hidden=128, heads=8)
+GRAPH = GraphShape(num_nodes=100_000, num_edges=2_000_000)
+
+
+def test_comm_bytes_per_strategy():
+    profile = _profile()
+    n, d, b, L = 25_000, 128, 4, 2
+    ag = predict("ag", 4, GRAPH, MODEL, profile, step=False)
+    a2a = predict("a2a", 4, GRAPH, MODEL, profile, step=False)
+    # GP-AG: all-gather K,V [n, 2d] forward and reduce-scatter backward; each rank sends (p-1) blocks of each
+    assert ag.comm_bytes == pytest.approx(L * 2 * (n * 2 * d * b) * 3)
+    # GP-A2A: q,k,v and y, forward and backward, each rank keeps 1/p of what it holds
+    assert a2a.comm_bytes == pytest.approx(L * 2 * (n * 4 * d * b) * 3 / 4)
+    assert predict("ag", 1, GRAPH, MODEL, profile).comm_s == 0.0
+
+
+def test_attention_work_and_imbalance():
+    profile = _profile(attention=1e-8)
+    skewed = GraphShape(100_000, 2_000_000, contiguous_edges={4: [1_400_000, 200_000, 200_000, 200_000]})
+    ag = predict("ag", 4, skewed, MODEL, profile, step=False)
+    a2a = predict("a2a", 4, skewed, MODEL, profile, step=False)
+    # AG waits for the rank with 70% of the edges; A2A splits heads, so every rank has E*H/p
+    assert ag.attention_s / a2a.attention_s == pytest.approx(1_400_000 / 500_000, rel=0.2)
+
+
+def test_infeasible_pairs_carry_reasons():
+    profile = _profile(max_ranks=4, system={"memory_capacity_bytes": 2**30, "memory_shared_by_ranks": False})
+    model = ModelShape(layers=2, hidden=96, heads=6)
+    preds = {(x.strategy, x.p): x for x in predict_all(GRAPH, model, profile, 4)}
+    assert "H % p != 0: 6 heads do not split over 4 ranks" in preds[("a2a", 4)].reason
+    assert preds[("a2a", 3)].feasible and preds[("a2a", 2)].feasible
+    assert "no partition into 2 parts for halo" in preds[("halo", 2)].reason
+    big = GraphShape(num_nodes=20_000_000, num_edges=100_000_000)
+    over = predict("ag", 4, big, MODEL, profile)
+    assert not over.feasible and over.reason.startswith("memory over capacity")
+    uncovered = predict("ag", 8, GRAPH, MODEL, profile)
+    assert not uncovered.feasible and "covers rank counts [1, 2, 3, 4], not 8" in uncovered.reason
+
+
+def test_memory_ag_keeps_all_kv_a2a_keeps_the_whole_graph():
+    profile = _profile()
+    wide = GraphShape(1_000_000, 2_000_000)  # few edges, many nodes: AG's N x 2d K/V replica dominates
+    dense = GraphShape(10_000, 50_000_000)  # many edges: A2A's whole-graph copy dominates
+    assert predict("ag", 4, wide, MODEL, profile).memory_bytes > predict("a2a", 4, wide, MODEL, profile).memory_bytes
+    assert predict("a2a", 4, dense, MODEL, profile).memory_bytes > predict("ag", 4, dense, MODEL, profile).memory_bytes
+    assert predict("ag", 4, wide, MODEL, profile).memory_bytes < predict("ag", 1, wide, MODEL, profile).memory_bytes
+
+
+def test_halo_uses_partition_sizes():
+    profile = _profile()
+    halo = HaloShape(part_nodes=[50_000, 50_000], part_edges=[1_000_000, 1_000_000], halo_sizes=[1_000, 3_000])
+    graph = GraphShape(100_000, 2_000_000, halo={2: halo})
+    x = predict("halo", 2, graph, MODEL, profile, step=False)
+    assert x.comm_bytes == pytest.approx(2 * 2 * 3_000 * 256 * 4)  # L * (fwd + bwd) * largest halo * 2d * bytes
+    assert x.comm_s < predict("ag", 2, graph, MODEL, profile, step=False).comm_s
+
+
+def test_graph_shape_from_a_real_graph():
+    graph = random_graph()
+    shape = GraphShape.from_graph(graph, [1, 2, 4], halo_method="contiguous")
+    assert sum(shape.contiguous_edges[4]) == graph.num_edges
+    assert shape.halo[2].part_nodes == [52, 51]
+    assert all(0 < h < graph.num_nodes for h in shape.halo[4].halo_sizes)
+
+
+def test_choice_picks_the_fastest_feasible_and_explains():
+    slow_a2a = {**PER_BYTE, "all_to_all": 1e-6}
+    preds = predict_all(GRAPH, MODEL, _profile(per_byte=slow_a2a), 4)
+    choice = choose(preds)
+    assert choice.best.time_s == min(x.time_s for x in preds if x.feasible)
+    assert choice.best.strategy == "ag"
+    assert choice.reasons[0].startswith(f"pick ag on {choice.best.p} ranks")
+    assert any(r.startswith("rejected halo on 2 ranks: no partition") for r in choice.reasons)
+    at2 = choose(preds, world_size=2)
+    assert at2.best.p == 2
+
+
+def test_nothing_feasible_is_a_clear_error():
+    preds = predict_all(GRAPH, ModelShape(layers=1, hidden=21, heads=3), _profile(max_ranks=2), 2)
+    with pytest.raises(ValueError, match=r"no feasible graph-parallel strategy: a2a@2: H % p != 0.*halo@2: no partition.*ag@2: the profile covers rank counts \[1\], not 2"):
+        choose([x for x in preds if x.p == 2 and x.strategy != "ag"] + [predict("ag", 2, GRAPH, MODEL, _profile(max_ranks=1))])
+
+
+def test_switch_needs_twenty_percent():
+    profile = _profile()
+    preds = predict_all(GRAPH, MODEL, profile, 2, strategies=("ag", "a2a"))
+    ag, a2a = (next(x for x in preds if x.p == 2 and x.strategy == s) for s in ("ag", "a2a"))
+    fast, slow = (ag, a2a) if ag.time_s < a2a.time_s else (a2a, ag)
+    gain = 1 - fast.time_s / slow.time_s
+    assert switch_target(fast.strategy, preds, 2) is None
+    expected = fast.strategy if gain >= 0.2 else None
+    assert getattr(switch_target(slow.strategy, preds, 2), "strategy", None) == expected
+    assert switch_target(slow.strategy, preds, 2, gain=0.0).strategy == fast.strategy
+
+
+def test_calibration_scales_comm_and_adds_overhead():
+    profile = _profile()
+    base = predict("ag", 2, GRAPH, MODEL, profile)
+    cal = predict("ag", 2, GRAPH, MODEL, profile, calibration=Calibration(comm_scale=3.0, overhead_s=0.5))
+    assert cal.comm_s == pytest.approx(3 * base.comm_s)
+    assert cal.time_s == pytest.approx(base.time_s + 2 * base.comm_s + 0.5)
+
+
+def test_scaling_test_is_the_papers_inequality():
+    profile = _profile()
+    t = scaling_test("ag", 1, 2, GRAPH, MODEL, profile)
+    one = predict("ag", 1, GRAPH, MODEL, profile, step=False)
+    two = predict("ag", 2, GRAPH, MODEL, profile, step=False)
+    n = GRAPH.num_nodes
+    assert t.k == pytest.approx(one.time_s / n)
+    assert t.lhs == pytest.approx(2 * (two.comm_s / n - 0.0) / 1)
+    assert t.pays_off == (t.lhs <= t.k)
+    expensive = _profile(per_byte={c: 1e-5 for c in PER_BYTE})
+    assert not scaling_test("ag", 1, 2, GRAPH, MODEL, expensive).pays_off
+    with pytest.raises(ValueError, match="s >= 2"):
+        scaling_test("ag", 1, 1, GRAPH, MODEL, profile)
+    assert math.isfinite(t.lhs)
