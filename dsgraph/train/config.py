@@ -11,13 +11,16 @@ import json
 import os
 from dataclasses import dataclass
 
+from dsgraph.graph.partition import METHODS
+
 
 @dataclass(kw_only=True, slots=True)
 class DsgraphConfig:
     dataset: str = "cora"
     """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph), or a path to a .npz."""
     strategy: str = "ag"
-    """Graph-parallel attention strategy: 'ag' (all-gather K/V) or 'a2a' (all-to-all to a head split)."""
+    """Graph-parallel attention strategy: 'ag' (all-gather K/V), 'a2a' (all-to-all to a head split) or
+    'halo' (exchange only the K/V rows other parts read; rows follow a partition, see partition_method)."""
     backend: str = "auto"
     """Sparse attention kernel: 'auto', 'reference', 'cpu' or 'cuda'."""
     epochs: int = 200
@@ -46,6 +49,25 @@ class DsgraphConfig:
     """Dropout on the input node features."""
     self_loops: bool = True
     """Let every node attend to itself (adds a self loop to rows that have none)."""
+    partitions: str | None = None
+    """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
+    part. null: load the whole dataset on every rank. Not with strategy 'a2a' (it needs the whole graph)."""
+    partition_method: str = "metis"
+    """With strategy 'halo' and no partitions: how the graph is partitioned in memory (metis, random,
+    contiguous, balanced)."""
+    timeout_s: float = 300.0
+    """If another rank dies or stops answering for this many seconds, every rank exits with a message
+    (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
+    fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
+    """Strategy 'sampled': in-neighbours drawn per node at hop 1..L, one entry per layer."""
+    batch_size: int = 1024
+    """Strategy 'sampled': seed nodes per global mini-batch (split evenly over the ranks)."""
+    prefetch_depth: int = 4
+    """Strategy 'sampled': mini-batches prepared ahead by a background thread (0: prepare in the loop)."""
+    cache_fraction: float = 0.1
+    """Strategy 'sampled': share of nodes (the most often sampled) whose features are cached on the device."""
+    feature_dtype: str = "float32"
+    """Strategy 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
@@ -53,8 +75,18 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
-        if self.strategy not in ("ag", "a2a"):
-            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a; got '{self.strategy}'")
+        if self.strategy not in ("ag", "a2a", "halo", "sampled"):
+            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled; got '{self.strategy}'")
+        _check_sampled(self)
+        if self.partitions is not None and self.strategy == "a2a":
+            raise ValueError(
+                "dsgraph config: strategy 'a2a' needs the whole graph on every rank, but 'partitions' loads one "
+                "part per rank; use strategy 'ag' or 'halo' with partitions, or drop 'partitions'"
+            )
+        if self.partition_method not in METHODS:
+            raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
+        if not self.timeout_s > 0:
+            raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")
         if self.hidden % self.heads:
             raise ValueError(f"dsgraph config: 'hidden' ({self.hidden}) must be divisible by 'heads' ({self.heads})")
         for name in ("dropout", "input_dropout"):
@@ -83,11 +115,29 @@ class DsgraphConfig:
         return dataclasses.asdict(self)
 
 
-_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None))}
+def _check_sampled(cfg: DsgraphConfig) -> None:
+    """The mini-batch settings (checked whatever the strategy; fanouts must match layers only for 'sampled')."""
+    if not cfg.fanouts or any(f < 1 for f in cfg.fanouts):
+        raise ValueError(f"dsgraph config: 'fanouts' must be a non-empty list of integers >= 1, got {cfg.fanouts}")
+    if cfg.strategy == "sampled" and len(cfg.fanouts) != cfg.layers:
+        raise ValueError(f"dsgraph config: 'fanouts' needs one entry per layer ({cfg.layers}), got {cfg.fanouts}")
+    if cfg.strategy == "sampled" and cfg.partitions is not None:
+        raise ValueError("dsgraph config: strategy 'sampled' samples from the whole graph; drop 'partitions'")
+    if cfg.batch_size < 1 or cfg.prefetch_depth < 0:
+        raise ValueError("dsgraph config: 'batch_size' must be >= 1 and 'prefetch_depth' >= 0")
+    if not 0.0 <= cfg.cache_fraction <= 1.0:
+        raise ValueError(f"dsgraph config: 'cache_fraction' must be in [0, 1], got {cfg.cache_fraction}")
+    if cfg.feature_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dsgraph config: 'feature_dtype' must be 'float32' or 'bfloat16', got '{cfg.feature_dtype}'")
+
+
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,)}
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:
     allowed = _TYPES[type_name]
+    if type_name == "list[int]" and isinstance(value, list) and not all(type(v) is int for v in value):
+        allowed = ()
     if isinstance(value, bool) and bool not in allowed:
         allowed = ()
     if not isinstance(value, allowed):

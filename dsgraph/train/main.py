@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 
+from dsgraph.graph.partition import METHODS
 from dsgraph.train.config import DsgraphConfig, load_ds_config
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
@@ -25,7 +26,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
-    p.add_argument("--strategy", choices=["ag", "a2a"], help="graph-parallel attention strategy")
+    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled"], help="graph-parallel attention strategy, or sampled mini-batches")
+    p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
+                   "each rank memory-maps only its own part")
+    p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
+                   help="in-memory partitioning for --strategy halo without --partitions (default metis)")
+    p.add_argument("--timeout", type=float, dest="timeout_s", metavar="SECONDS",
+                   help="stop every rank if another rank dies or is silent this long (default 300)")
     p.add_argument("--backend", choices=["auto", "reference", "cpu", "cuda"], help="sparse attention kernel")
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
@@ -50,21 +57,35 @@ def main(argv: list[str] | None = None) -> int:
 
     import deepspeed.comm as dist
 
+    from dsgraph.train.sampled import SampledTrainer
     from dsgraph.train.trainer import Trainer, init_distributed
+    from dsgraph.train.watchdog import EXIT_PEER_FAILURE, Watchdog, is_peer_failure, peer_failure_message
 
-    device = init_distributed()
+    device = init_distributed(cfg.timeout_s)
+    rank = dist.get_rank()
     try:
-        trainer = Trainer(cfg, ds_config, device)
-        if args.resume:
-            trainer.resume()
-        trainer.fit()
-        dist.barrier()
+        with Watchdog(rank, cfg.timeout_s) as watchdog:
+            trainer = (SampledTrainer if cfg.strategy == "sampled" else Trainer)(cfg, ds_config, device, heartbeat=watchdog.beat)
+            if args.resume:
+                trainer.resume()
+            trainer.fit()
+            watchdog.beat("the final barrier")
+            dist.barrier()
+        dist.destroy_process_group()
         return 0
     except (ValueError, FileNotFoundError) as err:
-        print(f"dsgraph: error (rank {dist.get_rank()}): {err}", file=sys.stderr)
-        return 2
-    finally:
+        print(f"dsgraph: error (rank {rank}): {err}", file=sys.stderr)
         dist.destroy_process_group()
+        return 2
+    except Exception as err:
+        if not is_peer_failure(err):
+            dist.destroy_process_group()
+            raise
+        # a peer died or went silent: stop now, without waiting on it again (no barrier, no destroy)
+        print(peer_failure_message(rank, cfg.timeout_s, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"),
+              file=sys.stderr, flush=True)  # fmt: skip
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_FAILURE)
 
 
 if __name__ == "__main__":

@@ -9,26 +9,32 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 
 import deepspeed
 import deepspeed.comm as dist
 import torch
 import torch.nn.functional as F
 
-from dsgraph.comm import GraphParallelGroup, even_row_counts
-from dsgraph.graph import load_dataset
+from dsgraph.comm import GraphParallelGroup
+from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
 from dsgraph.parallel import build_strategy
 from dsgraph.train import checkpoint
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.data import LocalNodes
+from dsgraph.train.graph_source import from_dataset, from_store
 from dsgraph.train.metrics import MetricsWriter, peak_memory_mb
 
 
-def init_distributed() -> torch.device:
+def init_distributed(timeout_s: float = 300.0) -> torch.device:
+    """Joins the job's process group (rank and size from the launcher's environment, or from mpi4py
+    under mpirun/mpiexec); collectives on the default group fail after ``timeout_s`` seconds."""
     accel = deepspeed.get_accelerator()
     backend = "nccl" if accel.device_name() == "cuda" else "gloo"
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
+    port = int(os.environ.get("MASTER_PORT", 29500))  # mpi_discovery would overwrite MASTER_PORT with its default
+    deepspeed.init_distributed(
+        dist_backend=backend, auto_mpi_discovery=True, distributed_port=port, timeout=timedelta(seconds=timeout_s)
+    )
     if accel.device_name() == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
         accel.set_device(local)
@@ -59,19 +65,24 @@ def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
 
 
 class Trainer:
-    def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device):
+    def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
+        """``heartbeat(phase)`` is called at every phase of the training loop (the entry point passes
+        its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
         self.cfg, self.device = cfg, device
+        self.heartbeat = heartbeat or (lambda what: None)
         self.pg = GraphParallelGroup.from_world()
-        graph = load_dataset(cfg.dataset, seed=cfg.seed)
-        self.num_classes = graph.num_classes
-        if cfg.self_loops:
-            graph = graph.with_self_loops()
-        counts = even_row_counts(graph.num_nodes, self.pg.world_size)
-        self.attention = build_strategy(cfg.strategy, graph, counts, self.pg, cfg.heads, cfg.backend)
-        model = build_model(cfg, graph.num_features, self.num_classes)
+        self.control = make_control_plane(log if self.pg.rank == 0 else None)
+        if cfg.partitions is not None:
+            source = from_store(cfg.partitions, self.pg, self.control, cfg.self_loops)
+        else:
+            method = cfg.partition_method if cfg.strategy == "halo" else None
+            source = from_dataset(cfg.dataset, cfg.seed, self.pg, self.control, cfg.self_loops, method)
+        self.num_classes = source.num_classes
+        self.attention = build_strategy(cfg.strategy, source.graph, source.counts, self.pg, cfg.heads, cfg.backend, self.control)
+        model = build_model(cfg, source.num_features, self.num_classes)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32
-        self.local = LocalNodes.split(graph, self.pg, counts).to(device, dtype)
+        self.local = source.local.to(device, dtype)
         self.train_count = int(_all_reduce_sum([float(self.local.train_mask.sum())], device)[0])
         if self.train_count == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
@@ -156,10 +167,12 @@ class Trainer:
         last = None
         try:
             for epoch in range(self.start_epoch, cfg.epochs):
+                self.heartbeat(f"epoch {epoch}")
                 row = self.train_step(epoch)
                 metrics.write(row)
                 line = f"epoch {epoch:4d}  loss {row['loss']:.4f}  train_acc {row['train_acc']:.3f}"
                 if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+                    self.heartbeat(f"evaluation after epoch {epoch}")
                     last = self.evaluate(epoch)
                     metrics.write(last)
                     line += f"  val_acc {last['val_acc']:.3f}  test_acc {last['test_acc']:.3f}"
@@ -167,6 +180,7 @@ class Trainer:
                 if rank == 0:
                     log(line)
                 if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+                    self.heartbeat(f"checkpoint after epoch {epoch}")
                     checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
         finally:
             metrics.close()

@@ -1,0 +1,41 @@
+"""Training with GP-Halo (graph partitioned in memory) and from a partition store (ag and halo,
+each rank loading only its part) takes the same steps as the single-process run."""
+
+from dsgraph.graph.partition_cli import main as partition_main
+from tests.distributed import run
+from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
+
+VARIANTS = ("halo", "halo-store", "ag-store")
+
+
+def _settings(tmp: str, variant: str, world: int) -> dict:
+    strategy, _, store = variant.partition("-")
+    return {"strategy": strategy, **({"partitions": f"{tmp}/store{world}"} if store else {})}
+
+
+def _steps(rank, world, tmp, variants):
+    results = {}
+    for variant in variants:
+        trainer = make_trainer(tmp, ds_config(stage=2), **_settings(tmp, variant, world), self_loops=True)
+        losses = [trainer.train_step(epoch)["loss"] for epoch in range(3)]
+        evaluation = trainer.evaluate(2)
+        results[variant] = {"losses": losses, "val_acc": evaluation["val_acc"], "test_acc": evaluation["test_acc"],
+                            "counts": trainer.local.counts}  # fmt: skip
+    if rank == 0:
+        dump(tmp, f"halo_{world}.json", results)
+
+
+def test_halo_and_store_training_match_one_process(tmp_path):
+    graph_path = write_random_graph(str(tmp_path))
+    assert partition_main(["--dataset", graph_path, "--parts", "2", "--method", "metis", "--out", f"{tmp_path}/store2", "--quiet"]) == 0
+    run(_steps, 1, tmp_path, ("halo",))
+    run(_steps, 2, tmp_path, VARIANTS)
+    reference = load(tmp_path, "halo_1.json")["halo"]
+    results = load(tmp_path, "halo_2.json")
+    assert reference["losses"][-1] < reference["losses"][0]
+    for variant in VARIANTS:
+        got = results[variant]
+        assert got["counts"] != [52, 51], f"{variant}: rows were not split by the METIS partition"
+        for a, b in zip(got["losses"], reference["losses"]):
+            assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (variant, got["losses"], reference["losses"])
+        assert abs(got["val_acc"] - reference["val_acc"]) < 1e-9 and abs(got["test_acc"] - reference["test_acc"]) < 1e-9
