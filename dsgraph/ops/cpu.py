@@ -21,6 +21,7 @@ from dsgraph.ops import cpu_kernels
 from dsgraph.ops.csc import cached_per_graph, transpose
 
 BLOCKS_PER_THREAD = 16  # work blocks per thread: enough to even out power-law rows
+MIN_WORK_PER_THREAD = 1 << 17  # (edge, head) pairs: below this, another thread costs more than it saves
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 INT32_MAX = 2**31 - 1
 
@@ -64,7 +65,7 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     Backward takes y in the accumulation dtype: delta_i = <dy_i, y_i> is a difference of nearly equal
     terms in dq, and a bf16-rounded y would cost its accuracy on rows with many edges.
     """
-    _set_threads()
+    _set_threads(col.numel() * q.shape[1])
     cdt = _compute_dtype(q.dtype)
     q_, k_, v_ = (_as_compute_array(t, cdt) for t in (q, k, v))
     rowptr_, col_ = rowptr.numpy(), _as_int32(col).numpy()
@@ -80,7 +81,7 @@ def attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale: float, *, ne
     """Returns (dq, dk, dv) in the inputs' dtype; dk and dv are None unless ``need_kv``.
 
     y_acc and lse are forward's outputs in the accumulation dtype; dy has y's shape, any strides."""
-    _set_threads()
+    _set_threads(col.numel() * q.shape[1])
     cdt = _compute_dtype(q.dtype)
     q_, k_, v_, y_, dy_ = (_as_compute_array(t, cdt) for t in (q, k, v, y_acc, dy))
     lse_ = lse.numpy()
@@ -102,8 +103,10 @@ def attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale: float, *, ne
     return dq_t, torch.from_numpy(dk).to(k.dtype), torch.from_numpy(dv).to(v.dtype)
 
 
-def _set_threads() -> None:
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+def _set_threads(work: int) -> None:
+    """numba threads: torch's thread count, fewer for small graphs (work = edges x heads)."""
+    wanted = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, work // MIN_WORK_PER_THREAD)
+    numba.set_num_threads(max(1, wanted))
 
 
 def _bounds(rowptr, col, ptr: np.ndarray, which: str) -> np.ndarray:
