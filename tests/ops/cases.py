@@ -6,20 +6,24 @@ import torch
 
 from dsgraph.graph import load_dataset
 
-HUB_DEGREE = 20_000  # in-edges of the extra row: several chunks in the CUDA long-row schedule
-HUB_SOURCE_EDGES = 6_000  # of them from source 0: a long column in the transpose too
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+HUB_DEGREE = 20_000  # in-edges of the hub row: several chunks in the CUDA long-row schedule
+HUB_COLUMN_ROWS = 6_000  # rows that attend to source 0 (and one random source): a long CSC column
+N_SRC = 512
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}  # relative, see assert_relative_close
 
 
 def rmat_with_hub(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """An R-MAT power-law graph (512 nodes, with rows that have no edges) plus one extra row with
-    HUB_DEGREE in-edges: rowptr int64 [513+1], col int32 [E] with sources in [0, 512)."""
-    g = load_dataset("rmat:9", seed=seed)
+    """An R-MAT power-law graph on N_SRC nodes (with rows that have no edges), then a hub row with
+    HUB_DEGREE random in-edges, then HUB_COLUMN_ROWS rows with two in-edges each, one from source 0.
+    Returns rowptr int64 [N_dst+1] and col int32 [E] with sources in [0, N_SRC)."""
+    g = load_dataset(f"rmat:{N_SRC.bit_length() - 1}", seed=seed)
     gen = torch.Generator().manual_seed(seed)
-    hub_col = torch.randint(0, g.num_nodes, (HUB_DEGREE,), generator=gen, dtype=torch.int32)
-    hub_col[:HUB_SOURCE_EDGES] = 0
-    rowptr = torch.cat([g.rowptr, g.rowptr[-1:] + HUB_DEGREE])
-    return rowptr, torch.cat([g.col, hub_col])
+    hub_col = torch.randint(0, N_SRC, (HUB_DEGREE,), generator=gen, dtype=torch.int32)
+    pair_col = torch.randint(1, N_SRC, (HUB_COLUMN_ROWS, 2), generator=gen, dtype=torch.int32)
+    pair_col[:, 0] = 0
+    end = g.rowptr[-1]
+    rowptr = torch.cat([g.rowptr, end + HUB_DEGREE + 2 * torch.arange(HUB_COLUMN_ROWS + 1)])
+    return rowptr, torch.cat([g.col, hub_col, pair_col.flatten()])
 
 
 def qkv(n_dst: int, n_src: int, heads: int, dim: int, dtype=torch.float32, seed: int = 0, device="cpu"):

@@ -12,14 +12,15 @@ from dsgraph.ops.csc import build_transpose, transpose
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import HUB_DEGREE, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+from tests.ops.cases import HUB_COLUMN_ROWS, HUB_DEGREE, N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
 
 @pytest.fixture(scope="module")
 def hub_graph():
     rowptr, col = rmat_with_hub()
-    degrees = rowptr[1:] - rowptr[:-1]
-    assert int((degrees == 0).sum()) > 0 and int(degrees.max()) >= HUB_DEGREE
+    in_degrees, out_degrees = rowptr[1:] - rowptr[:-1], torch.bincount(col.long(), minlength=N_SRC)
+    assert int((in_degrees == 0).sum()) > 0 and int(in_degrees.max()) >= HUB_DEGREE
+    assert int(out_degrees.max()) >= HUB_COLUMN_ROWS
     return rowptr, col
 
 
@@ -28,7 +29,7 @@ def hub_graph():
 @pytest.mark.parametrize("heads", [1, 4, 8])
 def test_matches_reference(hub_graph, heads, dim, dtype):
     rowptr, col = hub_graph
-    q, k, v = qkv(rowptr.numel() - 1, 512, heads, dim, dtype)
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, heads, dim, dtype)
     dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     got = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
     want = run_reference_fp32(sparse_attention_reference, rowptr, col, q, k, v, dy)
@@ -44,7 +45,7 @@ def test_non_contiguous_inputs(hub_graph):
     n_dst, heads, dim = rowptr.numel() - 1, 4, 16
     gen = torch.Generator().manual_seed(3)
     q_base = torch.randn(n_dst, 3, heads, dim, generator=gen, requires_grad=True)
-    kv_base = torch.randn(heads, 512, 2, dim, generator=gen, requires_grad=True)
+    kv_base = torch.randn(heads, N_SRC, 2, dim, generator=gen, requires_grad=True)
     q, k, v = q_base[:, 1], kv_base[:, :, 0].transpose(0, 1), kv_base[:, :, 1].transpose(0, 1)
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     dy = torch.randn(n_dst, dim, heads, generator=gen).transpose(1, 2)  # a strided upstream gradient too
@@ -66,7 +67,7 @@ def test_gradcheck_float64():
 
 def test_backward_is_bit_identical(hub_graph):
     rowptr, col = hub_graph
-    q, k, v = qkv(rowptr.numel() - 1, 512, 4, 16)
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, 4, 16)
     dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
     first = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
     second = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
@@ -97,16 +98,16 @@ def test_no_edge_sized_activation():
 
 def test_transpose_is_cached_and_correct(hub_graph):
     rowptr, col = hub_graph
-    csc = transpose(rowptr, col, 512)
-    assert transpose(rowptr, col, 512) is csc
+    csc = transpose(rowptr, col, N_SRC)
+    assert transpose(rowptr, col, N_SRC) is csc
     dst = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr[1:] - rowptr[:-1])
-    assert torch.equal(col[csc.perm].long(), torch.repeat_interleave(torch.arange(512), csc.colptr.diff()))
+    assert torch.equal(col[csc.perm].long(), torch.repeat_interleave(torch.arange(N_SRC), csc.colptr.diff()))
     assert torch.equal(csc.row.long(), dst[csc.perm])
     col_copy = col.clone()
-    first = transpose(rowptr, col_copy, 512)
-    col_copy[0] = (int(col_copy[0]) + 1) % 512  # an in-place edit must invalidate the cache
-    rebuilt = transpose(rowptr, col_copy, 512)
-    assert rebuilt is not first and torch.equal(rebuilt.colptr, build_transpose(rowptr, col_copy, 512).colptr)
+    first = transpose(rowptr, col_copy, N_SRC)
+    col_copy[0] = (int(col_copy[0]) + 1) % N_SRC  # an in-place edit must invalidate the cache
+    rebuilt = transpose(rowptr, col_copy, N_SRC)
+    assert rebuilt is not first and torch.equal(rebuilt.colptr, build_transpose(rowptr, col_copy, N_SRC).colptr)
 
 
 def test_auto_dispatch_picks_cpu_and_matches():

@@ -14,15 +14,12 @@ from dsgraph.ops import cuda as cuda_backend
 from dsgraph.ops.cuda_source import HEAD_DIMS
 from dsgraph.ops.peak_memory import peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not cuda_backend.is_available(), reason="needs CuPy and a CUDA GPU"),
 ]
-N_SRC = 512
-
-
 @pytest.fixture(scope="module")
 def graph():
     rowptr, col = rmat_with_hub()
