@@ -68,6 +68,19 @@ class DsgraphConfig:
     """Strategy 'sampled': share of nodes (the most often sampled) whose features are cached on the device."""
     feature_dtype: str = "float32"
     """Strategy 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
+    isolated_chunks: int = 0
+    """Strategy 'isolated': chunks C the graph is split into, a multiple of the rank count (0: 2 x ranks)."""
+    repart_every: int = 5
+    """Strategy 'isolated': epochs per super-epoch; the neighbour chunk rotates after each one."""
+    isolated_correction: str = "coverage"
+    """Strategy 'isolated': loss weights from coverage: 'coverage', 'resample', 'uniform' or 'none'."""
+    chunk_method: str = "random"
+    """Strategy 'isolated': how nodes are split into chunks, 'random' or 'metis'."""
+    isolated_prefetch: bool = True
+    """Strategy 'isolated': load the next super-epoch's chunks in a background thread."""
+    isolated_store: str | None = None
+    """Strategy 'isolated': folder for the chunk store (rank 0 writes it; must be shared by all ranks);
+    null: every rank writes its own in a temporary folder."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
@@ -75,9 +88,10 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
-        if self.strategy not in ("ag", "a2a", "halo", "sampled"):
-            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled; got '{self.strategy}'")
+        if self.strategy not in ("ag", "a2a", "halo", "sampled", "isolated"):
+            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled, isolated; got '{self.strategy}'")
         _check_sampled(self)
+        _check_isolated(self)
         if self.partitions is not None and self.strategy == "a2a":
             raise ValueError(
                 "dsgraph config: strategy 'a2a' needs the whole graph on every rank, but 'partitions' loads one "
@@ -129,6 +143,20 @@ def _check_sampled(cfg: DsgraphConfig) -> None:
         raise ValueError(f"dsgraph config: 'cache_fraction' must be in [0, 1], got {cfg.cache_fraction}")
     if cfg.feature_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dsgraph config: 'feature_dtype' must be 'float32' or 'bfloat16', got '{cfg.feature_dtype}'")
+
+
+def _check_isolated(cfg: DsgraphConfig) -> None:
+    """The isolated-training settings (the chunk count is checked against the rank count at start-up)."""
+    from dsgraph.parallel.isolated import CHUNK_METHODS, CORRECTIONS
+
+    if cfg.isolated_chunks < 0 or cfg.repart_every < 1:
+        raise ValueError("dsgraph config: 'isolated_chunks' must be >= 0 (0: 2 x ranks) and 'repart_every' >= 1")
+    if cfg.isolated_correction not in CORRECTIONS:
+        raise ValueError(f"dsgraph config: 'isolated_correction' must be one of {', '.join(CORRECTIONS)}; got '{cfg.isolated_correction}'")
+    if cfg.chunk_method not in CHUNK_METHODS:
+        raise ValueError(f"dsgraph config: 'chunk_method' must be one of {', '.join(CHUNK_METHODS)}; got '{cfg.chunk_method}'")
+    if cfg.strategy == "isolated" and cfg.partitions is not None:
+        raise ValueError("dsgraph config: strategy 'isolated' writes its own chunk store; drop 'partitions'")
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,)}
