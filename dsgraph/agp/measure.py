@@ -3,7 +3,8 @@
 - attention: fused sparse attention forward plus backward on random graphs of growing edge count
   (time against edge-heads);
 - rest: one Transformer block with the attention replaced by a pass-through (projections, norms,
-  FFN, dropout) forward plus backward, on growing node counts (time against node-MACs);
+  FFN, dropout) forward plus backward, on growing node counts and three hidden sizes (time against
+  node-MACs);
 - collectives (p > 1): all-gather, reduce-scatter, all-to-all and an uneven all-to-all at message
   sizes 2^10 .. max_bytes (time against bytes per rank).
 
@@ -28,9 +29,9 @@ from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-ATTENTION_NODES = (256, 1024, 4096, 16384)
+ATTENTION_NODES = (512, 2048, 8192)
 ATTENTION_DEGREE = 16
-REST_NODES = (256, 1024, 4096, 16384)
+REST_SHAPES = ((512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256))  # (nodes, hidden)
 
 
 def _time_once(run: Callable[[], None]) -> float:
@@ -86,21 +87,21 @@ def _attention_cases(rank, heads, head_dim, dtype, backend) -> list:
     return cases
 
 
-def _rest_cases(heads, head_dim, ffn_mult, dtype) -> list:
+def _rest_cases(ffn_mult, dtype) -> list:
+    """One block with a pass-through attention at several (nodes, hidden) sizes, so the node-MAC
+    line covers the hidden sizes a plan may ask about."""
     from dsgraph.models.graph_transformer import TransformerBlock
 
-    hidden = heads * head_dim
-    block = TransformerBlock(hidden, heads, ffn_mult, dropout=0.1).to(dtype)
-    macs = hidden * hidden * (4 + 2 * ffn_mult)
     cases = []
-    for n in REST_NODES:
+    for n, hidden in REST_SHAPES:
+        block = TransformerBlock(hidden, 4, ffn_mult, dropout=0.1).to(dtype)
         h = torch.randn(n, hidden, dtype=dtype, requires_grad=True)
         ids = torch.arange(n)
 
-        def run(h=h, ids=ids):
+        def run(block=block, h=h, ids=ids):
             block(h, lambda q, k, v: v, ids, 0, 1, 1).sum().backward()
 
-        cases.append(("rest", float(n * macs), run))
+        cases.append(("rest", float(n * hidden * hidden * (4 + 2 * ffn_mult)), run))
     return cases
 
 
@@ -143,7 +144,7 @@ def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_b
     warnings.filterwarnings("ignore", message=r".*is deprecated")
     dtype = DTYPES[dtype_name]
     torch.manual_seed(rank)
-    cases = _attention_cases(rank, heads, head_dim, dtype, backend) + _rest_cases(heads, head_dim, ffn_mult, dtype)
+    cases = _attention_cases(rank, heads, head_dim, dtype, backend) + _rest_cases(ffn_mult, dtype)
     if p > 1:
         cases += _collective_cases(rank, p, max_bytes)
     return interleaved_min(cases, reps)
@@ -206,7 +207,7 @@ def measure_profile(
 
     backend = resolve_backend(backend, torch.device("cpu"))
     if max_bytes is None:  # the largest power of 4 times 2^10 that p buffers of p * m bytes leave room for
-        limit = min(2**24, available_memory_bytes() // (8 * max_ranks * max_ranks))
+        limit = min(2**22, available_memory_bytes() // (8 * max_ranks * max_ranks))
         max_bytes = max(m for m in message_sizes(2**28) if m <= max(limit, 2**10))
     ranks = {}
     for p in range(1, max_ranks + 1):

@@ -21,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ffn-mult", type=int, default=2, help="FFN width multiple (default 2)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--backend", choices=["auto", "reference", "cpu"], default="auto", help="attention backend (default: auto)")
-    p.add_argument("--max-bytes", type=int, help="largest collective message in bytes (default: 16 MiB or what memory allows)")
-    p.add_argument("--reps", type=int, default=7, help="round-robin repetitions per measurement; the minimum is kept (default 7)")
+    p.add_argument("--max-bytes", type=int, help="largest collective message in bytes (default: 4 MiB or what memory allows)")
+    p.add_argument("--reps", type=int, default=3, help="round-robin repetitions per measurement; the minimum is kept (default 3)")
     p.add_argument("--threads", type=int, default=1, help="torch and numba threads per rank (default 1)")
     return p
 
