@@ -6,8 +6,9 @@ over the transpose (CSC, built once per graph and cached, see ``csc.py``). No at
 summation order: two backward runs give bit-identical gradients.
 
 dtypes: fp32 computes in fp32; bf16 is converted to fp32 inside (numba has no bf16), which copies
-N x D-sized tensors, never E-sized ones, and the outputs are cast back; fp64 computes in fp64 (for
-gradcheck). The kernels are compiled on first use and cached on disk by numba.
+N x H x D-sized tensors, never E-sized ones, and the outputs are cast back (y is also kept in fp32
+for backward); fp64 computes in fp64 (for gradcheck). The kernels are compiled on first use and
+cached on disk by numba.
 """
 
 from __future__ import annotations
