@@ -20,7 +20,8 @@ class DsgraphConfig:
     """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph), or a path to a .npz."""
     strategy: str = "ag"
     """Graph-parallel attention strategy: 'ag' (all-gather K/V), 'a2a' (all-to-all to a head split) or
-    'halo' (exchange only the K/V rows other parts read; rows follow a partition, see partition_method)."""
+    'halo' (exchange only the K/V rows other parts read; rows follow a partition, see partition_method),
+    or 'auto' (AGP picks one of ag, a2a, halo from 'agp_profile' and may switch between steps)."""
     backend: str = "auto"
     """Sparse attention kernel: 'auto', 'reference', 'cpu' or 'cuda'."""
     epochs: int = 200
@@ -81,6 +82,15 @@ class DsgraphConfig:
     isolated_store: str | None = None
     """Strategy 'isolated': folder for the chunk store (rank 0 writes it; must be shared by all ranks);
     null: every rank writes its own in a temporary folder."""
+    agp_profile: str | None = None
+    """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
+    agp_recalibrate_after: int = 5
+    """Strategy 'auto': measured steps (after one warm-up step) before the model is recalibrated and
+    a strategy predicted >= 20% faster is switched to (0: never)."""
+    trace_steps: str | None = None
+    """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
+    trace_dir: str = "runs/traces"
+    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
@@ -88,8 +98,9 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
-        if self.strategy not in ("ag", "a2a", "halo", "sampled", "isolated"):
-            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled, isolated; got '{self.strategy}'")
+        if self.strategy not in ("ag", "a2a", "halo", "sampled", "isolated", "auto"):
+            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled, isolated, auto; got '{self.strategy}'")
+        _check_agp(self)
         _check_sampled(self)
         _check_isolated(self)
         if self.partitions is not None and self.strategy == "a2a":
@@ -127,6 +138,27 @@ class DsgraphConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _check_agp(cfg: DsgraphConfig) -> None:
+    """'auto' and trace settings."""
+    if cfg.agp_recalibrate_after < 0:
+        raise ValueError(f"dsgraph config: 'agp_recalibrate_after' must be >= 0 (0: never), got {cfg.agp_recalibrate_after}")
+    if cfg.strategy == "auto" and cfg.partitions is not None:
+        raise ValueError("dsgraph config: strategy 'auto' reads the whole dataset (its candidates share one node order); drop 'partitions'")
+    if cfg.trace_steps is not None:
+        parse_trace_steps(cfg.trace_steps)
+
+
+def parse_trace_steps(spec: str) -> tuple[int, int]:
+    """'A:B' -> (A, B) with 0 <= A < B: trace steps A..B-1 (0-based epochs of this run)."""
+    try:
+        a, b = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise ValueError(f"dsgraph config: 'trace_steps' must look like A:B (for example 3:5), got {spec!r}") from None
+    if not 0 <= a < b:
+        raise ValueError(f"dsgraph config: 'trace_steps' A:B needs 0 <= A < B, got {spec!r}")
+    return a, b
 
 
 def _check_sampled(cfg: DsgraphConfig) -> None:
