@@ -60,8 +60,8 @@ def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
         raise ValueError(f"cuda kernels: dtype {dtype} is not supported; use one of {DTYPES}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"cuda kernels: head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
+    # No -std: NVRTC 12+ defaults to C++17 and CuPy may add its own.
     return (
-        "-std=c++17",
         f"-DDSG_HEAD_DIM={head_dim}",
         f"-DDSG_BF16={int(dtype == 'bfloat16')}",
     )
