@@ -1,7 +1,10 @@
 """Training with GP-Halo (graph partitioned in memory) and from a partition store (ag and halo,
 each rank loading only its part) takes the same steps as the single-process run."""
 
+import pytest
+
 from dsgraph.graph.partition_cli import main as partition_main
+from dsgraph.train.config import DsgraphConfig
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
@@ -39,3 +42,13 @@ def test_halo_and_store_training_match_one_process(tmp_path):
         for a, b in zip(got["losses"], reference["losses"]):
             assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (variant, got["losses"], reference["losses"])
         assert abs(got["val_acc"] - reference["val_acc"]) < 1e-9 and abs(got["test_acc"] - reference["test_acc"]) < 1e-9
+
+
+def test_config_refuses_a2a_with_partitions_and_bad_halo_settings():
+    with pytest.raises(ValueError, match="strategy 'a2a' needs the whole graph on every rank"):
+        DsgraphConfig.from_dict({"strategy": "a2a", "partitions": "parts/cora-2"})
+    with pytest.raises(ValueError, match="'partition_method' must be one of metis, random"):
+        DsgraphConfig.from_dict({"strategy": "halo", "partition_method": "spectral"})
+    with pytest.raises(ValueError, match="'timeout_s' must be > 0"):
+        DsgraphConfig.from_dict({"timeout_s": 0})
+    assert DsgraphConfig.from_dict({"strategy": "halo", "partitions": "parts/cora-2"}).timeout_s == 300.0
