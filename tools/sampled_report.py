@@ -8,8 +8,9 @@ number of optimizer steps), and bf16 vs fp32 feature storage, over several seeds
 Each run is a `deepspeed` launch of launch/train.py with the config's "dsgraph" section adjusted
 per variant (full: strategy 'ag' for --full-epochs; sampled: the config's strategy 'sampled' with
 feature_dtype float32 or bfloat16). Finished runs are kept in --out and not run again, so the
-report can be built up over several invocations (for example one variant per shell). Prints a
-table of mean test accuracy (last epoch and at the best validation epoch) and feature memory.
+report can be built up over several invocations (for example one variant per shell). Cora's
+features are binary, so bf16 storage is exact there; --dataset rmat:11 compares the storage dtypes on
+Gaussian features. Prints a table of mean test accuracy (last epoch and at the best validation epoch) and feature memory.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def _evals(path: str) -> list[dict]:
         return [row for row in map(json.loads, f) if row["kind"] == "eval"]
 
 
-def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: str) -> dict:
+def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: str, overrides: dict) -> dict:
     """Runs one (variant, seed) unless its metrics file already ends with the last epoch's eval."""
     config = json.loads(json.dumps(base))
     section = config["dsgraph"]
-    section.update(VARIANTS[variant], seed=seed, checkpoint_every=0)
+    section.update(overrides)
+    section.update(VARIANTS[variant], seed=seed, checkpoint_every=0, timeout_s=3600.0)  # a loaded machine is slow, not dead
     if variant == "full":
         section.update(epochs=full_epochs, eval_every=10)
     epochs = section["epochs"]
@@ -79,14 +81,18 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=int, default=1, help="ranks per run (default 1)")
     p.add_argument("--full-epochs", type=int, default=200, help="full-graph epochs (one step each; default 200)")
     p.add_argument("--out", default="runs/sampled_report", help="folder for per-run configs, logs and metrics")
+    p.add_argument("--dataset", help="override the config's dataset (for example rmat:11, whose features are not binary)")
+    p.add_argument("--epochs", type=int, help="override the config's sampled epochs")
+    p.add_argument("--batch-size", type=int, dest="batch_size", help="override the config's batch_size")
     args = p.parse_args(argv)
     with open(args.config) as f:
         base = json.load(f)
+    overrides = {k: getattr(args, k) for k in ("dataset", "epochs", "batch_size") if getattr(args, k) is not None}
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for variant in args.variants:
         for seed in args.seeds:
-            r = results[variant, seed] = run(base, variant, seed, args.ranks, args.full_epochs, args.out)
+            r = results[variant, seed] = run(base, variant, seed, args.ranks, args.full_epochs, args.out, overrides)
             print(f"{variant} seed {seed}: test_acc last {100 * r['last']:.1f}%  at best val {100 * r['best_val']:.1f}%", flush=True)
     print("\n| variant | mean test acc (last epoch) | mean test acc (best val epoch) | per-seed (last) | feature memory |")
     print("| --- | --- | --- | --- | --- |")
