@@ -26,7 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
-    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled"], help="graph-parallel attention strategy, or sampled mini-batches")
+    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled", "isolated"],
+                   help="graph-parallel attention strategy, sampled mini-batches, or isolated (Grappa) training")
     p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
                    "each rank memory-maps only its own part")
     p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import deepspeed.comm as dist
 
+    from dsgraph.train.isolated import IsolatedTrainer
     from dsgraph.train.sampled import SampledTrainer
     from dsgraph.train.trainer import Trainer, init_distributed
     from dsgraph.train.watchdog import EXIT_PEER_FAILURE, Watchdog, is_peer_failure, peer_failure_message
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     try:
         with Watchdog(rank, cfg.timeout_s) as watchdog:
-            trainer = (SampledTrainer if cfg.strategy == "sampled" else Trainer)(cfg, ds_config, device, heartbeat=watchdog.beat)
+            trainer_cls = {"sampled": SampledTrainer, "isolated": IsolatedTrainer}.get(cfg.strategy, Trainer)
+            trainer = trainer_cls(cfg, ds_config, device, heartbeat=watchdog.beat)
             if args.resume:
                 trainer.resume()
             trainer.fit()
