@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 
+import deepspeed.comm as dist
 import torch
 import torch.nn.functional as F
 
@@ -37,9 +38,10 @@ class IsolatedTrainer(Trainer):
     def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
         if cfg.strategy != "isolated":
             raise ValueError(f"IsolatedTrainer runs strategy 'isolated', not '{cfg.strategy}'")
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        schedule = RotationSchedule(default_num_chunks(cfg.isolated_chunks, world), world)  # checked before any set-up
         super().__init__(dataclasses.replace(cfg, strategy="ag"), ds_config, device, log, heartbeat)
-        self.cfg = cfg
-        self.schedule = RotationSchedule(default_num_chunks(cfg.isolated_chunks, self.world), self.world)
+        self.cfg, self.schedule = cfg, schedule
         self.heartbeat("writing the chunk store")
         store_dir = self._write_store()
         dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32

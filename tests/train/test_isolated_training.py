@@ -5,6 +5,7 @@ evaluation covers the full graph, and prefetching the next chunk does not change
 import json
 import math
 
+import pytest
 import torch
 
 from dsgraph.comm import GraphParallelGroup
@@ -70,3 +71,18 @@ def test_isolated_training_on_two_ranks(tmp_path):
     run(_train, 2, tmp_path)
     on, off = load(tmp_path, "prefetch_on.json"), load(tmp_path, "prefetch_off.json")
     assert len(on) == 6 and on == off  # loading ahead in a thread changes nothing but the timing
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"isolated_correction": "exact"}, r"'isolated_correction' must be one of coverage, resample, uniform, none"),
+        ({"chunk_method": "balanced"}, r"'chunk_method' must be one of random, metis"),
+        ({"repart_every": 0}, r"'repart_every' >= 1"),
+        ({"isolated_chunks": -2}, r"'isolated_chunks' must be >= 0"),
+        ({"strategy": "isolated", "partitions": "some/dir"}, r"strategy 'isolated' writes its own chunk store"),
+    ],
+)
+def test_isolated_config_errors(section, message):
+    with pytest.raises(ValueError, match=message):
+        DsgraphConfig.from_dict(section)
