@@ -151,7 +151,7 @@ class AutoStrategy:
         now = next(x for x in base if x.strategy == self.current)
         comm_scale = comm_med / now.comm_s if now.comm_s > 0 and comm_med > 0 else 1.0
         overhead = (step_med - comm_med) - (now.time_s - now.comm_s)
-        cal = Calibration(comm_scale=comm_scale, overhead_s=overhead)
+        cal = Calibration(comm_scale={self.current: comm_scale}, overhead_s=overhead)
         decision, preds = plan_decision(self.cfg, self.graph, self.counts, world, self.backend, self.dtype, cal, self.measured)
         here = next(x for x in preds if x.strategy == self.current)
         best = min((x for x in preds if x.feasible), key=lambda x: x.time_s)
@@ -161,3 +161,35 @@ class AutoStrategy:
             return decision
         self.decision.predicted_step_time_s = here.time_s
         return None
+
+    # --- the trainer's side -------------------------------------------------------------------
+    @classmethod
+    def for_trainer(cls, cfg, ds_config: dict, source, pg, control, device, log=print) -> "AutoStrategy":
+        """The auto strategy of a Trainer: candidates built on ``source``'s graph and row split."""
+        from dsgraph.ops.dispatch import resolve_backend
+        from dsgraph.parallel import build_strategy
+
+        backend = resolve_backend(cfg.backend, device)
+        dtype = "bfloat16" if (ds_config.get("bf16") or {}).get("enabled") else "float32"
+
+        def build(name: str):
+            return build_strategy(name, source.graph, source.counts, pg, cfg.heads, cfg.backend, control)
+
+        return cls(cfg, source.graph, source.counts, pg, control, backend, dtype, build, log)
+
+    def metrics(self) -> dict:
+        """Columns for step and eval rows: the prediction for the strategy in use and the decision."""
+        return {"predicted_step_time_s": self.decision.predicted_step_time_s, "agp_decision": self.decision.label()}
+
+    def write_events(self, metrics, engine) -> None:
+        """Writes pending decision/switch rows (kind "agp") to the metrics file and TensorBoard
+        (scalars through the metrics writer, the reasons as TensorBoard text); rank 0 only writes."""
+        events, self.events = self.events, []
+        for event in events:
+            row = {**event, "step": engine.global_steps, "strategy_index": CANDIDATES.index(event["strategy"])}
+            metrics.write(row)
+            writer = getattr(getattr(engine.monitor, "tb_monitor", None), "summary_writer", None)
+            if self.pg.rank == 0 and writer is not None:
+                text = f"**{event['event']}**: {event['agp_decision']}\n\n" + "\n".join(f"- {r}" for r in event.get("reasons", []))
+                writer.add_text("dsgraph/agp/decision", text, engine.global_steps)
+                writer.flush()

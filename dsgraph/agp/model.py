@@ -14,7 +14,8 @@ For strategy s on p ranks, one training iteration costs (per rank, the slowest r
 - rest: the profile's fit for the projections and FFN (node-MACs), over all layers, the input
   projection and the classifier.
 - gradient sync (``step=True``): ZeRO's gradient reduction, a reduce-scatter plus an all-gather of
-  the fp32 parameters (the same for every strategy, so it only moves the choice of p).
+  the fp32 parameters (the same for every strategy, so it only moves the choice of p); it is part of
+  ``rest_s`` so that ``comm_s`` is exactly the strategy's own collectives (what CommStats measures).
 
 Memory per rank: fp32 parameters with gradients and two Adam states, the rank's features, the graph
 arrays the strategy keeps (CSR plus the cached CSC of the fused backends), activations saved per layer
@@ -158,11 +159,11 @@ class Prediction:
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """Corrections learnt from measured steps: every collective's time is multiplied by
-    ``comm_scale``, and ``overhead_s`` (work the model does not see, equal for all strategies)
-    is added to each iteration."""
+    """Corrections learnt from measured steps: a strategy's collective time is multiplied by
+    ``comm_scale[strategy]`` (default 1: only the collectives a run has used are corrected), and
+    ``overhead_s`` (work the model does not see, equal for all strategies) is added to each iteration."""
 
-    comm_scale: float = 1.0
+    comm_scale: dict = field(default_factory=dict)
     overhead_s: float = 0.0
 
 
@@ -248,15 +249,15 @@ def predict(
         edge_heads = graph.max_part_edges(p) * model.heads
     attention = model.layers * fits.attention(edge_heads * d_scale)
     comm_layer, bytes_layer = _comm_per_layer(strategy, p, graph, model, profile)
-    comm = model.layers * comm_layer * calibration.comm_scale
+    comm = model.layers * comm_layer * calibration.comm_scale.get(strategy, 1.0)
     n = max(graph.halo[p].part_nodes) if strategy == "halo" else math.ceil(graph.num_nodes / p)
     macs = n * model.layers * model.layer_macs_per_node
     if step:
         macs += n * model.hidden * (model.in_dim + model.num_classes)
     rest = fits.rest(macs)
-    if step and p > 1:
+    if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
-        comm += (fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)) * calibration.comm_scale
+        rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
     total = attention + comm + rest + calibration.overhead_s
     memory = _memory(strategy, p, graph, model, profile)
     cap = profile.memory_capacity_bytes

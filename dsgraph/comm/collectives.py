@@ -41,7 +41,7 @@ def _all_gather_padded(x: torch.Tensor, counts: list[int], pg: GraphParallelGrou
     padded = x.new_zeros((width, *x.shape[1:]))
     padded[: x.shape[0]] = x
     out = x.new_empty((width * pg.world_size, *x.shape[1:]))
-    with pg.stats.record(x, _nbytes(padded) * (pg.world_size - 1)):
+    with pg.stats.record(x, _nbytes(padded) * (pg.world_size - 1), "all_gather"):
         _dist().all_gather_into_tensor(out, padded, group=pg.group)
     blocks = out.view(pg.world_size, width, *x.shape[1:])
     return torch.cat([blocks[r, :c] for r, c in enumerate(counts)])
@@ -54,7 +54,7 @@ def _reduce_scatter_padded(grad: torch.Tensor, counts: list[int], pg: GraphParal
     for r, block in enumerate(torch.split(grad, counts)):
         padded[r, : counts[r]] = block
     out = grad.new_empty((width, *grad.shape[1:]))
-    with pg.stats.record(grad, _nbytes(out) * (pg.world_size - 1)):
+    with pg.stats.record(grad, _nbytes(out) * (pg.world_size - 1), "reduce_scatter"):
         _dist().reduce_scatter_tensor(out, padded.view(-1, *grad.shape[1:]), group=pg.group)
     return out[: counts[pg.rank]]
 
@@ -82,7 +82,7 @@ def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], pg: GraphPara
     """Uneven all-to-all along dim 0: rows [sum(send), ...] -> [sum(recv), ...]."""
     out = x.new_empty((sum(recv), *x.shape[1:]))
     row_bytes = _nbytes(x) // max(x.shape[0], 1)
-    with pg.stats.record(x, row_bytes * (sum(send) - send[pg.rank])):
+    with pg.stats.record(x, row_bytes * (sum(send) - send[pg.rank]), "all_to_all"):
         _dist().all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=pg.group)
     return out
 
@@ -176,7 +176,8 @@ class PendingRows:
     def wait(self) -> torch.Tensor:
         if self._work is not None:
             began = time.perf_counter()
-            self._work.wait()
+            with torch.profiler.record_function("dsgraph/comm/exchange_rows_wait"):
+                self._work.wait()
             self._pg.stats.time_s += time.perf_counter() - began
             self._work = self._keep_alive = None
         return self._rows
@@ -194,9 +195,10 @@ class _StartExchangeRows(torch.autograd.Function):
         out = x.new_empty((sum(recv_counts), *x.shape[1:]))
         row_bytes = _nbytes(x) // max(x.shape[0], 1)
         began = time.perf_counter()  # no device synchronisation here: it would wait for the exchange itself
-        work = _dist().all_to_all_single(
-            out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts, group=pg.group, async_op=True
-        )
+        with torch.profiler.record_function("dsgraph/comm/exchange_rows"):
+            work = _dist().all_to_all_single(
+                out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts, group=pg.group, async_op=True
+            )
         stats = pg.stats
         stats.time_s += time.perf_counter() - began
         stats.bytes_sent += row_bytes * (sum(send_counts) - send_counts[pg.rank])

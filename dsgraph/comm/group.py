@@ -27,11 +27,14 @@ class CommStats:
         self.time_s, self.bytes_sent, self.calls = 0.0, 0, 0
 
     @contextmanager
-    def record(self, tensor: torch.Tensor, bytes_sent: int):
+    def record(self, tensor: torch.Tensor, bytes_sent: int, name: str = "collective"):
+        """Times and counts one collective; ``name`` labels its region in profiler traces
+        (``dsgraph/comm/<name>``)."""
         if tensor.is_cuda:
             torch.cuda.synchronize(tensor.device)
         start = time.perf_counter()
-        yield
+        with torch.profiler.record_function(f"dsgraph/comm/{name}"):
+            yield
         if tensor.is_cuda:
             torch.cuda.synchronize(tensor.device)
         self.time_s += time.perf_counter() - start

@@ -26,8 +26,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
-    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled", "isolated"],
-                   help="graph-parallel attention strategy, sampled mini-batches, or isolated (Grappa) training")
+    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled", "isolated", "auto"],
+                   help="graph-parallel attention strategy, sampled mini-batches, isolated (Grappa) training, "
+                   "or auto (AGP picks ag, a2a or halo from --agp-profile)")
+    p.add_argument("--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)")
+    p.add_argument("--trace-steps", dest="trace_steps", metavar="A:B",
+                   help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)")
+    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/traces)")
     p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
                    "each rank memory-maps only its own part")
     p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),

@@ -24,6 +24,7 @@ from dsgraph.train import checkpoint
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.graph_source import from_dataset, from_store
 from dsgraph.train.metrics import MetricsWriter, peak_memory_mb
+from dsgraph.train.trace import StepTracer
 
 
 def init_distributed(timeout_s: float = 300.0) -> torch.device:
@@ -78,7 +79,14 @@ class Trainer:
             method = cfg.partition_method if cfg.strategy == "halo" else None
             source = from_dataset(cfg.dataset, cfg.seed, self.pg, self.control, cfg.self_loops, method)
         self.num_classes = source.num_classes
-        self.attention = build_strategy(cfg.strategy, source.graph, source.counts, self.pg, cfg.heads, cfg.backend, self.control)
+        self.auto = None
+        if cfg.strategy == "auto":  # AGP: a rank-agreed pick that may change between steps
+            from dsgraph.agp.decide import AutoStrategy
+
+            self.auto = AutoStrategy.for_trainer(cfg, ds_config, source, self.pg, self.control, device, log)
+            self.attention = self.auto.attention
+        else:
+            self.attention = build_strategy(cfg.strategy, source.graph, source.counts, self.pg, cfg.heads, cfg.backend, self.control)
         model = build_model(cfg, source.num_features, self.num_classes)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32
@@ -104,7 +112,7 @@ class Trainer:
         step_time = time.perf_counter() - start
         correct = float((train_logits.argmax(1) == train_y).sum())
         loss_sum, correct = _all_reduce_sum([float(local_sum.detach()), correct], self.device)
-        return {
+        row = {
             "kind": "step",
             "epoch": epoch,
             "step": engine.global_steps,
@@ -114,6 +122,10 @@ class Trainer:
             "test_acc": None,
             **self._system(step_time),
         }
+        if self.auto is not None:  # may switch strategies for the next step (collective)
+            self.auto.after_step(step_time, row["comm_time_s"])
+            self.attention = self.auto.attention
+        return row
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
@@ -146,8 +158,10 @@ class Trainer:
         return row
 
     def _system(self, step_time: float) -> dict:
+        agp = self.auto.metrics() if self.auto is not None else {}
         return {
-            "strategy": self.cfg.strategy,
+            "strategy": self.cfg.strategy if self.auto is None else self.auto.current,
+            **agp,
             "world_size": self.world,
             "step_time_s": step_time,
             "comm_time_s": self.pg.stats.time_s,
@@ -164,11 +178,16 @@ class Trainer:
         cfg = self.cfg
         rank = self.pg.rank
         metrics = MetricsWriter(cfg.metrics_out, self.engine.monitor, rank, append=self.start_epoch > 0)
+        tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
         last = None
         try:
             for epoch in range(self.start_epoch, cfg.epochs):
                 self.heartbeat(f"epoch {epoch}")
+                if self.auto is not None:
+                    self.auto.write_events(metrics, self.engine)
+                tracer.begin(epoch)
                 row = self.train_step(epoch)
+                tracer.end(epoch)
                 metrics.write(row)
                 line = f"epoch {epoch:4d}  loss {row['loss']:.4f}  train_acc {row['train_acc']:.3f}"
                 if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
@@ -182,7 +201,10 @@ class Trainer:
                 if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
                     self.heartbeat(f"checkpoint after epoch {epoch}")
                     checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
+            if self.auto is not None:
+                self.auto.write_events(metrics, self.engine)
         finally:
+            tracer.close()
             metrics.close()
         if rank == 0 and last is not None:
             log(

@@ -114,12 +114,14 @@ def test_switch_needs_twenty_percent():
     assert switch_target(slow.strategy, preds, 2, gain=0.0).strategy == fast.strategy
 
 
-def test_calibration_scales_comm_and_adds_overhead():
+def test_calibration_scales_one_strategys_comm_and_adds_overhead():
     profile = _profile()
-    base = predict("ag", 2, GRAPH, MODEL, profile)
-    cal = predict("ag", 2, GRAPH, MODEL, profile, calibration=Calibration(comm_scale=3.0, overhead_s=0.5))
-    assert cal.comm_s == pytest.approx(3 * base.comm_s)
-    assert cal.time_s == pytest.approx(base.time_s + 2 * base.comm_s + 0.5)
+    base = {s: predict(s, 2, GRAPH, MODEL, profile) for s in ("ag", "a2a")}
+    cal = Calibration(comm_scale={"ag": 3.0}, overhead_s=0.5)
+    got = {s: predict(s, 2, GRAPH, MODEL, profile, calibration=cal) for s in ("ag", "a2a")}
+    assert got["ag"].comm_s == pytest.approx(3 * base["ag"].comm_s)
+    assert got["ag"].time_s == pytest.approx(base["ag"].time_s + 2 * base["ag"].comm_s + 0.5)
+    assert got["a2a"].time_s == pytest.approx(base["a2a"].time_s + 0.5)
 
 
 def test_scaling_test_is_the_papers_inequality():

@@ -1,0 +1,96 @@
+"""``"strategy": "auto"`` on 2 gloo ranks through DeepSpeed: the pick trains exactly like that strategy
+chosen by hand, switching strategies between steps keeps the losses, and the decision with its
+predicted and measured time reaches the metrics file and TensorBoard."""
+
+import glob
+import json
+import os
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from dsgraph.agp.synthetic import linear_profile
+from tests.distributed import run
+from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
+
+# all-gather / reduce-scatter and the uneven all-to-all made expensive: the model must pick a2a
+A2A_WINS = {"all_gather": 1e-4, "reduce_scatter": 1e-4, "all_to_all": 1e-9, "all_to_all_uneven": 1e-4}
+STEPS = 5
+
+
+def _profile(tmp) -> str:
+    path = os.path.join(tmp, "profile.json")
+    if not os.path.exists(path):
+        linear_profile(max_ranks=2, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12,
+                       collective_s_per_byte=A2A_WINS, backend="reference").save(path)  # fmt: skip
+    return path
+
+
+def _trainer(tmp, strategy, **extra):
+    return make_trainer(tmp, ds_config(stage=1, **extra.pop("ds", {})), strategy=strategy, backend="reference",
+                        agp_profile=_profile(tmp), agp_recalibrate_after=0, **extra)  # fmt: skip
+
+
+def _auto_vs_hand_and_switch(rank, world, tmp):
+    auto = _trainer(tmp, "auto")
+    assert auto.auto.current == "a2a"
+    auto_rows = [auto.train_step(e) for e in range(STEPS)]
+    hand = _trainer(tmp, "a2a")
+    hand_losses = [hand.train_step(e)["loss"] for e in range(STEPS)]
+    switched = _trainer(tmp, "auto")
+    losses = []
+    for epoch, name in enumerate(["a2a", "ag", "halo", "ag", "a2a"]):
+        if switched.auto.current != name:
+            switched.auto.switch_to(name, "forced by the test")
+            switched.attention = switched.auto.attention
+        row = switched.train_step(epoch)
+        assert row["strategy"] == name
+        losses.append(row["loss"])
+    if rank == 0:
+        dump(tmp, "auto.json", {"auto": auto_rows, "hand": hand_losses, "switched": losses})
+
+
+def test_auto_equals_its_pick_and_switching_keeps_losses(tmp_path):
+    write_random_graph(str(tmp_path))
+    run(_auto_vs_hand_and_switch, 2, tmp_path)
+    got = load(tmp_path, "auto.json")
+    auto_losses = [r["loss"] for r in got["auto"]]
+    assert auto_losses == got["hand"]  # the same strategy computes the same numbers
+    assert got["switched"] == pytest.approx(got["hand"], rel=1e-5, abs=1e-6)
+    for row in got["auto"]:
+        assert row["strategy"] == "a2a" and row["predicted_step_time_s"] > 0
+        assert row["agp_decision"].startswith("a2a (auto: pick a2a on 2 ranks")
+
+
+def _fit_with_metrics(rank, world, tmp, dataset):
+    tb = {"enabled": True, "output_path": f"{tmp}/tb", "job_name": "auto"}
+    trainer = _trainer(tmp, "auto", ds={"tensorboard": tb}, dataset=dataset, metrics_out=f"{tmp}/metrics.jsonl",
+                       epochs=3, eval_every=3, self_loops=True)  # fmt: skip
+    trainer.fit(log=lambda line: None)
+    pick = trainer.auto.current
+    hand = _trainer(tmp, pick, dataset=dataset, self_loops=True)
+    losses = [hand.train_step(e)["loss"] for e in range(3)]
+    if rank == 0:
+        dump(tmp, "hand.json", {"pick": pick, "losses": losses})
+
+
+@pytest.mark.parametrize("dataset", ["cora", "rmat:9:8"])
+def test_auto_trains_cora_and_rmat_and_reports_the_decision(tmp_path, dataset):
+    run(_fit_with_metrics, 2, tmp_path, dataset)
+    with open(tmp_path / "metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    hand = load(tmp_path, "hand.json")
+    decision = [r for r in rows if r["kind"] == "agp"]
+    steps = [r for r in rows if r["kind"] == "step"]
+    assert decision[0]["event"] == "decision" and decision[0]["strategy"] == hand["pick"] == "a2a"
+    assert decision[0]["predicted_step_time_s"] > 0 and len(decision[0]["table"]) == 3
+    assert [r["loss"] for r in steps] == hand["losses"]
+    for r in steps:
+        assert r["strategy"] == "a2a" and r["predicted_step_time_s"] > 0 and r["step_time_s"] > 0
+    files = glob.glob(os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True)  # DeepSpeed may name the folder itself
+    acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    assert "dsgraph/step/predicted_step_time_s" in acc.Tags()["scalars"]
+    assert "dsgraph/step/step_time_s" in acc.Tags()["scalars"]
+    assert "dsgraph/agp/strategy_index" in acc.Tags()["scalars"]
+    assert any(t.startswith("dsgraph/agp/decision") for t in acc.Tags()["tensors"])
