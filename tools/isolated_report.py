@@ -82,21 +82,28 @@ def worker(args) -> int:
 
     ds_config, base = load_ds_config(args.config)
     ds_config.pop("tensorboard", None)
-    base = dataclasses.replace(base, dataset="cora", epochs=args.epochs, eval_every=args.eval_every)
+    base = dataclasses.replace(base, dataset="cora", epochs=args.epochs, eval_every=args.eval_every,
+                               isolated_chunks=args.chunks if args.chunks is not None else base.isolated_chunks)  # fmt: skip
     device = init_distributed()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        runs = [("ag", base.isolated_correction, base.chunk_method)] * (not args.skip_ag)
+        runs += [("isolated", c, m) for m in args.chunk_methods or [base.chunk_method]
+                 for c in args.corrections or [base.isolated_correction]]  # fmt: skip
         for layers in args.layers:
-            for strategy in ("ag", "isolated"):
+            for strategy, correction, method in runs:
                 for seed in args.seeds:
-                    r = _train(base, ds_config, device, tmp, strategy=strategy, seed=seed, layers=layers)
-                    results.append({"layers": layers, "strategy": strategy, "seed": seed, "prefetch": True, **r})
+                    r = _train(base, ds_config, device, tmp, strategy=strategy, seed=seed, layers=layers,
+                               isolated_correction=correction, chunk_method=method)  # fmt: skip
+                    chunks = f"C={base.isolated_chunks}" if base.isolated_chunks else "C=2W"
+                    label = strategy if strategy == "ag" else f"isolated/{chunks} {method}/{correction}"
+                    results.append({"layers": layers, "strategy": strategy, "variant": label, "seed": seed, "prefetch": True, **r})
                     if dist.get_rank() == 0:
-                        print(f"ranks {dist.get_world_size()} layers {layers} {strategy} seed {seed}: "
+                        print(f"ranks {dist.get_world_size()} layers {layers} {label} seed {seed}: "
                               f"test {100 * r['test_last']:.1f}%", flush=True)  # fmt: skip
         # switch stalls without prefetch: a short run with a few switches
         short = args.repart_every * 5
-        for prefetch in (False, True):
+        for prefetch in (False, True) if not args.skip_switch else ():
             r = _train(base, ds_config, device, tmp, strategy="isolated", seed=args.seeds[0], layers=args.layers[0],
                        epochs=short, eval_every=short, repart_every=args.repart_every, isolated_prefetch=prefetch)  # fmt: skip
             results.append({"layers": args.layers[0], "strategy": "isolated-switch", "seed": args.seeds[0], "prefetch": prefetch, **r})
@@ -113,17 +120,26 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _variant(row: dict) -> str:
+    return row.get("variant", "isolated/C=2W random/coverage").replace("/random/", "/C=2W random/").replace("/metis/", "/C=2W metis/")
+
+
 def report(results: dict[int, list[dict]], args) -> None:
-    print(f"\nCora, {args.epochs} epochs, seeds {args.seeds}, config {args.config} (isolated: default chunks 2 x ranks, "
-          f"random, repart_every from the config, correction from the config)\n")  # fmt: skip
-    print("| ranks | layers | GP-AG test acc (last) | isolated test acc (last) | gap (pts) | GP-AG at best val | isolated at best val |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"\nCora, {args.epochs} epochs, seeds {args.seeds}, config {args.config}; isolated variants: chunk count "
+          f"(C), chunk method / correction; repart_every from the config (default 5)\n")  # fmt: skip
+    print("| ranks | layers | isolated variant (chunks/correction) | GP-AG test acc (last) | isolated test acc (last) | gap (pts) "
+          "| GP-AG at best val | isolated at best val | gap (pts) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, rows in sorted(results.items()):
         for layers in args.layers:
-            sel = {s: [r for r in rows if r["layers"] == layers and r["strategy"] == s] for s in ("ag", "isolated")}
-            ag, iso = (_mean(r["test_last"] for r in sel[s]) for s in ("ag", "isolated"))
-            agb, isob = (_mean(r["test_at_best_val"] for r in sel[s]) for s in ("ag", "isolated"))
-            print(f"| {w} | {layers} | {100 * ag:.2f}% | {100 * iso:.2f}% | {100 * (iso - ag):+.2f} | {100 * agb:.2f}% | {100 * isob:.2f}% |")
+            ag = [r for r in rows if r["layers"] == layers and r["strategy"] == "ag"]
+            variants = sorted({_variant(r) for r in rows if r["strategy"] == "isolated"})
+            for variant in variants:
+                iso = [r for r in rows if r["layers"] == layers and r["strategy"] == "isolated" and _variant(r) == variant]
+                a, i = _mean(r["test_last"] for r in ag), _mean(r["test_last"] for r in iso)
+                ab, ib = _mean(r["test_at_best_val"] for r in ag), _mean(r["test_at_best_val"] for r in iso)
+                print(f"| {w} | {layers} | {variant.split('/', 1)[1]} | {100 * a:.2f}% | {100 * i:.2f}% | {100 * (i - a):+.2f} "
+                      f"| {100 * ab:.2f}% | {100 * ib:.2f}% | {100 * (ib - ab):+.2f} |")
     print("\n| ranks | layers | GP-AG activations / epoch / rank | gradients / epoch / rank | GP-AG total | isolated total | median step GP-AG | median step isolated |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, rows in sorted(results.items()):
@@ -156,6 +172,11 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=100, help="epochs per run (the quickstart config has 200)")
     p.add_argument("--eval-every", type=int, default=10, dest="eval_every")
     p.add_argument("--repart-every", type=int, default=5, dest="repart_every", help="for the switch-time runs")
+    p.add_argument("--corrections", nargs="+", help="isolated corrections to compare (default: the config's)")
+    p.add_argument("--chunk-methods", nargs="+", dest="chunk_methods", help="isolated chunk methods (default: the config's)")
+    p.add_argument("--chunks", type=int, help="isolated_chunks for the isolated runs (default: the config's; 0 = 2 x ranks)")
+    p.add_argument("--skip-ag", action="store_true", dest="skip_ag", help="isolated runs only (with --results of an earlier run)")
+    p.add_argument("--skip-switch", action="store_true", dest="skip_switch", help="no switch-time runs")
     p.add_argument("--results", help="reuse or keep the raw results in this JSON file (one key per rank count)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -177,6 +198,10 @@ def main(argv=None) -> int:
                "--config", args.config, "--epochs", str(args.epochs), "--eval-every", str(args.eval_every),
                "--repart-every", str(args.repart_every), "--seeds", *map(str, args.seeds),
                "--layers", *map(str, args.layers)]  # fmt: skip
+        for flag, values in (("--corrections", args.corrections), ("--chunk-methods", args.chunk_methods)):
+            cmd += [flag, *values] if values else []
+        cmd += ["--chunks", str(args.chunks)] if args.chunks is not None else []
+        cmd += ["--skip-ag"] * args.skip_ag + ["--skip-switch"] * args.skip_switch
         subprocess.run(cmd, check=True)
         with open(out) as f:
             results[w] = json.load(f)
