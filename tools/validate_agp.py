@@ -10,7 +10,8 @@ the configurations inside; every time is the minimum over round-robin repetition
 
 Reports, per configuration, whether the automatic pick (the fastest predicted feasible (strategy,
 p)) is within 10% of the measured best, and the prediction error of every measured pair; writes
-sweep.json, sweep.md and two plots (predicted_vs_measured.png, strategy_map.png).
+sweep.json, sweep.md, sweep_raw.json (the measurements; ``--reuse`` re-evaluates them against another
+profile or resumes an interrupted sweep) and two plots (predicted_vs_measured.png, strategy_map.png).
 """
 
 from __future__ import annotations
@@ -128,6 +129,23 @@ def _shape(cfg: Config) -> GraphShape:
     return shape
 
 
+def _save_raw(path: str, cfgs, measured, wall_s: float) -> None:
+    with open(path, "w") as f:
+        json.dump({"configs": [asdict(c) for c in cfgs], "wall_s": wall_s,
+                   "measured": [[p, i, s, t] for (p, i, s), t in sorted(measured.items())]}, f)  # fmt: skip
+
+
+def _load_raw(path: str, cfgs) -> tuple[dict, float]:
+    """(measurements, seconds they took) from an earlier run; empty when there is none."""
+    if not os.path.exists(path):
+        return {}, 0.0
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("configs") != [asdict(c) for c in cfgs]:
+        raise ValueError(f"{path}: measured for other configurations; delete it or drop --reuse")
+    return {(p, i, s): t for p, i, s, t in data["measured"]}, float(data.get("wall_s", 0.0))
+
+
 def evaluate(cfgs, measured, profile) -> tuple[list[dict], dict]:
     """Per-configuration rows and the summary (selection accuracy, prediction errors)."""
     rows, errors, hits, hits_at = [], [], 0, {p: [0, 0] for p in RANKS[1:]}
@@ -235,9 +253,9 @@ def plots(rows, out_dir: str) -> None:
     axes[0].set_ylabel("hidden d")
     for s, c in colours.items():
         axes[1].scatter([], [], c=c, label=f"{s} (filled: measured winner, ring: predicted)")
-    axes[1].legend(fontsize=7, loc="upper right")
+    fig.legend(*axes[1].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3)
     fig.suptitle("Strategy map: fastest strategy over E/N and d")
-    fig.tight_layout(), fig.savefig(os.path.join(out_dir, "strategy_map.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(rect=(0, 0.07, 1, 1)), fig.savefig(os.path.join(out_dir, "strategy_map.png"), dpi=120), plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="cpu", help="attention backend (must match the profile)")
     ap.add_argument("--quick", action="store_true", help="two tiny configurations (a smoke test of the tool)")
     ap.add_argument("--threads", type=int, help="threads per rank (default: the profile's)")
+    ap.add_argument("--reuse", action="store_true", help="reuse the measurements in OUT_DIR/sweep_raw.json (re-evaluate "
+                    "against another profile, or resume an interrupted sweep)")
     args = ap.parse_args(argv)
     try:
         profile = load_profile(args.profile)
@@ -259,16 +279,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     threads = args.threads or int(profile.system.get("threads_per_rank", 1))
     cfgs = configs(args.quick)
-    began = time.perf_counter()
-    measured = {}
+    os.makedirs(args.out_dir, exist_ok=True)
+    raw_path = os.path.join(args.out_dir, "sweep_raw.json")
+    measured, spent_s = _load_raw(raw_path, cfgs) if args.reuse else ({}, 0.0)
     for p in RANKS:
+        if any(key[0] == p for key in measured):
+            print(f"p = {p}: reusing {raw_path}", flush=True)
+            continue
         print(f"p = {p}: {len(cfgs)} configurations", flush=True)
+        started = time.perf_counter()
         for (i, s), t in run_ranks(_rank_sweep, p, cfgs, args.reps, args.backend, threads=threads).items():
             measured[(p, i, s)] = t
+        spent_s += time.perf_counter() - started
+        _save_raw(raw_path, cfgs, measured, spent_s)  # after every rank count: a later --reuse resumes here
     rows, summary = evaluate(cfgs, measured, profile)
-    summary["wall_s"] = time.perf_counter() - began
+    summary["measurement_wall_s"] = spent_s
     summary["profile"] = args.profile
-    os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "sweep.json"), "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
     text = markdown(rows, summary)
@@ -276,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(text)
     plots(rows, args.out_dir)
     print(text)
-    print(f"sweep done in {summary['wall_s']:.0f} s; wrote {args.out_dir}/sweep.json, sweep.md, predicted_vs_measured.png, strategy_map.png")
+    print(f"sweep done ({summary['measurement_wall_s']:.0f} s of measurements); wrote {args.out_dir}/sweep.json, sweep.md, predicted_vs_measured.png, strategy_map.png")
     return 0
 
 
