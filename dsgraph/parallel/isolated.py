@@ -86,9 +86,6 @@ class RotationSchedule:
         neighbour = self.neighbour_chunk(rank, super_epoch)
         return self.primary_chunks(rank) + ([] if neighbour is None else [neighbour])
 
-    def owner(self, chunk: int) -> int:
-        return chunk // self.chunks_per_rank
-
     @property
     def expected_coverage(self) -> float:
         """Fraction of a node's in-edges present locally when chunks are uniformly random: (k + 1) / C."""
@@ -117,7 +114,7 @@ class RowBlock(Protocol):
 
 @dataclass(kw_only=True)
 class GraphBlock:
-    """A ``RowBlock`` cut from an in-memory Graph (NumPy views, no copies)."""
+    """A ``RowBlock`` cut from an in-memory Graph (views of its arrays; only rowptr is rebased, a copy)."""
 
     start: int
     end: int
@@ -131,6 +128,7 @@ class GraphBlock:
 
 
 def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
+    """Rows [start, end) of ``graph`` with their in-edges, features, labels and masks."""
     rowptr, col = graph.rows(start, end)
     return GraphBlock(
         start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
