@@ -84,10 +84,11 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", help="override the config's dataset (for example rmat:11, whose features are not binary)")
     p.add_argument("--epochs", type=int, help="override the config's sampled epochs")
     p.add_argument("--batch-size", type=int, dest="batch_size", help="override the config's batch_size")
+    p.add_argument("--eval-every", type=int, dest="eval_every", help="override the config's sampled eval_every (epochs)")
     args = p.parse_args(argv)
     with open(args.config) as f:
         base = json.load(f)
-    overrides = {k: getattr(args, k) for k in ("dataset", "epochs", "batch_size") if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in ("dataset", "epochs", "batch_size", "eval_every") if getattr(args, k) is not None}
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for variant in args.variants:
