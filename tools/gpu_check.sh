@@ -30,6 +30,10 @@ echo "== kernel benchmark"
 timeout 150 "$PY" tools/bench_kernels.py --device cuda --graph rmat:17 --graph rmat:20 --heads 8 --dim 16 \
   --dtype fp32 --dtype bf16 --repeats 5 2>&1 | tee "$LOG_DIR/bench_kernels.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# the acceptance graph: R-MAT with >= 50M edges (rmat:22 at edge factor 16 keeps ~60M after dedup), bf16
+timeout 200 "$PY" tools/bench_kernels.py --device cuda --graph rmat:22:16 --heads 8 --dim 16 --dtype bf16 \
+  --backends reference,cuda --repeats 3 2>&1 | tee "$LOG_DIR/bench_kernels_50M.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== gpu_check: $([ $status -eq 0 ] && echo PASSED || echo FAILED) (logs in $LOG_DIR)"
 exit $status

@@ -38,7 +38,8 @@ def dropout_key(seed: int, step: int, layer: int, site: int) -> int:
 class NodeDropout(torch.nn.Module):
     """Inverted dropout on node rows [n, F]; ``node_ids`` are the rows' global ids.
 
-    Element (i, f) is kept when hash(key, node_ids[i], f) >= p * 2^32. Zero entries stay zero
+    Element (i, f) is kept when hash(key, node_ids[i], f) >= p * 2^32. For [n, H, D] inputs the mask
+    is drawn per (node, head) and covers the head's D features. Zero entries stay zero
     whatever the mask, so for sparse inputs (bag-of-words features) only the nonzeros are hashed:
     the same result at a fraction of the cost.
     """
@@ -55,7 +56,7 @@ class NodeDropout(torch.nn.Module):
         key = dropout_key(seed, step, layer, self.site)
         threshold = int(self.p * 2**32)
         scale = 1.0 / (1.0 - self.p)
-        if not x.requires_grad:
+        if not x.requires_grad and x.dim() == 2:
             rows, cols = x.nonzero(as_tuple=True)
             if rows.numel() < SPARSE_INPUT_DENSITY * x.numel():
                 keep = hash_bits(key, node_ids[rows], cols) >= threshold
@@ -64,4 +65,6 @@ class NodeDropout(torch.nn.Module):
                 return out
         cols = torch.arange(x.shape[1], device=x.device)
         keep = hash_bits(key, node_ids[:, None], cols[None, :]) >= threshold
+        if x.dim() == 3:
+            keep = keep[:, :, None]
         return x * keep.to(x.dtype) * scale

@@ -18,7 +18,7 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float):
+    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
@@ -28,12 +28,14 @@ class TransformerBlock(nn.Module):
         self.attn_out = nn.Linear(hidden, hidden)
         self.ffn_norm = nn.LayerNorm(hidden)
         self.ffn = nn.Sequential(nn.Linear(hidden, ffn_mult * hidden), nn.GELU(), nn.Linear(ffn_mult * hidden, hidden))
+        self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.ffn_dropout = NodeDropout(dropout, site=2)
 
     def forward(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
         n, d = h_nd.shape
         q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_nd)).view(n, 3, self.heads, d // self.heads).unbind(1)
+        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).reshape(n, d)
         h_nd = h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
         return h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd)), node_ids, seed, step, layer)
@@ -51,13 +53,14 @@ class GraphTransformer(nn.Module):
         ffn_mult: int = 2,
         dropout: float = 0.5,
         input_dropout: float = 0.5,
+        attention_dropout: float = 0.0,
         seed: int = 0,
     ):
         super().__init__()
         self.heads, self.seed = heads, seed
         self.input_dropout = NodeDropout(input_dropout, site=0)
         self.input = nn.Linear(in_dim, hidden)
-        self.blocks = nn.ModuleList(TransformerBlock(hidden, heads, ffn_mult, dropout) for _ in range(layers))
+        self.blocks = nn.ModuleList(TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(hidden)
         self.classifier = nn.Linear(hidden, num_classes)
 

@@ -48,6 +48,9 @@ class DsgraphConfig:
     """Dropout after attention and FFN (masks depend only on seed, step, layer and node id)."""
     input_dropout: float = 0.5
     """Dropout on the input node features."""
+    attention_dropout: float = 0.0
+    """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed
+    by global node id, so results stay independent of the rank count)."""
     self_loops: bool = True
     """Let every node attend to itself (adds a self loop to rows that have none)."""
     partitions: str | None = None
@@ -114,7 +117,7 @@ class DsgraphConfig:
             raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")
         if self.hidden % self.heads:
             raise ValueError(f"dsgraph config: 'hidden' ({self.hidden}) must be divisible by 'heads' ({self.heads})")
-        for name in ("dropout", "input_dropout"):
+        for name in ("dropout", "input_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"dsgraph config: '{name}' must be in [0, 1), got {getattr(self, name)}")
 

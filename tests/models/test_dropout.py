@@ -48,3 +48,11 @@ def test_eval_mode_is_identity():
     d = NodeDropout(0.5, site=0).eval()
     x = torch.randn(4, 4)
     assert d(x, torch.arange(4), 0, 0, 0) is x
+
+
+def test_per_head_mask_for_three_dimensional_inputs():
+    x = torch.ones(300, 8, 4)  # [n, H, D]: one decision per (node, head), shared by the head's D features
+    out = _drop(x, torch.arange(300), p=0.5)
+    per_head = out[:, :, 0]
+    assert torch.equal(out, per_head[:, :, None].expand_as(out))
+    assert 0.4 < (per_head != 0).float().mean() < 0.6

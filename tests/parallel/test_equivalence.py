@@ -17,7 +17,7 @@ HEADS = 4
 
 def _forward_backward(graph, counts, pg, strategy, rows):
     torch.manual_seed(0)
-    model = GraphTransformer(graph.num_features, 5, hidden=32, heads=HEADS, layers=2, dropout=0.3, input_dropout=0.2, seed=7)
+    model = GraphTransformer(graph.num_features, 5, hidden=32, heads=HEADS, layers=2, dropout=0.3, input_dropout=0.2, attention_dropout=0.3, seed=7)
     block_outputs = []
     for block in model.blocks:
         block.register_forward_hook(lambda mod, inp, out: block_outputs.append(out))

@@ -65,7 +65,7 @@ def test_metrics_jsonl_and_tensorboard_have_required_values(tmp_path):
         assert 0.0 <= row["val_acc"] <= 1.0 and 0.0 <= row["test_acc"] <= 1.0
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
 
-    files = glob.glob(os.path.join(tmp_path, "tb", "job", "events.out.tfevents.*"))
+    files = glob.glob(os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True)
     assert files, "no TensorBoard event file"
     acc = EventAccumulator(os.path.dirname(files[0]))
     acc.Reload()
