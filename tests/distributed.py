@@ -12,7 +12,7 @@ import socket
 import torch.multiprocessing as mp
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -37,4 +37,4 @@ def _entry(rank, world_size, port, tmp_path, fn, args):
 
 
 def run(fn, world_size: int, tmp_path, *args) -> None:
-    mp.start_processes(_entry, args=(world_size, _free_port(), str(tmp_path), fn, args), nprocs=world_size, start_method="spawn")
+    mp.start_processes(_entry, args=(world_size, free_port(), str(tmp_path), fn, args), nprocs=world_size, start_method="spawn")

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from dsgraph.graph.partition_cli import main as partition_main
-from tests.distributed import _free_port
+from tests.distributed import free_port
 from tests.train.helpers import ds_config, write_random_graph
 
 
@@ -72,7 +72,7 @@ def test_damaged_store_stops_before_training(tmp_path):
         named = os.path.join(store, "META.json") if case == "part_count" else _damage(store, case)
         config = _write_config(str(tmp_path), epochs=1)
         cmd = _train_cmd(config, "--strategy", "halo", "--partitions", store)
-        procs[case] = (named, subprocess.Popen(cmd, env=_rank_env(0, 1, _free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs[case] = (named, subprocess.Popen(cmd, env=_rank_env(0, 1, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     problems = {"truncated": "file is truncated", "checksum": "sha256 checksum mismatch",
                 "newer_format": "format_version 99 is newer", "part_count": "has 2 parts but the job has 1 ranks"}  # fmt: skip
     for case, (named, proc) in procs.items():
@@ -87,7 +87,7 @@ def test_survivor_exits_within_timeout_when_a_rank_dies_or_hangs(fault, tmp_path
     timeout_s = 10
     graph = write_random_graph(str(tmp_path))
     config = _write_config(str(tmp_path), dataset=graph, strategy="halo", epochs=10**6, timeout_s=timeout_s)
-    port = _free_port()
+    port = free_port()
     ranks = [subprocess.Popen(_train_cmd(config), env=_rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(2)]  # fmt: skip
     try:

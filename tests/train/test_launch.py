@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+from tests.distributed import free_port
+
 
 def test_deepspeed_launcher_trains_cora_on_two_ranks(tmp_path):
     metrics = tmp_path / "m.jsonl"
     launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, "--num_accelerators", "2", "launch/train.py", "--deepspeed_config", "ds_configs/cpu_quickstart.json",
+    cmd = [launcher, "--num_accelerators", "2", "--master_port", str(free_port()), "launch/train.py", "--deepspeed_config", "ds_configs/cpu_quickstart.json",
            "--epochs", "3", "--eval-every", "3", "--metrics-out", str(metrics), "--checkpoint-dir", str(tmp_path / "ck")]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

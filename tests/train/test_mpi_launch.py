@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.train.helpers import ds_config, write_random_graph
-from tests.distributed import _free_port
+from tests.distributed import free_port
 
 MPIEXEC = shutil.which("mpiexec", path=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
 
@@ -22,7 +22,7 @@ def test_mpiexec_two_ranks_use_the_mpi_control_plane(tmp_path):
                    layers=1, backend="reference", metrics_out=str(tmp_path / "m.jsonl"))  # fmt: skip
     config.write_text(json.dumps({**ds_config(stage=2), "dsgraph": section}))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
-    env["MASTER_PORT"] = str(_free_port())
+    env["MASTER_PORT"] = str(free_port())
     cmd = [MPIEXEC, "-n", "2", sys.executable, "launch/train.py", "--deepspeed_config", str(config)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
