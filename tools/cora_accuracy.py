@@ -12,13 +12,20 @@ import json
 import os
 import subprocess
 import sys
+import socket
 import tempfile
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run(config: str, seed: int, ranks: int, out_dir: str) -> dict:
     metrics = os.path.join(out_dir, f"seed{seed}_ranks{ranks}.jsonl")
     launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, f"--num_accelerators={ranks}", "launch/train.py", "--deepspeed_config", config,
+    cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={free_port()}", "launch/train.py", "--deepspeed_config", config,
            "--seed", str(seed), "--metrics-out", metrics, "--checkpoint-every", "0"]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(metrics) as f:
