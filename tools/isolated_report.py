@@ -6,7 +6,7 @@ prefetch. Prints markdown tables.
     .venv/bin/python tools/isolated_report.py [--ranks 2 4] [--seeds 0 1 2] [--layers 2 4] [--epochs 100]
 
 Each rank count is one `deepspeed` launch that trains every (layers, strategy, seed) in turn with
-the same model, optimizer and epochs (from --config, default ds_configs/cpu_quickstart.json).
+the same model, optimizer and epochs (from --config, default ds_configs/cpu_isolated.json; its strategy key is overridden per run).
 Bytes per epoch and rank: dsgraph's measured activation traffic (CommStats, forward and backward
 of every layer) plus DeepSpeed's gradient reduction, counted as a ring all-reduce of every
 parameter in the engine's communication dtype: params * bytes * 2 * (W - 1) / W.
@@ -165,7 +165,7 @@ def report(results: dict[int, list[dict]], args) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="ds_configs/cpu_quickstart.json")
+    p.add_argument("--config", default="ds_configs/cpu_isolated.json")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--layers", type=int, nargs="+", default=[2, 4])
