@@ -1,13 +1,14 @@
 """Runs a function on p local gloo ranks (spawned processes) and returns rank 0's result.
 
 Used by the profiler and the validation sweep: one spawn per rank count, many measurements inside.
-Each rank gets ``threads`` torch (and numba) threads; the rank's result must be picklable.
+Each rank gets ``threads`` torch (and numba) threads; rank 0's result travels back through
+``torch.save`` / ``torch.load(weights_only=True)``, so it must be made of numbers, strings, tensors,
+lists, tuples and dicts.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import tempfile
 
@@ -35,8 +36,7 @@ def _entry(rank, p, port, threads, out_path, fn, args):
     try:
         result = fn(rank, p, *args)
         if rank == 0:
-            with open(out_path, "wb") as f:
-                pickle.dump(result, f)
+            torch.save(result, out_path)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -47,7 +47,8 @@ def run_ranks(fn, p: int, *args, threads: int | None = None):
     returns what rank 0 returned. An exception on any rank is raised here."""
     threads = threads or default_threads(p)
     with tempfile.TemporaryDirectory(prefix="dsgraph-agp-") as tmp:
-        out_path = os.path.join(tmp, "result.pkl")
+        out_path = os.path.join(tmp, "result.pt")
         mp.start_processes(_entry, args=(p, _free_port(), threads, out_path, fn, args), nprocs=p, start_method="spawn")
-        with open(out_path, "rb") as f:
-            return pickle.load(f)
+        import torch
+
+        return torch.load(out_path, weights_only=True)
