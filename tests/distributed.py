@@ -7,15 +7,11 @@ rank after ``deepspeed.init_distributed``; an assertion on any rank fails the te
 from __future__ import annotations
 
 import os
-import socket
 
 import torch.multiprocessing as mp
 
+from dsgraph.comm.ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank, world_size, port, tmp_path, fn, args):

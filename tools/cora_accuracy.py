@@ -12,14 +12,10 @@ import json
 import os
 import subprocess
 import sys
-import socket
 import tempfile
 
+from dsgraph.comm.ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(config: str, seed: int, ranks: int, out_dir: str) -> dict:

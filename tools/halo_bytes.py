@@ -13,19 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
+
+from dsgraph.comm.ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 STRATEGIES = ("ag", "a2a", "halo")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _relabelled(args):
@@ -89,7 +85,7 @@ def main(argv=None) -> int:
     starts = row_starts(counts)
     quality = partition_quality(graph, [[starts[r], starts[r + 1]] for r in range(args.parts)])
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_rank, args=(args, _free_port(), out_dir), nprocs=args.parts, start_method="spawn")
+        mp.start_processes(_rank, args=(args, free_port(), out_dir), nprocs=args.parts, start_method="spawn")
         ranks = []
         for r in range(args.parts):
             with open(os.path.join(out_dir, f"rank{r}.json")) as f:

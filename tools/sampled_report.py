@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
+
+from dsgraph.comm.ports import free_port
 
 VARIANTS = {
     "full": {"strategy": "ag"},
@@ -28,11 +29,6 @@ VARIANTS = {
     "sampled-bf16": {"strategy": "sampled", "feature_dtype": "bfloat16"},
 }
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _evals(path: str) -> list[dict]:
@@ -61,7 +57,7 @@ def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: 
         with open(path, "w") as f:
             json.dump(config, f, indent=1)
         launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-        cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={_free_port()}", "launch/train.py", "--deepspeed_config", path]
+        cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={free_port()}", "launch/train.py", "--deepspeed_config", path]
         with open(log, "w") as f:
             subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
         evals = _evals(metrics)

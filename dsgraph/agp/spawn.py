@@ -9,21 +9,17 @@ lists, tuples and dicts.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 
 import torch.multiprocessing as mp
+
+from dsgraph.comm.ports import free_port
 
 
 def default_threads(p: int) -> int:
     """Threads per rank when p ranks share this machine's cores."""
     return max(1, (os.cpu_count() or 1) // p)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank, p, port, threads, out_path, fn, args):
@@ -48,7 +44,7 @@ def run_ranks(fn, p: int, *args, threads: int | None = None):
     threads = threads or default_threads(p)
     with tempfile.TemporaryDirectory(prefix="dsgraph-agp-") as tmp:
         out_path = os.path.join(tmp, "result.pt")
-        mp.start_processes(_entry, args=(p, _free_port(), threads, out_path, fn, args), nprocs=p, start_method="spawn")
+        mp.start_processes(_entry, args=(p, free_port(), threads, out_path, fn, args), nprocs=p, start_method="spawn")
         import torch
 
         return torch.load(out_path, weights_only=True)

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from dsgraph.graph.partition_cli import main as partition_main
-from tests.distributed import free_port
+from dsgraph.comm.ports import free_port
 from tests.train.helpers import ds_config, write_random_graph
 
 

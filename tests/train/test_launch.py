@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from tests.distributed import free_port
+from dsgraph.comm.ports import free_port
 
 
 def test_deepspeed_launcher_trains_cora_on_two_ranks(tmp_path):
