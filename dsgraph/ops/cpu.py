@@ -105,9 +105,16 @@ def attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale: float, *, ne
 
 
 def _set_threads(work: int) -> None:
-    """numba threads: torch's thread count, fewer for small graphs (work = edges x heads)."""
-    wanted = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, work // MIN_WORK_PER_THREAD)
-    numba.set_num_threads(max(1, wanted))
+    """numba threads: torch's thread count, fewer for small graphs (work = edges x heads).
+
+    The first call starts numba's OpenMP pool, which sets the process-wide OpenMP thread count to
+    the pool's size (all cores); torch reads that same setting, so its thread count is put back.
+    Otherwise a rank set to 1 thread would run everything on all cores from then on, and ranks that
+    share the cores would slow each other several-fold."""
+    threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS, work // MIN_WORK_PER_THREAD)))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _bounds(rowptr, col, ptr: np.ndarray, which: str) -> np.ndarray:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -124,3 +128,24 @@ def test_bad_index_is_a_value_error():
     q, k, v = qkv(1, 3, 1, 8)
     with pytest.raises(ValueError, match="outside"):
         sparse_attention_cpu(rowptr, col, q, k, v, 1.0)
+
+
+THREADS_PROBE = """
+import torch
+torch.set_num_threads(1)
+import numba
+from dsgraph.ops import sparse_attention
+rowptr = torch.arange(0, 4097 * 64, 64)[:4097]
+col = torch.randint(0, 4096, (4096 * 64,), dtype=torch.int32)
+q, k, v = (torch.randn(4096, 8, 16, requires_grad=True) for _ in range(3))
+sparse_attention(rowptr, col, q, k, v, backend="cpu").sum().backward()
+print(torch.get_num_threads(), numba.get_num_threads())
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores: numba's pool is then larger than 1 thread")
+def test_kernels_keep_torch_thread_count():
+    """The first kernel starts numba's OpenMP pool, which resets the process's OpenMP thread count
+    to all cores; a rank limited to 1 thread (AGP profile, ranks sharing cores) must stay at 1."""
+    out = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
