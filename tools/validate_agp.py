@@ -191,6 +191,24 @@ def evaluate(cfgs, measured, profile) -> tuple[list[dict], dict]:
     return rows, summary
 
 
+def repeatability(cfgs, first: dict, second: dict) -> dict:
+    """How far two measurements of the same sweep agree: the median relative difference of a pair's
+    two times, and how often the best pair of one measurement is within 10% of the best of the other
+    (the selection accuracy of an oracle that knows one run's times exactly)."""
+    diffs = [abs(first[k] - second[k]) / second[k] for k in first if k in second]
+    hits = []
+    for a, b in ((first, second), (second, first)):
+        for i in range(len(cfgs)):
+            at_a = {k: t for k, t in a.items() if k[1] == i and k in b}
+            at_b = {k: b[k] for k in at_a}
+            hits.append(at_b[min(at_a, key=at_a.get)] <= (1 + WITHIN) * min(at_b.values()))
+    return {
+        "median_abs_difference_pct": 100.0 * statistics.median(diffs),
+        "p90_abs_difference_pct": 100.0 * sorted(diffs)[int(0.9 * (len(diffs) - 1))],
+        "oracle_selection_accuracy_pct": 100.0 * sum(hits) / len(hits),
+    }
+
+
 def markdown(rows, summary) -> str:
     lines = [
         f"Selection accuracy (pick within {WITHIN:.0%} of the measured best over (strategy, p in 1, 2, 4)): "
@@ -198,6 +216,15 @@ def markdown(rows, summary) -> str:
         + ", ".join(f"p={p}: {v:.1f}%" for p, v in summary["selection_accuracy_at_p_pct"].items()),
         f"Median absolute prediction error: **{summary['median_abs_prediction_error_pct']:.1f}%** "
         f"(mean {summary['mean_abs_prediction_error_pct']:.1f}%) over {summary['measured_pairs']} measured (strategy, p) pairs.",
+    ]
+    if "repeatability" in summary:
+        r = summary["repeatability"]
+        lines.append(
+            f"Repeatability against {r['against']}: the same pair measured twice differs by {r['median_abs_difference_pct']:.1f}% "
+            f"(median; 90th percentile {r['p90_abs_difference_pct']:.1f}%); an oracle that picks one run's measured best is "
+            f"within 10% of the other run's best in **{r['oracle_selection_accuracy_pct']:.1f}%** of cases."
+        )
+    lines += [
         "",
         "| configuration | N | E | pick | measured best | pick / best | ag@1 ms meas/pred | best ms meas/pred |",
         "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |",
@@ -262,16 +289,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="docs/agp/cpu_profile.json", help="AGP profile of this machine (dsgraph profile)")
     ap.add_argument("--out-dir", default="docs/agp", help="where sweep.json, sweep.md and the plots go")
-    ap.add_argument("--reps", type=int, default=3, help="round-robin repetitions per measurement (minimum kept)")
+    ap.add_argument("--reps", type=int, default=7, help="round-robin repetitions per measurement (minimum kept)")
     ap.add_argument("--backend", default="cpu", help="attention backend (must match the profile)")
     ap.add_argument("--quick", action="store_true", help="two tiny configurations (a smoke test of the tool)")
     ap.add_argument("--threads", type=int, help="threads per rank (default: the profile's)")
+    ap.add_argument("--compare", metavar="RAW_JSON", help="another run's sweep_raw.json: report how well the two "
+                    "measurements agree (the noise floor of the selection accuracy)")
     ap.add_argument("--reuse", action="store_true", help="reuse the measurements in OUT_DIR/sweep_raw.json (re-evaluate "
                     "against another profile, or resume an interrupted sweep)")
     args = ap.parse_args(argv)
     try:
         profile = load_profile(args.profile)
         profile.check_matches(backend=args.backend, dtype="float32")
+        if args.compare and not os.path.isfile(args.compare):
+            raise FileNotFoundError(f"--compare {args.compare}: no such file (a sweep_raw.json of another run)")
         if profile.max_ranks < max(RANKS):
             raise ValueError(f"{args.profile}: the sweep needs rank counts up to {max(RANKS)}; the profile covers {profile.max_ranks}")
     except (ValueError, FileNotFoundError) as err:
@@ -295,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, summary = evaluate(cfgs, measured, profile)
     summary["measurement_wall_s"] = spent_s
     summary["profile"] = args.profile
+    if args.compare:
+        summary["repeatability"] = {"against": args.compare, **repeatability(cfgs, measured, _load_raw(args.compare, cfgs)[0])}
     with open(os.path.join(args.out_dir, "sweep.json"), "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
     text = markdown(rows, summary)

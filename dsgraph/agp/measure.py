@@ -1,7 +1,8 @@
 """The measurements behind a profile: per rank count p, on p ranks running at once,
 
 - attention: fused sparse attention forward plus backward on random graphs of growing edge count
-  (time against edge-heads);
+  (time against edge-heads), at the profile's head dimension D and at 2D (their ratio gives the
+  share of the per-(edge, head) cost that does not grow with D: ``head_dim_knee``);
 - rest: one Transformer block with the attention replaced by a pass-through (projections, norms,
   FFN, dropout) forward plus backward, on growing node counts and three hidden sizes (time against
   node-MACs);
@@ -29,9 +30,10 @@ from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-ATTENTION_NODES = (512, 2048, 8192)
+ATTENTION_NODES = (128, 512, 2048, 8192)
 ATTENTION_DEGREE = 16
-REST_SHAPES = ((512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256))  # (nodes, hidden)
+MAX_KNEE = 64  # head_dim_knee is capped at 64 * head_dim (cost nearly independent of D)
+REST_SHAPES = ((128, 64), (512, 64), (512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256))  # (nodes, hidden)
 
 
 def _time_once(run: Callable[[], None]) -> float:
@@ -71,7 +73,7 @@ def random_csr(num_nodes: int, degree: int, seed: int) -> tuple[torch.Tensor, to
     return rowptr, col
 
 
-def _attention_cases(rank, heads, head_dim, dtype, backend) -> list:
+def _attention_cases(rank, heads, head_dim, dtype, backend, quantity="attention") -> list:
     from dsgraph.ops import sparse_attention
 
     cases = []
@@ -83,7 +85,7 @@ def _attention_cases(rank, heads, head_dim, dtype, backend) -> list:
         def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):
             sparse_attention(rowptr, col, q, k, v, backend=backend).backward(dy)
 
-        cases.append(("attention", float(col.numel() * heads), run))
+        cases.append((quantity, float(col.numel() * heads), run))
     return cases
 
 
@@ -138,6 +140,15 @@ def _collective_cases(rank, p, max_bytes) -> list:
     return cases
 
 
+def head_dim_knee(raw: dict, head_dim: int) -> float:
+    """delta such that one (edge, head) costs in proportion to delta + D, from the attention times at
+    D and 2D on the same graphs: their ratio r = (delta + 2D) / (delta + D). Per-(edge, head) work
+    that does not grow with D (index loads, the softmax) makes delta > 0; 0 means all work is per D."""
+    ratios = [t2 / t1 for (_, t1), (_, t2) in zip(raw["attention"], raw["attention_2d"])]
+    r = float(np.exp(np.mean(np.log(ratios))))
+    return max(0.0, head_dim * (2.0 - r) / (r - 1.0)) if r > 1.0 else float("inf")
+
+
 def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_bytes, reps):
     import warnings
 
@@ -145,6 +156,7 @@ def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_b
     dtype = DTYPES[dtype_name]
     torch.manual_seed(rank)
     cases = _attention_cases(rank, heads, head_dim, dtype, backend) + _rest_cases(ffn_mult, dtype)
+    cases += _attention_cases(rank, heads, 2 * head_dim, dtype, backend, quantity="attention_2d")
     if p > 1:
         cases += _collective_cases(rank, p, max_bytes)
     return interleaved_min(cases, reps)
@@ -217,6 +229,7 @@ def measure_profile(
             attention=fit_loglog(raw["attention"]),
             rest=fit_loglog(raw["rest"]),
             collectives={c: fit_loglog(raw[c]) for c in COLLECTIVES if c in raw},
+            head_dim_knee=min(head_dim_knee(raw, head_dim), MAX_KNEE * head_dim),
         )
         log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s")
     system = system_description(backend, threads)

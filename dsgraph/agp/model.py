@@ -240,7 +240,8 @@ def predict(
     if reason:
         return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason)
     fits = profile.fits(p)
-    d_scale = model.head_dim / profile.head_dim  # attention work grows with the head dimension
+    knee = fits.head_dim_knee  # an (edge, head) costs in proportion to knee + D
+    d_scale = (knee + model.head_dim) / (knee + profile.head_dim)
     if strategy == "a2a":
         edge_heads = graph.num_edges * model.heads / p
     elif strategy == "halo":

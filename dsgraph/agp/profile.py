@@ -7,9 +7,10 @@ Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
       "backend": "cpu", "dtype": "float32", "heads": 8, "head_dim": 16, "ffn_mult": 2,
       "system": {"description": "...", "memory_capacity_bytes": 1.3e11, "memory_shared_by_ranks": true, ...},
       "ranks": {
-        "1": {"attention": FIT, "rest": FIT},
+        "1": {"attention": FIT, "rest": FIT, "head_dim_knee": 12.5},
         "2": {"attention": FIT, "rest": FIT,
-              "collectives": {"all_gather": FIT, "reduce_scatter": FIT, "all_to_all": FIT, "all_to_all_uneven": FIT}},
+              "collectives": {"all_gather": FIT, "reduce_scatter": FIT, "all_to_all": FIT, "all_to_all_uneven": FIT},
+              "head_dim_knee": 12.5},
         ...
       }
     }
@@ -19,6 +20,9 @@ edge for one head of dimension ``head_dim``, forward plus backward, per rank whi
 compute at once); ``rest`` node-MACs (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the
 QKV, output and FFN projections, forward plus backward); collectives bytes sent per rank (the
 per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatter).
+
+``head_dim_knee`` (optional; 0 when absent) is delta in: one (edge, head) of head dimension D costs
+in proportion to delta + D (measured from the attention times at D and 2D).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class RankFits:
     attention: LogLogFit
     rest: LogLogFit
     collectives: dict[str, LogLogFit] = field(default_factory=dict)
+    head_dim_knee: float = 0.0
+    """delta: one (edge, head) of head dimension D costs in proportion to delta + D (0: to D)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,8 @@ class Profile:
             entry = {"attention": f.attention.to_dict(), "rest": f.rest.to_dict()}
             if f.collectives:
                 entry["collectives"] = {name: fit.to_dict() for name, fit in f.collectives.items()}
+            if f.head_dim_knee:
+                entry["head_dim_knee"] = f.head_dim_knee
             ranks[str(p)] = entry
         return {
             "format": FORMAT,
@@ -138,6 +146,12 @@ def load_profile(path: str) -> Profile:
     return profile_from_dict(data, source=path)
 
 
+def _non_negative(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
+        raise ValueError(f"{where} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
 def profile_from_dict(data, source: str = "<profile>") -> Profile:
     """Validates a parsed profile; every error names ``source`` and the offending key."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -169,6 +183,7 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
             attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
             rest=LogLogFit.from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
             collectives=collectives,
+            head_dim_knee=_non_negative(entry.get("head_dim_knee", 0.0), f"{source}: ranks.{key}.head_dim_knee"),
         )
     if 1 not in ranks:
         raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")

@@ -1,11 +1,13 @@
 """Log-log fits, and loading profiles: round trip and every kind of bad input."""
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 from dsgraph.agp.fits import fit_loglog
+from dsgraph.agp.measure import head_dim_knee
 from dsgraph.agp.profile import load_profile
 from dsgraph.agp.synthetic import linear_profile
 
@@ -43,6 +45,19 @@ def test_profile_round_trip(tmp_path):
         for name, fit in original.ranks[p].collectives.items():
             assert loaded.ranks[p].collectives[name](2.0**20) == pytest.approx(fit(2.0**20))
     assert loaded.backend == "cuda" and loaded.dtype == "float32"
+    assert [loaded.ranks[p].head_dim_knee for p in (1, 2, 3)] == [0.0] * 3  # absent: cost in proportion to D
+
+
+def test_head_dim_knee_round_trip_and_measurement(tmp_path):
+    profile = _profile(max_ranks=2)
+    profile = profile.replace_ranks({p: dataclasses.replace(f, head_dim_knee=12.5) for p, f in profile.ranks.items()})
+    profile.save(str(tmp_path / "k.json"))
+    assert load_profile(str(tmp_path / "k.json")).ranks[2].head_dim_knee == 12.5
+    # t(2D) / t(D) = (knee + 2D) / (knee + D): a ratio of 1.5 at D = 16 means knee = 16; 2.0 means 0
+    raw = {"attention": [(1.0, 2.0), (4.0, 8.0)], "attention_2d": [(1.0, 3.0), (4.0, 12.0)]}
+    assert head_dim_knee(raw, 16) == pytest.approx(16.0)
+    raw["attention_2d"] = [(1.0, 4.0), (4.0, 16.0)]
+    assert head_dim_knee(raw, 16) == pytest.approx(0.0)
 
 
 def test_missing_profile(tmp_path):
@@ -62,6 +77,7 @@ def test_missing_profile(tmp_path):
         (lambda d: {**d, "ranks": {**d["ranks"], "x": {}}}, "rank count key 'x'"),
         (lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "collectives": {}}}}, r"ranks.2.collectives must hold fits"),
         (lambda d: {**d, "ranks": {**d["ranks"], "1": {**d["ranks"]["1"], "attention": {"slope": 1}}}}, r"ranks.1.attention: malformed fit"),
+        (lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "head_dim_knee": -3}}}, r"ranks.2.head_dim_knee must be a non-negative number"),
     ],
 )
 def test_malformed_profiles_name_the_problem(tmp_path, mutate, message):

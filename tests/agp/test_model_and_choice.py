@@ -1,5 +1,6 @@
 """The cost and memory model and the choice, on synthetic profiles (no processes)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -42,6 +43,19 @@ def test_attention_work_and_imbalance():
     a2a = predict("a2a", 4, skewed, MODEL, profile, step=False)
     # AG waits for the rank with 70% of the edges; A2A splits heads, so every rank has E*H/p
     assert ag.attention_s / a2a.attention_s == pytest.approx(1_400_000 / 500_000, rel=0.2)
+
+
+def test_attention_cost_per_head_dim_follows_the_knee():
+    """An (edge, head) costs in proportion to knee + D: with knee = D0 = 16, D = 32 costs 1.5x D0."""
+    linear = _profile()
+    kneed = linear.replace_ranks({p: dataclasses.replace(f, head_dim_knee=16.0) for p, f in linear.ranks.items()})
+    wide = ModelShape(layers=2, hidden=256, heads=8)  # head_dim 32
+
+    def ratio(profile):
+        return predict("ag", 2, GRAPH, wide, profile, step=False).attention_s / predict("ag", 2, GRAPH, MODEL, profile, step=False).attention_s
+
+    assert ratio(linear) == pytest.approx(2.0, rel=0.05)
+    assert ratio(kneed) == pytest.approx(1.5, rel=0.05)
 
 
 def test_infeasible_pairs_carry_reasons():
