@@ -12,6 +12,8 @@ Reports, per configuration, whether the automatic pick (the fastest predicted fe
 p)) is within 10% of the measured best, and the prediction error of every measured pair; writes
 sweep.json, sweep.md, sweep_raw.json (the measurements; ``--reuse`` re-evaluates them against another
 profile or resumes an interrupted sweep) and two plots (predicted_vs_measured.png, strategy_map.png).
+``--compare`` takes another run's sweep_raw.json and reports how well the two runs' times agree: the
+noise floor below which no model's selection accuracy can be judged.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ def format_fits(profile) -> str:
         rows += [(name, fit, 2**20, "1 MiB") for name, fit in fits.collectives.items()]
         for name, fit, x, unit in rows:
             lines.append(f"{p:>2}  {name:<18} {fit.slope:6.3f} {fit.r2:6.3f}  {fit(x) * 1e3:9.3f} ms at {unit}")
+    knees = ", ".join(f"p={p}: {fits.head_dim_knee:.1f}" for p, fits in sorted(profile.ranks.items()))
+    lines.append(f"head_dim_knee (an (edge, head) costs in proportion to knee + D): {knees}")
     return "\n".join(lines)
 
 
