@@ -32,7 +32,7 @@ from dsgraph.agp.spawn import run_ranks
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ATTENTION_NODES = (128, 512, 2048, 8192)
 ATTENTION_DEGREE = 16
-MAX_KNEE = 64  # head_dim_knee is capped at 64 * head_dim (cost nearly independent of D)
+MAX_KNEE = 64  # head_dim_knee is at most 64 * head_dim (cost nearly independent of D)
 REST_SHAPES = ((128, 64), (512, 64), (512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256))  # (nodes, hidden)
 
 
@@ -143,10 +143,12 @@ def _collective_cases(rank, p, max_bytes) -> list:
 def head_dim_knee(raw: dict, head_dim: int) -> float:
     """delta such that one (edge, head) costs in proportion to delta + D, from the attention times at
     D and 2D on the same graphs: their ratio r = (delta + 2D) / (delta + D). Per-(edge, head) work
-    that does not grow with D (index loads, the softmax) makes delta > 0; 0 means all work is per D."""
+    that does not grow with D (index loads, the softmax) makes delta > 0; 0 means all work is per D.
+    Capped at MAX_KNEE * D (a ratio at or below 1: the cost does not grow with D at all)."""
     ratios = [t2 / t1 for (_, t1), (_, t2) in zip(raw["attention"], raw["attention_2d"])]
     r = float(np.exp(np.mean(np.log(ratios))))
-    return max(0.0, head_dim * (2.0 - r) / (r - 1.0)) if r > 1.0 else float("inf")
+    cap = MAX_KNEE * head_dim
+    return min(cap, max(0.0, head_dim * (2.0 - r) / (r - 1.0))) if r > 1.0 else cap
 
 
 def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_bytes, reps):
@@ -229,7 +231,7 @@ def measure_profile(
             attention=fit_loglog(raw["attention"]),
             rest=fit_loglog(raw["rest"]),
             collectives={c: fit_loglog(raw[c]) for c in COLLECTIVES if c in raw},
-            head_dim_knee=min(head_dim_knee(raw, head_dim), MAX_KNEE * head_dim),
+            head_dim_knee=head_dim_knee(raw, head_dim),
         )
         log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s")
     system = system_description(backend, threads)
