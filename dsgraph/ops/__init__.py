@@ -1,9 +1,11 @@
-from dsgraph.ops.dispatch import available_backends, register_backend, sparse_attention
-from dsgraph.ops.reference import sparse_attention_reference
-from dsgraph.ops import cpu as _cpu
-from dsgraph.ops import cuda as _cuda
+"""Sparse attention (SDDMM -> softmax -> SpMM over in-edges): one function, registered backends."""
 
-register_backend("cpu", _cpu.is_available, _cpu.sparse_attention_cpu)
-register_backend("cuda", _cuda.is_available, _cuda.sparse_attention_cuda)
+from dsgraph.ops.cpu import CpuBackend
+from dsgraph.ops.cuda import CudaBackend
+from dsgraph.ops.dispatch import available_backends, get_backend, register_backend, sparse_attention
+from dsgraph.ops.reference import ReferenceBackend, sparse_attention_reference
 
-__all__ = ["sparse_attention", "sparse_attention_reference", "register_backend", "available_backends"]
+for _backend in (ReferenceBackend(), CpuBackend(), CudaBackend()):  # the registry: one entry per backend
+    register_backend(_backend)
+
+__all__ = ["sparse_attention", "sparse_attention_reference", "register_backend", "available_backends", "get_backend"]

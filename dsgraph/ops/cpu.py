@@ -16,47 +16,35 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from dsgraph.ops import cpu_kernels
+from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
 from dsgraph.ops.csc import cached_per_graph, transpose
 
 BLOCKS_PER_THREAD = 16  # work blocks per thread: enough to even out power-law rows
 MIN_WORK_PER_THREAD = 1 << 17  # (edge, head) pairs: below this, another thread costs more than it saves
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
-INT32_MAX = 2**31 - 1
 
 
-def is_available() -> bool:
-    return True
+class CpuBackend(FusedBackend):
+    """numba kernels on CPU tensors in fp32, bf16 (computed in fp32) or fp64 (for gradcheck)."""
 
+    name = "cpu"
+    priority = 10
+    device_type = "cpu"
 
-def sparse_attention_cpu(
-    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Same contract as ``sparse_attention_reference``: q [N_dst, H, D], k, v [N_src, H, D] on the
-    CPU, rowptr int64 [N_dst+1], col int32/int64 [E]; returns y [N_dst, H, D] in q's dtype."""
-    _check_cpu_inputs(rowptr, col, q, k, v)
-    return _CpuSparseAttention.apply(rowptr, col, q, k, v, scale)
+    def unsupported(self, q, tensors) -> str:
+        if q.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {q.dtype} is not supported; use one of {SUPPORTED_DTYPES}"
+        if max(tensors.get("k", q).shape[0], q.shape[0]) > INT32_MAX:
+            return "node counts must stay below 2^31 (int32 node ids)"
+        return on_one_device(tensors, "cpu")
 
+    def forward(self, rowptr, col, q, k, v, scale: float):
+        return attention_forward(rowptr, col, q, k, v, scale)
 
-class _CpuSparseAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, rowptr, col, q, k, v, scale):
-        y, y_acc, lse = attention_forward(rowptr, col, q, k, v, scale)
-        ctx.save_for_backward(q, k, v, y_acc, lse)
-        ctx.graph = (rowptr, col)  # non-differentiable context; the CSC is cached per graph
-        ctx.scale = scale
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        q, k, v, y_acc, lse = ctx.saved_tensors
-        rowptr, col = ctx.graph
-        need_q, need_k, need_v = ctx.needs_input_grad[2:5]
-        dq, dk, dv = attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, ctx.scale, need_kv=need_k or need_v)
-        return None, None, dq if need_q else None, dk if need_k else None, dv if need_v else None, None
+    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale: float, needs):
+        return attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale, need_kv=needs[1] or needs[2])
 
 
 def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,21 +122,3 @@ def _as_compute_array(t: torch.Tensor, cdt: torch.dtype) -> np.ndarray:
 
 def _as_int32(col: torch.Tensor) -> torch.Tensor:
     return col if col.dtype == torch.int32 else col.to(torch.int32)
-
-
-def _check_cpu_inputs(rowptr, col, q, k, v) -> None:
-    """ValueErrors for what the kernels cannot index safely (they do no bounds checks)."""
-    for name, t in (("rowptr", rowptr), ("col", col), ("q", q), ("k", k), ("v", v)):
-        if t.device.type != "cpu":
-            raise ValueError(f"sparse_attention cpu backend: '{name}' is on {t.device}; move it to the CPU or use backend='auto'")
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"sparse_attention cpu backend: dtype {q.dtype} is not supported; use one of {SUPPORTED_DTYPES}")
-    n_src, edges = k.shape[0], col.numel()
-    if n_src > INT32_MAX or q.shape[0] > INT32_MAX:
-        raise ValueError("sparse_attention cpu backend: node counts must stay below 2^31 (int32 node ids)")
-    if rowptr.numel() and (int(rowptr[0]) != 0 or int(rowptr[-1]) != edges):
-        raise ValueError(f"sparse_attention cpu backend: rowptr must start at 0 and end at the edge count {edges}")
-    if rowptr.numel() > 1 and bool((rowptr[1:] < rowptr[:-1]).any()):
-        raise ValueError("sparse_attention cpu backend: rowptr is not monotone")
-    if edges and (int(col.min()) < 0 or int(col.max()) >= n_src):
-        raise ValueError(f"sparse_attention cpu backend: an index in 'col' is outside [0, {n_src}) (the rows of k and v)")

@@ -60,16 +60,39 @@ class Transpose:
     perm: torch.Tensor
 
 
-def build_transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> Transpose:
-    """Builds the CSC of a CSR graph (uncached); see :func:`transpose`."""
-    n_dst = rowptr.numel() - 1
-    device = col.device
-    perm = torch.argsort(col, stable=True)  # stable: destinations stay ascending within a source
-    dst = torch.repeat_interleave(torch.arange(n_dst, device=device, dtype=torch.int32), rowptr[1:] - rowptr[:-1])
-    counts = torch.bincount(col.long(), minlength=n_src) if col.numel() else torch.zeros(n_src, dtype=torch.int64, device=device)
+SORT_CHUNK_EDGES = 2**30  # torch.argsort on CUDA refuses more than 2^31 - 1 elements
+
+
+def build_transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int, chunk_edges: int = SORT_CHUNK_EDGES) -> Transpose:
+    """Builds the CSC of a CSR graph (uncached); see :func:`transpose`.
+
+    A stable counting sort by source, done in chunks of at most ``chunk_edges`` consecutive CSR
+    edges, so that no sort, bincount or search sees more than that many elements (any edge count
+    works on any device). Chunk c's edges of source j go after those of chunks 0..c-1: chunks follow
+    the destination order, so destinations stay ascending within every source, as one stable sort
+    of the whole ``col`` would leave them."""
+    device, edges = col.device, col.numel()
+    bounds = list(range(0, edges, chunk_edges)) + [edges]
+    counts = torch.zeros(n_src, dtype=torch.int64, device=device)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        counts += torch.bincount(col[lo:hi].long(), minlength=n_src)
     colptr = torch.zeros(n_src + 1, dtype=torch.int64, device=device)
     torch.cumsum(counts, 0, out=colptr[1:])
-    return Transpose(colptr=colptr, row=dst[perm], perm=perm)
+    perm = torch.empty(edges, dtype=torch.int64, device=device)
+    row = torch.empty(edges, dtype=torch.int32, device=device)
+    filled = colptr[:-1].clone()  # [N_src] next free CSC position of every source
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        src = col[lo:hi].long()
+        order = torch.argsort(src, stable=True)  # chunk-local, destinations ascending per source
+        src_sorted = src[order]
+        chunk_counts = torch.bincount(src, minlength=n_src)
+        chunk_start = torch.cumsum(chunk_counts, 0) - chunk_counts  # [N_src] first sorted slot of each source
+        position = filled[src_sorted] + torch.arange(hi - lo, device=device) - chunk_start[src_sorted]
+        edge = order + lo
+        perm[position] = edge
+        row[position] = (torch.searchsorted(rowptr, edge, right=True) - 1).to(torch.int32)
+        filled += chunk_counts
+    return Transpose(colptr=colptr, row=row, perm=perm)
 
 
 def transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> Transpose:

@@ -3,7 +3,7 @@
 Kernels are compiled at run time by NVRTC (CuPy ``RawModule``), once per (device, file, dtype,
 head dim), and launched on torch's current stream on zero-copy DLPack views of torch tensors
 (outputs are allocated by torch, so memory stays in torch's caching allocator). Importing this
-module never fails: without CuPy or a GPU, ``is_available()`` is False.
+module never fails: without CuPy or a GPU, ``CudaBackend().available()`` is False.
 
 Forward: an online softmax per (row, head) that writes y and lse [N_dst, H] (fp32). Backward:
 delta = <dy, y>, then dQ over the rows (CSR) and dK, dV over the columns of the cached transpose
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from dsgraph.ops import cuda_source
+from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
 from dsgraph.ops.csc import cached_per_graph, transpose
 from dsgraph.ops.cuda_plan import SegmentPlan, build_plan
 
@@ -27,50 +27,42 @@ except Exception:  # not installed, or a build that finds no CUDA library: the b
     cupy = None
 
 THREADS_PER_BLOCK = 256
-INT32_MAX = 2**31 - 1
 MAX_GRID_Y = 65535
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 _FWD, _BWD = "sparse_attention_fwd.cu", "sparse_attention_bwd.cu"
 _MODULES: dict[tuple[int, str, str, int], object] = {}
 
 
-def is_available() -> bool:
-    if cupy is None or not torch.cuda.is_available():
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+class CudaBackend(FusedBackend):
+    """CuPy-launched kernels on CUDA tensors in fp32 or bf16 with a head dim in HEAD_DIMS."""
 
+    name = "cuda"
+    priority = 20
+    device_type = "cuda"
 
-def sparse_attention_cuda(
-    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Same contract as ``sparse_attention_reference`` for CUDA tensors in fp32 or bf16 with a head
-    dim in cuda_source.HEAD_DIMS; returns y [N_dst, H, D] in q's dtype."""
-    if not is_available():
-        raise ValueError("sparse_attention cuda backend: needs CuPy (pip install -e '.[cuda]') and a CUDA GPU")
-    _check_cuda_inputs(rowptr, col, q, k, v)
-    return _CudaSparseAttention.apply(rowptr, col, q, k, v, scale)
+    def available(self) -> bool:
+        if cupy is None or not torch.cuda.is_available():
+            return False
+        try:
+            return cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            return False
 
+    def unsupported(self, q, tensors) -> str:
+        if q.dtype not in _DTYPE_NAMES:
+            return f"dtype {q.dtype} is not supported; use float32 or bfloat16"
+        if q.shape[2] not in cuda_source.HEAD_DIMS:
+            return f"head dim {q.shape[2]} is not supported; use one of {cuda_source.HEAD_DIMS} or backend='reference'"
+        if max(q.shape[0], tensors.get("k", q).shape[0]) > INT32_MAX or q.shape[1] > MAX_GRID_Y:
+            return f"node counts must stay below 2^31 and heads at most {MAX_GRID_Y}"
+        return on_one_device(tensors, "cuda")
 
-class _CudaSparseAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, rowptr, col, q, k, v, scale):
+    def forward(self, rowptr, col, q, k, v, scale: float):
         y_f32, lse = attention_forward(rowptr, col, q, k, v, scale)
-        ctx.save_for_backward(q, k, v, y_f32, lse)
-        ctx.graph = (rowptr, col)  # non-differentiable context; plans and the CSC are cached per graph
-        ctx.scale = scale
-        return y_f32.to(q.dtype)
+        return y_f32.to(q.dtype), y_f32, lse
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        q, k, v, y_f32, lse = ctx.saved_tensors
-        rowptr, col = ctx.graph
-        dq, dk, dv = attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, ctx.scale)
-        need = ctx.needs_input_grad
-        return None, None, dq if need[2] else None, dk if need[3] else None, dv if need[4] else None, None
+    def backward(self, rowptr, col, q, k, v, y_f32, lse, dy, scale: float, needs):
+        return attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale, need_kv=needs[1] or needs[2])
 
 
 def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,8 +71,8 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     heads = q.shape[1]
     y = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    if q.shape[0] == 0:
-        return y, lse
+    if q.shape[0] == 0 or col.numel() == 0:  # no edges: every row is empty (and DLPack views of empty tensors are avoided)
+        return y.zero_(), lse.fill_(float("-inf"))
     plan = _plan(rowptr, col, "rows", rowptr)
     with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
         graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
@@ -89,18 +81,18 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     return y, lse
 
 
-def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float):
-    """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]."""
+def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, need_kv: bool = True):
+    """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]; without
+    ``need_kv`` the column pass is skipped and dk, dv are None."""
     q, k, v, dy = (_aligned(t) for t in (q, k, v, dy.to(q.dtype)))
     heads = q.shape[1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    if q.shape[0] == 0 or k.shape[0] == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
+    if q.shape[0] == 0 or k.shape[0] == 0 or col.numel() == 0:
+        return dq.zero_(), dk.zero_() if need_kv else None, dv.zero_() if need_kv else None
     delta = torch.empty_like(lse)
     items = lse.numel()
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], q.shape[2])
-    csc = transpose(rowptr, col, k.shape[0])
-    row_plan, col_plan = _plan(rowptr, col, "rows", rowptr), _plan(rowptr, col, "cols", csc.colptr)
+    row_plan = _plan(rowptr, col, "rows", rowptr)
     with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
         delta_args = (_dl(dy), _dl(y_f32), _dl(delta), np.int64(items))
         _kernel(q, _BWD, "sa_delta")((_blocks(items * team),), (THREADS_PER_BLOCK,), delta_args)
@@ -108,6 +100,11 @@ def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float):
         graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
         dq_args = (*graph, *common, _dl(dq), np.int32(heads), np.float32(scale))
         _run_pass(_BWD, "sa_dq", row_plan, dq_args, q, state_vectors=1)
+    if not need_kv:
+        return dq, None, None
+    csc = transpose(rowptr, col, k.shape[0])
+    col_plan = _plan(rowptr, col, "cols", csc.colptr)
+    with _on_torch_stream(q.device):
         dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
         _run_pass(_BWD, "sa_dkdv", col_plan, dkdv_args, q, state_vectors=2)
     return dq, dk, dv
@@ -178,7 +175,9 @@ def _blocks(threads: int) -> int:
 
 
 def _dl(t: torch.Tensor):
-    """A zero-copy CuPy view of a contiguous tensor; bf16 travels as int16 (CuPy has no bf16)."""
+    """A zero-copy CuPy view of a contiguous tensor; bf16 travels as int16 (CuPy has no bf16).
+    Detached first: DLPack refuses to export a tensor that requires grad."""
+    t = t.detach()
     return cupy.from_dlpack(t.view(torch.int16) if t.dtype == torch.bfloat16 else t)
 
 
@@ -190,31 +189,3 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _int32(col: torch.Tensor) -> torch.Tensor:
     return col if col.dtype == torch.int32 else col.to(torch.int32)
-
-
-def _check_cuda_inputs(rowptr, col, q, k, v) -> None:
-    """ValueErrors for what the kernels cannot handle, checked before any launch."""
-    device = q.device
-    for name, t in (("rowptr", rowptr), ("col", col), ("q", q), ("k", k), ("v", v)):
-        if t.device != device or device.type != "cuda":
-            raise ValueError(f"sparse_attention cuda backend: all inputs must be on one CUDA device; '{name}' is on {t.device}")
-    if q.dtype not in _DTYPE_NAMES:
-        raise ValueError(f"sparse_attention cuda backend: dtype {q.dtype} is not supported; use float32 or bfloat16")
-    if q.shape[2] not in cuda_source.HEAD_DIMS:
-        raise ValueError(
-            f"sparse_attention cuda backend: head dim {q.shape[2]} is not supported; use one of "
-            f"{cuda_source.HEAD_DIMS} or backend='reference'"
-        )
-    if max(q.shape[0], k.shape[0]) > INT32_MAX or q.shape[1] > MAX_GRID_Y:
-        raise ValueError(f"sparse_attention cuda backend: node counts must stay below 2^31 and heads at most {MAX_GRID_Y}")
-    cached_per_graph(rowptr, col, ("cuda-checked", k.shape[0]), lambda: _check_graph(rowptr, col, k.shape[0]))
-
-
-def _check_graph(rowptr, col, n_src: int) -> bool:
-    """Index checks (one device sync); cached per graph, so they run once."""
-    edges = col.numel()
-    if int(rowptr[0]) != 0 or int(rowptr[-1]) != edges or bool((rowptr[1:] < rowptr[:-1]).any()):
-        raise ValueError(f"sparse_attention cuda backend: rowptr must be monotone from 0 to the edge count {edges}")
-    if edges and (int(col.min()) < 0 or int(col.max()) >= n_src):
-        raise ValueError(f"sparse_attention cuda backend: an index in 'col' is outside [0, {n_src}) (the rows of k and v)")
-    return True

@@ -1,37 +1,94 @@
-"""``sparse_attention``: one public function, backends registered by name, inputs checked once."""
+"""``sparse_attention``: one public function over registered backend objects.
+
+Inputs are checked once per call for shapes and dtypes, and once per graph for indices (the scan is
+cached with the graph, for every backend). ``backend="auto"`` takes the highest-priority backend
+for the inputs' device that supports them, so CUDA tensors in fp64 or with an unusual head dim run
+on the reference backend, with the reason logged once, instead of failing.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import logging
 
 import torch
 
-from dsgraph.ops.reference import sparse_attention_reference
+from dsgraph.ops.backend import Backend, check_graph
+from dsgraph.ops.csc import cached_per_graph
 
-# name -> (is_available() -> bool, fn(rowptr, col, q, k, v, scale) -> y)
-_BACKENDS: dict[str, tuple[Callable[[], bool], Callable]] = {
-    "reference": (lambda: True, sparse_attention_reference),
-}
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+_BACKENDS: dict[str, Backend] = {}
+_LOGGED: set[str] = set()
+log = logging.getLogger(__name__)
 
 
-def register_backend(name: str, is_available: Callable[[], bool], fn: Callable) -> None:
-    _BACKENDS[name] = (is_available, fn)
+def register_backend(backend: Backend) -> None:
+    """Makes ``backend`` selectable by its name and by ``auto``."""
+    _BACKENDS[backend.name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    _BACKENDS.pop(name, None)
 
 
 def available_backends() -> list[str]:
-    return [name for name, (ok, _) in _BACKENDS.items() if ok()]
+    return [name for name, b in _BACKENDS.items() if b.available()]
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    if backend == "auto":
-        preferred = "cuda" if device.type == "cuda" else "cpu"
-        return preferred if preferred in available_backends() else "reference"
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown sparse attention backend '{backend}'; choose from auto, {', '.join(_BACKENDS)}")
-    if not _BACKENDS[backend][0]():
-        raise ValueError(f"sparse attention backend '{backend}' is not available on this machine")
+def get_backend(name: str) -> Backend:
+    """The registered backend ``name`` (not 'auto'); ValueError when unknown or unavailable here."""
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown sparse attention backend '{name}'; choose from auto, {', '.join(_BACKENDS)}")
+    backend = _BACKENDS[name]
+    if not backend.available():
+        raise ValueError(f"sparse attention backend '{name}' is not available on this machine")
     return backend
+
+
+def backend_for(q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> tuple[Backend, list[str]]:
+    """The backend ``auto`` takes for these inputs, and why each better one for their device did not."""
+    skipped = []
+    ranked = sorted(_BACKENDS.values(), key=lambda b: -b.priority)
+    for backend in ranked:
+        if backend.device_type not in (None, q.device.type) or not backend.available():
+            continue
+        reason = backend.unsupported(q, tensors)
+        if not reason:
+            return backend, skipped
+        skipped.append(f"{backend.name}: {reason}")
+    raise ValueError(f"sparse_attention: no backend runs these inputs ({'; '.join(skipped)})")
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """The backend ``name`` stands for on ``device`` for the usual inputs (fp32 or bf16, a common
+    head dim): ``auto`` is the available backend of highest priority for the device. For matching
+    profiles to runs; per call, ``backend_for_inputs`` decides."""
+    if name != "auto":
+        return get_backend(name).name
+    ranked = sorted(_BACKENDS.values(), key=lambda b: -b.priority)
+    return next(b.name for b in ranked if b.device_type in (None, device.type) and b.available())
+
+
+def backend_for_inputs(name: str, q: torch.Tensor, tensors: dict[str, torch.Tensor] | None = None) -> Backend:
+    """The backend that runs inputs like ``q`` for ``backend=name``; an explicit backend that cannot
+    run them is a ValueError naming why."""
+    tensors = tensors if tensors is not None else {"q": q}
+    if name != "auto":
+        backend = get_backend(name)
+        reason = backend.unsupported(q, tensors)
+        if reason:
+            raise ValueError(f"sparse_attention {name} backend: {reason}")
+        return backend
+    backend, skipped = backend_for(q, tensors)
+    if skipped:
+        _log_once(f"sparse_attention: backend 'auto' runs '{backend.name}' for {q.dtype} inputs with head dim "
+                  f"{q.shape[-1]} on {q.device.type} ({'; '.join(skipped)})")  # fmt: skip
+    return backend
+
+
+def _log_once(message: str) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        log.warning(message)
 
 
 def sparse_attention(
@@ -50,15 +107,15 @@ def sparse_attention(
     k, v: [N_src, H, D]. Returns y [N_dst, H, D] in q's dtype; rows with no in-edges give 0.
     ``scale`` defaults to D**-0.5. Differentiable in q, k and v.
     """
-    _check_inputs(rowptr, col, q, k, v)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    name = resolve_backend(backend, q.device)
-    with torch.profiler.record_function(f"dsgraph/attention/{name}"):  # a named region in traces
-        return _BACKENDS[name][1](rowptr, col, q, k, v, float(scale))
+    _check_shapes(rowptr, col, q, k, v)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    chosen = backend_for_inputs(backend, q, {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v})
+    cached_per_graph(rowptr, col, ("checked", k.shape[0]), lambda: check_graph(rowptr, col, k.shape[0]))
+    with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}"):  # a named region in traces
+        return chosen.attention(rowptr, col, q, k, v, scale)
 
 
-def _check_inputs(rowptr, col, q, k, v) -> None:
+def _check_shapes(rowptr, col, q, k, v) -> None:
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("sparse_attention: q, k and v must be 3-D [N, H, D]")
     if k.shape != v.shape or q.shape[1:] != k.shape[1:]:

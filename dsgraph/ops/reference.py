@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from dsgraph.ops.backend import Backend
+
 
 def sparse_attention_reference(
     rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -30,3 +32,19 @@ def sparse_attention_reference(
     y = torch.zeros(q.shape, dtype=acc, device=q.device)
     y = y.index_add(0, dst, probs_EH[:, :, None] * v[src].to(acc))
     return y.to(q.dtype)
+
+
+class ReferenceBackend(Backend):
+    """The oracle as a backend: any device, any float dtype, torch's own autograd."""
+
+    name = "reference"
+    priority = 0
+    device_type = None
+
+    def unsupported(self, q, tensors) -> str:
+        first = q.device
+        wrong = next((name for name, t in tensors.items() if t.device != first), None)
+        return f"all inputs must be on one device; '{wrong}' is on {tensors[wrong].device}, q on {first}" if wrong else ""
+
+    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
+        return sparse_attention_reference(rowptr, col, q, k, v, scale)

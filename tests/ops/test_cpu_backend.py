@@ -11,12 +11,15 @@ import torch
 
 from dsgraph.graph import load_dataset
 from dsgraph.ops import sparse_attention
-from dsgraph.ops.cpu import sparse_attention_cpu
 from dsgraph.ops.csc import build_transpose, transpose
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops.cases import HUB_COLUMN_ROWS, HUB_DEGREE, N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+
+
+def sparse_attention_cpu(rowptr, col, q, k, v, scale):
+    return sparse_attention(rowptr, col, q, k, v, scale=scale, backend="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgraph.ops import cuda as cuda_backend
+from dsgraph.ops import available_backends, sparse_attention
 from dsgraph.ops.cuda_source import HEAD_DIMS
 from dsgraph.ops.peak_memory import peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
@@ -18,7 +18,7 @@ from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_w
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not cuda_backend.is_available(), reason="needs CuPy and a CUDA GPU"),
+    pytest.mark.skipif("cuda" not in available_backends(), reason="needs CuPy and a CUDA GPU"),
 ]
 @pytest.fixture(scope="module")
 def graph():
@@ -27,7 +27,7 @@ def graph():
 
 
 def cuda_attention(rowptr, col, q, k, v, scale):
-    return cuda_backend.sparse_attention_cuda(rowptr, col, q, k, v, scale)
+    return sparse_attention(rowptr, col, q, k, v, scale=scale, backend="cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -1,0 +1,102 @@
+"""Sparse attention backends as objects, and the one autograd Function the fused backends share.
+
+A backend is one implementation of the op's contract (``reference.py`` states it). It says which
+inputs it can run (``unsupported``), and computes ``attention``. A *fused* backend brings its own
+forward and backward kernels instead of torch's autograd: ``FusedAttention`` runs them, saves only
+q, k, v, the output in the accumulation dtype and the per-(row, head) log-sum-exp, and hands
+backward detached tensors (a kernel library reads them through DLPack, which refuses tensors that
+require grad; in fp32 the saved output is the Function's own output).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch.autograd.function import once_differentiable
+
+INT32_MAX = 2**31 - 1
+
+
+class Backend(ABC):
+    """``name`` selects it (``backend=name``); ``backend="auto"`` takes the available backend of
+    highest ``priority`` whose ``device_type`` is the inputs' (None: any device) and that supports
+    the inputs."""
+
+    name: str = ""
+    priority: int = 0
+    device_type: str | None = None
+
+    def available(self) -> bool:
+        """Whether this machine can run the backend at all (libraries, devices)."""
+        return True
+
+    def unsupported(self, q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str:
+        """'' when the backend can run inputs like ``q`` (dtype, head dim, device; ``tensors`` names
+        every input, graph included), else the reason it cannot. Shape checks only: no data scans."""
+        return ""
+
+    @abstractmethod
+    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
+        """y [N_dst, H, D] in q's dtype, differentiable in q, k and v (the contract in reference.py)."""
+
+
+class FusedBackend(Backend):
+    """A backend with forward and backward kernels of its own (run through ``FusedAttention``)."""
+
+    @abstractmethod
+    def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (y in q's dtype, y in the accumulation dtype, lse [N_dst, H] in the accumulation
+        dtype). The two ys may be one tensor (fp32)."""
+
+    @abstractmethod
+    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale: float, needs: tuple[bool, bool, bool]):
+        """Returns (dq, dk, dv); an entry whose ``needs`` flag is False may be None."""
+
+    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
+        return FusedAttention.apply(self, rowptr, col, q, k, v, scale)
+
+
+class FusedAttention(torch.autograd.Function):
+    """Forward and backward of a ``FusedBackend``; the graph is non-tensor context (its cached
+    structures, such as the transpose, are keyed by the graph tensors)."""
+
+    @staticmethod
+    def forward(ctx, backend: FusedBackend, rowptr, col, q, k, v, scale):
+        y, y_acc, lse = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
+        ctx.save_for_backward(q, k, v, y_acc, lse)
+        ctx.backend, ctx.graph, ctx.scale = backend, (rowptr, col), scale
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        q, k, v, y_acc, lse = (t.detach() for t in ctx.saved_tensors)
+        needs = tuple(ctx.needs_input_grad[3:6])
+        dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, lse, dy.detach(), ctx.scale, needs)
+        return None, None, None, *(g if need else None for g, need in zip((dq, dk, dv), needs)), None
+
+
+def check_graph(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> bool:
+    """ValueErrors for a graph the kernels cannot index safely (they do no bounds checks): rowptr
+    monotone from 0 to the edge count, every col entry in [0, n_src). One scan (and one device
+    synchronisation); ``dispatch`` caches the result per graph. Meta tensors carry no values."""
+    if rowptr.device.type == "meta":
+        return True
+    edges = col.numel()
+    if int(rowptr[0]) != 0 or int(rowptr[-1]) != edges:
+        raise ValueError(f"sparse_attention: rowptr must start at 0 and end at the edge count {edges}")
+    if rowptr.numel() > 1 and bool((rowptr[1:] < rowptr[:-1]).any()):
+        raise ValueError("sparse_attention: rowptr is not monotone")
+    if edges and (int(col.min()) < 0 or int(col.max()) >= n_src):
+        raise ValueError(f"sparse_attention: an index in 'col' is outside [0, {n_src}) (the rows of k and v)")
+    return True
+
+
+def on_one_device(tensors: dict[str, torch.Tensor], device_type: str) -> str:
+    """'' when every tensor is on one device of ``device_type``, else which one is not."""
+    first = next(iter(tensors.values())).device
+    for name, t in tensors.items():
+        if t.device.type != device_type or t.device != first:
+            return f"all inputs must be on one {device_type} device; '{name}' is on {t.device}"
+    return ""
