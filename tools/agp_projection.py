@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from dsgraph.agp.model import STRATEGY_NAMES, GraphShape, ModelShape, predict  # noqa: E402
+from dsgraph.agp.model import GraphShape, ModelShape, predict, strategy_names  # noqa: E402
 from dsgraph.agp.synthetic import linear_profile  # noqa: E402
 
 FIGURES = {
@@ -83,7 +83,7 @@ def project(profile) -> list[dict]:
         shape = GraphShape.from_counts(g["nodes"], g["edges"] + g["nodes"], range(1, 9), FIGURES["halo_fraction"])
         model = ModelShape(in_dim=g["in_dim"], num_classes=g["classes"], **MODEL)
         for p in range(1, 9):
-            for s in STRATEGY_NAMES:
+            for s in strategy_names():
                 x = predict(s, p, shape, model, profile)
                 rows.append({"graph": name, **x.as_dict()})
     return rows
@@ -126,7 +126,7 @@ def plot(rows, path: str) -> None:
     colours = {"ag": "tab:blue", "a2a": "tab:orange", "halo": "tab:green"}
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for col, graph in enumerate(GRAPHS):
-        for s in STRATEGY_NAMES:
+        for s in strategy_names():
             sel = [r for r in rows if r["graph"] == graph and r["strategy"] == s and r["time_s"] != float("inf")]
             ps = [r["p"] for r in sel]
             axes[0, col].plot(ps, [r["time_s"] for r in sel], "o-", c=colours[s], label=s, alpha=0.8)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Bytes sent per attention layer by GP-AG, GP-A2A and GP-Halo, measured from ``pg.stats`` on P gloo
+"""Bytes sent per attention layer by every registered strategy (GP-AG, GP-A2A, GP-Halo, ...), measured from ``pg.stats`` on P gloo
 processes (forward and backward of one layer's exchange), on a graph partitioned with METIS.
 
     .venv/bin/python tools/halo_bytes.py --dataset cora --parts 4
@@ -20,9 +20,6 @@ from dsgraph.comm.ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-STRATEGIES = ("ag", "a2a", "halo")
-
-
 
 def _relabelled(args):
     from dsgraph.graph import load_dataset
@@ -40,20 +37,21 @@ def _rank(rank: int, args, port: int, out_dir: str) -> None:
     import deepspeed.comm as dist
     import torch
 
-    from dsgraph.comm import GraphParallelGroup, row_starts
-    from dsgraph.parallel import build_strategy
+    from dsgraph.comm import GraphParallelGroup, RowSplit
+    from dsgraph.parallel import StrategyContext, auto_candidates, get_strategy
+    from dsgraph.train.full_graph import rank_attention
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
     graph, counts = _relabelled(args)
-    start = row_starts(counts)[rank]
+    pg = GraphParallelGroup.from_world().with_split(RowSplit(tuple(counts)))
+    start = pg.rows[0]
     n, head_dim = counts[rank], args.hidden // args.heads
-    pg = GraphParallelGroup.from_world()
     result = {}
-    for name in STRATEGIES:
-        if name == "a2a" and args.heads % args.parts:
+    for name in auto_candidates():  # every concrete strategy
+        if get_strategy(name).infeasible(args.heads, args.parts):
             continue
-        attention = build_strategy(name, graph, counts, pg, args.heads, backend="reference")
+        pg, _, attention = rank_attention(graph, pg, name, StrategyContext(heads=args.heads, backend="reference"), partition_method=None)
         gen = torch.Generator().manual_seed(start)
         q, k, v = (torch.randn(n, args.heads, head_dim, generator=gen, requires_grad=True) for _ in range(3))
         pg.stats.reset()
@@ -78,11 +76,12 @@ def main(argv=None) -> int:
 
     import torch.multiprocessing as mp
 
-    from dsgraph.comm import row_starts
+    from dsgraph.comm import RowSplit
     from dsgraph.graph.partition import partition_quality
+    from dsgraph.parallel import auto_candidates
 
     graph, counts = _relabelled(args)
-    starts = row_starts(counts)
+    starts = RowSplit(tuple(counts)).starts
     quality = partition_quality(graph, [[starts[r], starts[r + 1]] for r in range(args.parts)])
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(_rank, args=(args, free_port(), out_dir), nprocs=args.parts, start_method="spawn")
@@ -94,7 +93,7 @@ def main(argv=None) -> int:
           f"{args.parts} parts, edge cut {quality.edge_cut_pct:.2f}%, halo nodes per part {quality.halo_sizes}; "
           f"K+V fp32, hidden {args.hidden}")  # fmt: skip
     print(f"{'strategy':>8} {'direction':>9} " + " ".join(f"{'rank ' + str(r):>11}" for r in range(args.parts)) + f" {'total':>12} {'vs ag':>7}")
-    for name in STRATEGIES:
+    for name in auto_candidates():
         if name not in ranks[0]:
             continue
         for direction in ("forward", "backward"):

@@ -37,16 +37,15 @@ def _train(base, ds_config: dict, device, tmp: str, **overrides) -> dict:
     import deepspeed.comm as dist
     import torch.distributed
 
-    from dsgraph.train.isolated import IsolatedTrainer
     from dsgraph.train.trainer import Trainer
 
     metrics = os.path.join(tmp, "metrics.jsonl")
-    cfg = dataclasses.replace(base, metrics_out=metrics, checkpoint_every=0, **overrides)
-    cls = IsolatedTrainer if cfg.strategy == "isolated" else Trainer
-    trainer = cls(cfg, ds_config, device, log=lambda line: None)
+    mode = "isolated" if overrides.get("strategy") == "isolated" else "full"  # 'isolated' spells the mode
+    cfg = dataclasses.replace(base, metrics_out=metrics, checkpoint_every=0, mode=mode, **overrides)
+    trainer = Trainer(cfg, ds_config, device, log=lambda line: None)
     trainer.fit(log=lambda line: None)
     gathered = [None] * dist.get_world_size()
-    torch.distributed.all_gather_object(gathered, getattr(trainer, "switch_times", []))
+    torch.distributed.all_gather_object(gathered, getattr(trainer.mode, "switch_times", []))
     engine = trainer.engine
     params = sum(p.numel() for p in engine.module.parameters())
     comm_dtype = getattr(engine, "communication_data_type", None)

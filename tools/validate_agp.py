@@ -31,11 +31,10 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from dsgraph.agp.measure import interleaved_min  # noqa: E402
-from dsgraph.agp.model import GraphShape, HaloShape, ModelShape, predict  # noqa: E402
+from dsgraph.agp.model import GraphShape, ModelShape, SplitShape, predict, strategy_names  # noqa: E402
 from dsgraph.agp.profile import load_profile  # noqa: E402
 from dsgraph.agp.spawn import run_ranks  # noqa: E402
 
-STRATEGIES = ("ag", "a2a", "halo")
 RANKS = (1, 2, 4)
 WITHIN = 0.10
 
@@ -84,25 +83,24 @@ def _rank_sweep(rank, p, cfgs, reps, backend):
 
     warnings.filterwarnings("ignore")
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
-    from dsgraph.comm import GraphParallelGroup, even_row_counts, row_starts
+    from dsgraph.comm import GraphParallelGroup
     from dsgraph.models.graph_transformer import TransformerBlock
-    from dsgraph.parallel import build_strategy
+    from dsgraph.parallel import StrategyContext, get_strategy
+    from dsgraph.train.full_graph import rank_attention
 
-    pg = GraphParallelGroup.from_world()
     results = {}
     for i, cfg in enumerate(cfgs):
         graph = _graph(cfg)
         cases = []
-        for name in STRATEGIES if p > 1 else ("ag",):
-            if name == "a2a" and cfg.heads % p:
+        for name in strategy_names() if p > 1 else strategy_names()[:1]:
+            if get_strategy(name).infeasible(cfg.heads, p):
                 continue
-            g, counts = _halo_split(graph, p) if name == "halo" else (graph, even_row_counts(graph.num_nodes, p))
-            attention = build_strategy(name, g, counts, pg, cfg.heads, backend)
+            ctx = StrategyContext(heads=cfg.heads, backend=backend)
+            pg, rank_graph, attention = rank_attention(graph, GraphParallelGroup.from_world(), name, ctx)
             torch.manual_seed(0)
             block = TransformerBlock(cfg.hidden, cfg.heads, 2, dropout=0.1)
-            start = row_starts(counts)[rank]
-            h = torch.randn(counts[rank], cfg.hidden, requires_grad=True)
-            ids = torch.arange(start, start + counts[rank])
+            h = torch.randn(rank_graph.nodes.num_rows, cfg.hidden, requires_grad=True)
+            ids = rank_graph.nodes.node_ids
 
             def run(block=block, attention=attention, h=h, ids=ids):
                 block(h, attention, ids, 0, 1, 1).sum().backward()
@@ -119,15 +117,15 @@ def _shape(cfg: Config) -> GraphShape:
     from dsgraph.graph.partition import partition_quality
 
     graph = _graph(cfg)
-    shape = GraphShape.from_graph(graph, RANKS, halo_method=None)
-    shape.halo[1] = HaloShape([graph.num_nodes], [graph.num_edges], [0])
+    shape = GraphShape.from_graph(graph, RANKS, partition_method=None)
+    shape.partitions[1] = SplitShape([graph.num_nodes], [graph.num_edges], [0], [0])
     for p in RANKS[1:]:
         relabelled, counts = _halo_split(graph, p)
         starts = [0]
         for c in counts:
             starts.append(starts[-1] + c)
         q = partition_quality(relabelled, [[starts[r], starts[r + 1]] for r in range(p)])
-        shape.halo[p] = HaloShape(q.part_nodes, q.part_edges, q.halo_sizes)
+        shape.partitions[p] = SplitShape.from_quality(q)
     return shape
 
 
@@ -156,15 +154,15 @@ def evaluate(cfgs, measured, profile) -> tuple[list[dict], dict]:
         model = ModelShape(layers=1, hidden=cfg.hidden, heads=cfg.heads, ffn_mult=2)
         pairs = {}
         for p in RANKS:
-            for s in STRATEGIES:
-                t = measured.get((p, i, s if p > 1 else "ag"))
+            for s in strategy_names():
+                t = measured.get((p, i, s if p > 1 else strategy_names()[0]))
                 if t is None:
                     continue
                 pred = predict(s, p, shape, model, profile, step=False)
                 if not pred.feasible:
                     continue
                 pairs[(s, p)] = (pred.time_s, t)
-                if p > 1 or s == "ag":
+                if p > 1 or s == strategy_names()[0]:
                     errors.append(abs(pred.time_s - t) / t)
         pick = min(pairs, key=lambda k: pairs[k][0])
         best = min(pairs, key=lambda k: pairs[k][1])
@@ -246,7 +244,7 @@ def plots(rows, out_dir: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"ag": "tab:blue", "a2a": "tab:orange", "halo": "tab:green"}
+    colours = dict(zip(strategy_names(), ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")))
     markers = {1: "o", 2: "s", 4: "^"}
     fig, ax = plt.subplots(figsize=(6, 5.5))
     lo, hi = float("inf"), 0.0

@@ -7,15 +7,17 @@ import json
 import sys
 
 from dsgraph.agp.choose import choose
-from dsgraph.agp.model import STRATEGY_NAMES, GraphShape, ModelShape, Prediction, predict_all, scaling_test
+from dsgraph.agp.model import GraphShape, ModelShape, Prediction, predict_all, scaling_test, strategy_names
 from dsgraph.agp.profile import load_profile
+from dsgraph.graph.partition import METHODS
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dsgraph plan",
-        description="Predict per-iteration time and per-rank memory of GP-AG, GP-A2A and GP-Halo on 1..WORLD_SIZE "
-        "ranks from an AGP profile (see `dsgraph profile`), reject infeasible pairs with the reason, and pick one.",
+        description=f"Predict per-iteration time and per-rank memory of the strategies {', '.join(strategy_names())} "
+        "on 1..WORLD_SIZE ranks from an AGP profile (see `dsgraph profile`), reject infeasible pairs with the reason, "
+        "and pick one.",
     )
     p.add_argument("--profile", required=True, help="AGP profile JSON written by `dsgraph profile`")
     p.add_argument("--world-size", type=int, required=True, help="largest rank count to consider")
@@ -24,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--nodes", type=float, help="node count N (with --edges, instead of --dataset)")
     g.add_argument("--edges", type=float, help="edge count E")
     g.add_argument("--halo-fraction", type=float, help="with --nodes/--edges: assumed halo per rank as a fraction of the remote nodes")
-    g.add_argument("--halo-method", default="metis", choices=["metis", "random", "contiguous", "balanced", "none"], help="partitioner for GP-Halo's halo sizes (default metis; none: no halo)")
+    g.add_argument("--partition-method", "--halo-method", dest="partition_method", default="metis", choices=[*METHODS, "none"],
+                   help="partitioner for the strategies that need a partition (default metis; none: no partition)")
     g.add_argument("--self-loops", action=argparse.BooleanOptionalAction, default=True, help="add self loops as training does (default on)")
     m = p.add_argument_group("model")
     m.add_argument("--layers", type=int, default=2)
@@ -60,7 +63,7 @@ def scaling_lines(graph: GraphShape, model: ModelShape, profile, world_size: int
     lines = []
     p = 1
     while 2 * p <= min(world_size, profile.max_ranks):
-        for s in STRATEGY_NAMES:
+        for s in strategy_names():
             try:
                 t = scaling_test(s, p, 2, graph, model, profile)
             except ValueError:
@@ -82,8 +85,8 @@ def _graph_and_sizes(args) -> tuple[GraphShape, int, int]:
         graph = load_dataset(args.dataset)
         if args.self_loops:
             graph = graph.with_self_loops()
-        method = None if args.halo_method == "none" else args.halo_method
-        return GraphShape.from_graph(graph, ranks, halo_method=method), graph.num_features, graph.num_classes
+        method = None if args.partition_method == "none" else args.partition_method
+        return GraphShape.from_graph(graph, ranks, partition_method=method), graph.num_features, graph.num_classes
     if args.nodes is None or args.edges is None:
         raise ValueError("give --dataset, or both --nodes and --edges")
     return GraphShape.from_counts(args.nodes, args.edges, ranks, args.halo_fraction), 0, 0

@@ -1,11 +1,10 @@
 from dsgraph.comm.collectives import PendingRows, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows
-from dsgraph.comm.group import CommStats, GraphParallelGroup, even_row_counts, row_starts
+from dsgraph.comm.group import CommStats, GraphParallelGroup, RowSplit
 
 __all__ = [
     "CommStats",
     "GraphParallelGroup",
-    "even_row_counts",
-    "row_starts",
+    "RowSplit",
     "gather_rows",
     "nodes_to_heads",
     "heads_to_nodes",

@@ -1,6 +1,7 @@
 """Collectives as autograd pairs: each backward is the dual of its forward.
 
-- ``gather_rows``: all-gather of row blocks with uneven counts; backward reduce-scatters the gradient.
+- ``gather_rows``: all-gather of row blocks with uneven counts (the group's row split); backward
+  reduce-scatters the gradient.
 - ``nodes_to_heads`` / ``heads_to_nodes``: all-to-all between the node split [n_r, H, D] and the head
   split [N, H/P, D]; each one's backward is the other.
 - ``exchange_rows``: uneven all-to-all of selected rows (a halo exchange); backward sends the
@@ -61,21 +62,21 @@ def _reduce_scatter_padded(grad: torch.Tensor, counts: list[int], pg: GraphParal
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, counts, pg):
-        ctx.counts, ctx.pg = counts, pg
-        return _all_gather_padded(x.contiguous(), counts, pg)
+    def forward(ctx, x, pg):
+        ctx.pg = pg
+        return _all_gather_padded(x.contiguous(), pg.counts, pg)
 
     @staticmethod
     def backward(ctx, grad):
-        return _reduce_scatter_padded(grad.contiguous(), ctx.counts, ctx.pg), None, None
+        return _reduce_scatter_padded(grad.contiguous(), ctx.pg.counts, ctx.pg), None
 
 
-def gather_rows(x: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
-    """All-gather: local rows [counts[rank], ...] -> all rows [sum(counts), ...] in rank order.
-    Backward: reduce-scatter of the full gradient back to [counts[rank], ...]."""
+def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """All-gather: local rows [n, ...] (n = pg.counts[rank]) -> all rows [N, ...] in rank order.
+    Backward: reduce-scatter of the full gradient back to [n, ...]."""
     if pg.world_size == 1:
         return x
-    return _GatherRows.apply(x, counts, pg)
+    return _GatherRows.apply(x, pg)
 
 
 def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], pg: GraphParallelGroup) -> torch.Tensor:
@@ -103,42 +104,42 @@ def _heads_to_nodes(y_NhD: torch.Tensor, counts: list[int], pg: GraphParallelGro
 
 class _NodesToHeads(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, counts, pg):
-        ctx.counts, ctx.pg = counts, pg
-        return _nodes_to_heads(x, counts, pg)
+    def forward(ctx, x, pg):
+        ctx.pg = pg
+        return _nodes_to_heads(x, pg.counts, pg)
 
     @staticmethod
     def backward(ctx, grad):
-        return _heads_to_nodes(grad.contiguous(), ctx.counts, ctx.pg), None, None
+        return _heads_to_nodes(grad.contiguous(), ctx.pg.counts, ctx.pg), None
 
 
 class _HeadsToNodes(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, y, counts, pg):
-        ctx.counts, ctx.pg = counts, pg
-        return _heads_to_nodes(y.contiguous(), counts, pg)
+    def forward(ctx, y, pg):
+        ctx.pg = pg
+        return _heads_to_nodes(y.contiguous(), pg.counts, pg)
 
     @staticmethod
     def backward(ctx, grad):
-        return _nodes_to_heads(grad.contiguous(), ctx.counts, ctx.pg), None, None
+        return _nodes_to_heads(grad.contiguous(), ctx.pg.counts, ctx.pg), None
 
 
-def nodes_to_heads(x_nHD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
-    """All-to-all: node split [counts[rank], H, D] -> head split [sum(counts), H/P, D] (rank r gets
-    heads [r*H/P, (r+1)*H/P) of every node). Backward: ``heads_to_nodes`` of the gradient."""
+def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """All-to-all: node split [n, H, D] -> head split [N, H/P, D] (rank r gets heads
+    [r*H/P, (r+1)*H/P) of every node). Backward: ``heads_to_nodes`` of the gradient."""
     if pg.world_size == 1:
         return x_nHD
     if x_nHD.shape[1] % pg.world_size:
         raise ValueError(f"nodes_to_heads: {x_nHD.shape[1]} heads do not split over {pg.world_size} ranks")
-    return _NodesToHeads.apply(x_nHD, counts, pg)
+    return _NodesToHeads.apply(x_nHD, pg)
 
 
-def heads_to_nodes(y_NhD: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
-    """All-to-all: head split [sum(counts), H/P, D] -> node split [counts[rank], H, D].
+def heads_to_nodes(y_NhD: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """All-to-all: head split [N, H/P, D] -> node split [n, H, D].
     Backward: ``nodes_to_heads`` of the gradient."""
     if pg.world_size == 1:
         return y_NhD
-    return _HeadsToNodes.apply(y_NhD, counts, pg)
+    return _HeadsToNodes.apply(y_NhD, pg)
 
 
 class _ExchangeRows(torch.autograd.Function):
@@ -178,7 +179,7 @@ class PendingRows:
             began = time.perf_counter()
             with torch.profiler.record_function("dsgraph/comm/exchange_rows_wait"):
                 self._work.wait()
-            self._pg.stats.time_s += time.perf_counter() - began
+            self._pg.stats.add_time(time.perf_counter() - began)
             self._work = self._keep_alive = None
         return self._rows
 
@@ -199,10 +200,8 @@ class _StartExchangeRows(torch.autograd.Function):
             work = _dist().all_to_all_single(
                 out, send, output_split_sizes=recv_counts, input_split_sizes=send_counts, group=pg.group, async_op=True
             )
-        stats = pg.stats
-        stats.time_s += time.perf_counter() - began
-        stats.bytes_sent += row_bytes * (sum(send_counts) - send_counts[pg.rank])
-        stats.calls += 1
+        pg.stats.add_time(time.perf_counter() - began)
+        pg.stats.count(row_bytes * (sum(send_counts) - send_counts[pg.rank]))
         started.append((work, send))
         return out
 

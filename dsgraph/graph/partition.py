@@ -208,6 +208,8 @@ class PartitionQuality:
     """In-edges of the rows each part owns (its share of attention work)."""
     halo_sizes: list[int]
     """Distinct remote source nodes each part reads (rows a halo exchange must fetch)."""
+    send_sizes: list[int]
+    """Rows of each part that other parts read (rows a halo exchange sends; a row read by two parts counts twice)."""
     cut_edges: int
     """Edges whose source lies in another part than their destination."""
     num_edges: int
@@ -237,6 +239,7 @@ class PartitionQuality:
             "part_nodes": list(self.part_nodes),
             "part_edges": list(self.part_edges),
             "halo_sizes": list(self.halo_sizes),
+            "send_sizes": list(self.send_sizes),
         }
 
 
@@ -252,20 +255,23 @@ def partition_quality(graph: Graph, node_ranges: np.ndarray, halos: list[np.ndar
     """
     rowptr = graph.rowptr.numpy()
     col = graph.col.numpy()
-    part_nodes, part_edges, halo_sizes, cut = [], [], [], 0
-    for r, (start, end) in enumerate(np.asarray(node_ranges).tolist()):
+    ranges = np.asarray(node_ranges, dtype=np.int64).reshape(-1, 2)
+    part_nodes, part_edges, part_halos, cut = [], [], [], 0
+    for r, (start, end) in enumerate(ranges.tolist()):
         block = col[rowptr[start] : rowptr[end]]
         remote = (block < start) | (block >= end)
         cut += int(np.count_nonzero(remote))
-        halo = halos[r] if halos is not None else np.unique(block[remote])
+        part_halos.append(halos[r] if halos is not None else np.unique(block[remote]))
         part_nodes.append(end - start)
         part_edges.append(int(block.size))
-        halo_sizes.append(int(halo.size))
+    read = np.concatenate(part_halos) if part_halos else np.zeros(0, np.int64)
+    owner = np.searchsorted(ranges[:, 1], read, side="right")  # the part that owns each halo row
     return PartitionQuality(
         num_parts=len(part_nodes),
         part_nodes=part_nodes,
         part_edges=part_edges,
-        halo_sizes=halo_sizes,
+        halo_sizes=[int(h.size) for h in part_halos],
+        send_sizes=np.bincount(owner, minlength=len(part_nodes)).astype(int).tolist(),
         cut_edges=cut,
         num_edges=graph.num_edges,
     )

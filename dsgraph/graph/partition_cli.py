@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         log("relabelling nodes so each part is one contiguous id range")
         graph, perm, node_ranges = timed("relabel", relabel, graph, parts, args.parts)
         del parts
-        halos = timed("halo", _halos, graph, node_ranges, not args.quiet)
+        halos = timed("halo ids", _halos, graph, node_ranges, not args.quiet)
         quality = partition_quality(graph, node_ranges, halos)
         log(f"writing the store to {args.out}")
         timed("write", write_store, graph, perm, node_ranges, args.out, args.method, dataset=args.dataset,

@@ -1,4 +1,8 @@
-from dsgraph.parallel.halo import HaloAttention
-from dsgraph.parallel.strategies import STRATEGIES, AllGatherAttention, AllToAllAttention, build_strategy
+"""Graph-parallel attention strategies (one file each, registered in ``registry.py``) and the pure
+part of isolated (Grappa) training."""
 
-__all__ = ["STRATEGIES", "AllGatherAttention", "AllToAllAttention", "HaloAttention", "build_strategy"]
+from dsgraph.parallel.registry import auto_candidates, get_strategy, register, strategy_names
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, StrategyContext
+
+__all__ = ["CostTerms", "GraphAttention", "Needs", "Strategy", "StrategyContext", "auto_candidates", "get_strategy",
+           "register", "strategy_names"]  # fmt: skip

@@ -8,51 +8,32 @@ from __future__ import annotations
 
 import torch
 
-from dsgraph.comm import GraphParallelGroup, row_starts, start_exchange_rows
-from dsgraph.comm.control import ControlPlane, TorchControlPlane
+from dsgraph.comm import GraphParallelGroup, start_exchange_rows
 from dsgraph.comm.halo import HaloPlan
 from dsgraph.graph.partition import halo_ids
+from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
+
+ROWPTR_BYTES, INDEX_BYTES = 8, 4
+PLAN = "halo_plan"  # the key of the plan in RankGraph.derived
 
 
-class HaloAttention:
-    """GP-Halo: K and V halo rows travel together (stacked, one uneven all-to-all whose backward is
-    the transposed exchange). While they travel, the rank's interior rows (all sources local) are
+class HaloAttention(GraphAttention):
+    """K and V halo rows travel together (stacked, one uneven all-to-all whose backward is the
+    transposed exchange). While they travel, the rank's interior rows (all sources local) are
     computed; then the boundary rows attend over [local rows; halo rows].
 
-    Per rank: q, k, v [n, H, D] (n = counts[rank]) -> y [n, H, D]; the plan (send/receive lists,
-    split sizes, remapped col) is built once here, exchanging halo id lists through ``control``.
-    ``graph`` needs only ``num_nodes`` and ``rows(start, end)`` for this rank's range, with global
-    source ids, so a memory-mapped part of a partition store serves as well as a whole graph.
+    Per rank: q, k, v [n, H, D] -> y [n, H, D]; ``plan`` (send/receive lists, split sizes, remapped
+    col) was built by ``Halo.prepare`` and moved to the device with the graph.
     """
 
     name = "halo"
 
-    def __init__(
-        self,
-        graph,
-        counts: list[int],
-        pg: GraphParallelGroup,
-        heads: int,
-        backend: str = "auto",
-        control: ControlPlane | None = None,
-    ):
-        starts = row_starts(counts)
-        start, end = starts[pg.rank], starts[pg.rank + 1]
-        rowptr, col = graph.rows(start, end)
-        rowptr, col = rowptr.numpy(), col.numpy()
-        own = halo_ids(col, start, end)
-        if pg.world_size == 1:
-            halos = [own]
-        else:
-            halos = (control or TorchControlPlane()).allgather(own)
-        self.plan = HaloPlan.build(rowptr, col, starts, pg.rank, halos)
-        self.pg, self.backend = pg, backend
-        self._device = torch.device("cpu")
+    def __init__(self, plan: HaloPlan, pg: GraphParallelGroup, backend: str):
+        self.plan, self.pg, self.backend = plan, pg, backend
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
-        if q_nHD.device != self._device:
-            self.plan, self._device = self.plan.to(q_nHD.device), q_nHD.device
         plan = self.plan
         kv_n2HD = torch.stack([k_nHD, v_nHD], dim=1)
         pending = start_exchange_rows(kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg)
@@ -70,3 +51,42 @@ class HaloAttention:
         else:  # no halo (h = 0): keep the empty result in the autograd graph so this rank still joins
             y_parts.append(kv_h2HD[:, 0])  # the backward all-to-all that returns its sent rows' gradients
         return torch.cat(y_parts).index_select(0, plan.row_order)
+
+
+class Halo(Strategy):
+    name = "halo"
+    summary = "exchange only the K/V rows other parts read (uneven all-to-all), overlapped with interior rows; rows follow a partition"
+    needs = Needs.PARTITION
+
+    def prepare(self, graph, pg, ctx):
+        """The halo plan: every rank's halo ids travel once through the control plane."""
+        start, end = pg.rows
+        rowptr, col = graph.block.rowptr.numpy(), graph.block.col.numpy()
+        own = halo_ids(col, start, end)
+        halos = [own] if pg.world_size == 1 else ctx.control_plane().allgather(own)
+        graph.derived[PLAN] = HaloPlan.build(rowptr, col, pg.starts, pg.rank, halos)
+
+    def build(self, graph, pg, ctx):
+        if PLAN not in graph.derived:
+            raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
+        return HaloAttention(graph.derived[PLAN], pg, ctx.backend)
+
+    def cost(self, p, shape, model, dtype_bytes):
+        split = shape.partitions.get(p)
+        if split is None:
+            return f"no partition into {p} parts for {self.name}"
+        d, b = model.hidden, dtype_bytes
+        n, e = split.max_nodes, split.max_edges
+        halo = max(split.halo_sizes)
+        row = 2 * d * b  # one K/V row
+        messages = (("all_to_all_uneven", halo * row), ("all_to_all_uneven", halo * row)) if p > 1 else ()
+        remote = n + halo
+        return CostTerms(
+            edge_heads=e * model.heads,
+            rows=n,
+            messages=messages,
+            bytes_sent=max(s + h for s, h in zip(split.send_sizes, split.halo_sizes)) * row,
+            graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
+            activation_bytes=remote * 2 * d * b + n * model.heads * 4,
+            transient_bytes=2 * remote * 2 * d * b,
+        )

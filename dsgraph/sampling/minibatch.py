@@ -50,7 +50,7 @@ class MiniBatch:
     global_size: int  # seeds in the global batch (all ranks)
     graph: SampledSubgraph  # compact subgraph, seeds first
     x: torch.Tensor  # [n, F] features of graph.node_ids, storage dtype, on the store's device
-    y: torch.Tensor  # int64 [num_seeds] labels of the seeds
+    y: torch.Tensor  # int64 [num_seeds] labels of the seeds (host memory)
     cache_hits: int  # rows of x served by the feature cache
     sample_time_s: float
     gather_time_s: float
@@ -68,7 +68,7 @@ class BatchBuilder:
         graph = self.sampler.sample(seeds, batch_key(self.seed, epoch, index))
         sampled = time.perf_counter()
         x, hits = self.store.gather(graph.node_ids)
-        y = self.labels[graph.node_ids[: graph.num_seeds]].to(self.store.device)
+        y = self.labels[graph.node_ids[: graph.num_seeds]]  # host memory: RankGraph.to moves it with the batch
         done = time.perf_counter()
         return MiniBatch(
             epoch=epoch,

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dsgraph.comm import GraphParallelGroup
 from dsgraph.graph import Graph
 from dsgraph.graph.partition import relabel
+from dsgraph.graph.rank_graph import RankGraph, whole_graph
 from dsgraph.graph.store import load_part, load_permutation, read_meta, write_store
-from dsgraph.parallel import build_strategy
 from dsgraph.parallel.isolated import RotationSchedule, correction_weights, cycle_coverage, induced_subgraph
 
 
@@ -39,23 +38,21 @@ def write_chunk_store(
 
 @dataclass(kw_only=True)
 class SuperEpochData:
-    """What one rank trains on during one super-epoch, already on the device."""
+    """What one rank trains on during one super-epoch (on the CPU until ``to``)."""
 
     super_epoch: int
     chunks: tuple[int, ...]
     """Chunk ids, primary first, the neighbour last."""
-    x: torch.Tensor  # [n, F] in the model's dtype
-    y: torch.Tensor  # int64 [n]
-    node_ids: torch.Tensor  # int64 [n], the dataset's original ids (dropout masks)
-    loss_mask: torch.Tensor  # bool [n], primary training rows
-    weights: torch.Tensor  # float32 [m], loss weight of each loss_mask row
+    graph: RankGraph
+    """The local subgraph held whole; its ``nodes.train_mask`` marks the loss rows (primary
+    training nodes) and ``node_ids`` the dataset's original ids (dropout masks)."""
+    weights: torch.Tensor  # float32 [m], loss weight of each loss row
     coverage: float
     """Mean fraction of in-edges present over the loss rows."""
-    attention: object
-    """One-rank attention over the local subgraph: (q, k, v) -> y, [n, H, D]."""
-    num_nodes: int
-    num_edges: int
     load_time_s: float
+
+    def to(self, device: torch.device, dtype: torch.dtype) -> "SuperEpochData":
+        return dataclasses.replace(self, graph=self.graph.to(device, dtype), weights=self.weights.to(device))
 
 
 class ChunkLoader:
@@ -70,8 +67,6 @@ class ChunkLoader:
         *,
         correction: str,
         layers: int,
-        heads: int,
-        backend: str,
         device: torch.device,
         dtype: torch.dtype,
         verify: bool = True,
@@ -83,7 +78,7 @@ class ChunkLoader:
                 f"{schedule.num_chunks} expected; rewrite it (delete the folder)"
             )
         self.store_dir, self.schedule, self.rank = store_dir, schedule, rank
-        self.correction, self.layers, self.heads, self.backend = correction, layers, heads, backend
+        self.correction, self.layers = correction, layers
         self.device, self.dtype, self.verify = device, dtype, verify
         self.chunk_ranges = np.asarray(meta["node_ranges"], dtype=np.int64)  # [C, 2]
         self.perm = load_permutation(store_dir, verify)  # [N] relabelled id -> original id (memory-mapped)
@@ -91,6 +86,7 @@ class ChunkLoader:
         self.cycle = cycle_coverage(self.primary, self.chunk_ranges, schedule, rank)  # [S, n_primary]
 
     def load(self, super_epoch: int) -> SuperEpochData:
+        """The super-epoch's subgraph and loss weights, on the loader's device."""
         start = time.perf_counter()
         schedule = self.schedule
         chunks = schedule.chunks(self.rank, super_epoch)
@@ -102,23 +98,16 @@ class ChunkLoader:
         cycle = torch.from_numpy(self.cycle[:, train_primary.numpy()])  # [S, m]
         coverage = sub.coverage[loss_mask]
         weights = correction_weights(coverage, cycle, self.correction, self.layers, schedule.expected_coverage)
-        dev = self.device
-        on_device = dataclasses.replace(graph, rowptr=graph.rowptr.to(dev), col=graph.col.to(dev))
-        attention = build_strategy("ag", on_device, [graph.num_nodes], GraphParallelGroup(), self.heads, self.backend)
-        return SuperEpochData(
-            super_epoch=super_epoch,
-            chunks=tuple(chunks),
-            x=graph.x.to(device=dev, dtype=self.dtype),
-            y=graph.y.to(dev),
-            node_ids=torch.from_numpy(np.asarray(self.perm[sub.node_ids.numpy()], dtype=np.int64)).to(dev),
-            loss_mask=loss_mask.to(dev),
-            weights=weights.to(dev),
-            coverage=float(coverage.mean()) if coverage.numel() else 1.0,
-            attention=attention,
-            num_nodes=graph.num_nodes,
-            num_edges=graph.num_edges,
-            load_time_s=time.perf_counter() - start,
-        )
+        local = whole_graph(graph)
+        local.nodes = dataclasses.replace(
+            local.nodes, train_mask=loss_mask,
+            node_ids=torch.from_numpy(np.asarray(self.perm[sub.node_ids.numpy()], dtype=np.int64)),
+        )  # fmt: skip
+        data = SuperEpochData(super_epoch=super_epoch, chunks=tuple(chunks), graph=local, weights=weights,
+                              coverage=float(coverage.mean()) if coverage.numel() else 1.0, load_time_s=0.0)  # fmt: skip
+        data = data.to(self.device, self.dtype)
+        data.load_time_s = time.perf_counter() - start
+        return data
 
 
 class ChunkPrefetcher:

@@ -13,17 +13,22 @@ from dataclasses import dataclass
 
 from dsgraph.graph.partition import METHODS
 
+DEFAULT_STRATEGY = "ag"
+
 
 @dataclass(kw_only=True, slots=True)
 class DsgraphConfig:
     dataset: str = "cora"
     """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph), or a path to a .npz."""
-    strategy: str = "ag"
-    """Graph-parallel attention strategy: 'ag' (all-gather K/V), 'a2a' (all-to-all to a head split) or
-    'halo' (exchange only the K/V rows other parts read; rows follow a partition, see partition_method),
-    or 'auto' (AGP picks one of ag, a2a, halo from 'agp_profile' and may switch between steps)."""
+    strategy: str = DEFAULT_STRATEGY
+    """Graph-parallel attention strategy, one of ``dsgraph.parallel.strategy_names()`` (``--help``
+    lists them with a line each). 'sampled' and 'isolated' are accepted as older spellings of 'mode'."""
     backend: str = "auto"
     """Sparse attention kernel: 'auto', 'reference', 'cpu' or 'cuda'."""
+    mode: str = "full"
+    """Training mode: 'full' (one step per epoch on the whole graph, split by 'strategy'), 'sampled'
+    (mini-batches of sampled subgraphs) or 'isolated' (Grappa: each rank trains on its own chunks;
+    evaluation runs 'strategy' on the whole graph)."""
     epochs: int = 200
     """Full-graph epochs; each epoch is one optimizer step."""
     seed: int = 0
@@ -55,35 +60,35 @@ class DsgraphConfig:
     """Let every node attend to itself (adds a self loop to rows that have none)."""
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
-    part. null: load the whole dataset on every rank. Not with strategy 'a2a' (it needs the whole graph)."""
+    part. null: load the whole dataset on every rank. Not with strategies that need the whole graph."""
     partition_method: str = "metis"
-    """With strategy 'halo' and no partitions: how the graph is partitioned in memory (metis, random,
-    contiguous, balanced)."""
+    """For strategies that need a partition, without 'partitions': how the graph is partitioned in
+    memory (metis, random, contiguous, balanced)."""
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
     fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
-    """Strategy 'sampled': in-neighbours drawn per node at hop 1..L, one entry per layer."""
+    """Mode 'sampled': in-neighbours drawn per node at hop 1..L, one entry per layer."""
     batch_size: int = 1024
-    """Strategy 'sampled': seed nodes per global mini-batch (split evenly over the ranks)."""
+    """Mode 'sampled': seed nodes per global mini-batch (split evenly over the ranks)."""
     prefetch_depth: int = 4
-    """Strategy 'sampled': mini-batches prepared ahead by a background thread (0: prepare in the loop)."""
+    """Mode 'sampled': mini-batches prepared ahead by a background thread (0: prepare in the loop)."""
     cache_fraction: float = 0.1
-    """Strategy 'sampled': share of nodes (the most often sampled) whose features are cached on the device."""
+    """Mode 'sampled': share of nodes (the most often sampled) whose features are cached on the device."""
     feature_dtype: str = "float32"
-    """Strategy 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
+    """Mode 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
     isolated_chunks: int = 0
-    """Strategy 'isolated': chunks C the graph is split into, a multiple of the rank count (0: 2 x ranks)."""
+    """Mode 'isolated': chunks C the graph is split into, a multiple of the rank count (0: 2 x ranks)."""
     repart_every: int = 5
-    """Strategy 'isolated': epochs per super-epoch; the neighbour chunk rotates after each one."""
+    """Mode 'isolated': epochs per super-epoch; the neighbour chunk rotates after each one."""
     isolated_correction: str = "coverage"
-    """Strategy 'isolated': loss weights from coverage: 'coverage', 'resample', 'uniform' or 'none'."""
+    """Mode 'isolated': loss weights from coverage: 'coverage', 'resample', 'uniform' or 'none'."""
     chunk_method: str = "random"
-    """Strategy 'isolated': how nodes are split into chunks, 'random' or 'metis'."""
+    """Mode 'isolated': how nodes are split into chunks, 'random' or 'metis'."""
     isolated_prefetch: bool = True
-    """Strategy 'isolated': load the next super-epoch's chunks in a background thread."""
+    """Mode 'isolated': load the next super-epoch's chunks in a background thread."""
     isolated_store: str | None = None
-    """Strategy 'isolated': folder for the chunk store (rank 0 writes it; must be shared by all ranks);
+    """Mode 'isolated': folder for the chunk store (rank 0 writes it; must be shared by all ranks);
     null: every rank writes its own in a temporary folder."""
     agp_profile: str | None = None
     """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
@@ -101,16 +106,10 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
-        if self.strategy not in ("ag", "a2a", "halo", "sampled", "isolated", "auto"):
-            raise ValueError(f"dsgraph config: 'strategy' must be one of ag, a2a, halo, sampled, isolated, auto; got '{self.strategy}'")
+        _check_strategy_and_mode(self)
         _check_agp(self)
         _check_sampled(self)
         _check_isolated(self)
-        if self.partitions is not None and self.strategy == "a2a":
-            raise ValueError(
-                "dsgraph config: strategy 'a2a' needs the whole graph on every rank, but 'partitions' loads one "
-                "part per rank; use strategy 'ag' or 'halo' with partitions, or drop 'partitions'"
-            )
         if self.partition_method not in METHODS:
             raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
         if not self.timeout_s > 0:
@@ -143,12 +142,35 @@ class DsgraphConfig:
         return dataclasses.asdict(self)
 
 
+def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
+    """A registered strategy and mode (the older spellings 'strategy': 'sampled' | 'isolated' become
+    the mode), and data a strategy can run on."""
+    from dsgraph.parallel import Needs, get_strategy, strategy_names
+    from dsgraph.train.modes import mode_names
+
+    modes = mode_names()
+    if cfg.strategy in modes and cfg.strategy != "full":
+        if cfg.mode not in ("full", cfg.strategy):
+            raise ValueError(f"dsgraph config: 'strategy' '{cfg.strategy}' is a mode, but 'mode' says '{cfg.mode}'")
+        cfg.mode, cfg.strategy = cfg.strategy, DEFAULT_STRATEGY
+    if cfg.mode not in modes:
+        raise ValueError(f"dsgraph config: 'mode' must be one of {', '.join(modes)}; got '{cfg.mode}'")
+    if cfg.strategy not in strategy_names():
+        raise ValueError(f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} "
+                         f"(or a mode: {', '.join(m for m in modes if m != 'full')}); got '{cfg.strategy}'")  # fmt: skip
+    needs = get_strategy(cfg.strategy).needs
+    if cfg.partitions is not None and needs is Needs.WHOLE_GRAPH:
+        readers = [n for n in strategy_names() if get_strategy(n).needs is not Needs.WHOLE_GRAPH]
+        raise ValueError(
+            f"dsgraph config: strategy '{cfg.strategy}' needs {needs.value}, but 'partitions' loads one part per "
+            f"rank; use one of {', '.join(readers)} with partitions, or drop 'partitions'"
+        )
+
+
 def _check_agp(cfg: DsgraphConfig) -> None:
-    """'auto' and trace settings."""
+    """AGP and trace settings."""
     if cfg.agp_recalibrate_after < 0:
         raise ValueError(f"dsgraph config: 'agp_recalibrate_after' must be >= 0 (0: never), got {cfg.agp_recalibrate_after}")
-    if cfg.strategy == "auto" and cfg.partitions is not None:
-        raise ValueError("dsgraph config: strategy 'auto' reads the whole dataset (its candidates share one node order); drop 'partitions'")
     if cfg.trace_steps is not None:
         parse_trace_steps(cfg.trace_steps)
 
@@ -168,10 +190,10 @@ def _check_sampled(cfg: DsgraphConfig) -> None:
     """The mini-batch settings (checked whatever the strategy; fanouts must match layers only for 'sampled')."""
     if not cfg.fanouts or any(f < 1 for f in cfg.fanouts):
         raise ValueError(f"dsgraph config: 'fanouts' must be a non-empty list of integers >= 1, got {cfg.fanouts}")
-    if cfg.strategy == "sampled" and len(cfg.fanouts) != cfg.layers:
+    if cfg.mode == "sampled" and len(cfg.fanouts) != cfg.layers:
         raise ValueError(f"dsgraph config: 'fanouts' needs one entry per layer ({cfg.layers}), got {cfg.fanouts}")
-    if cfg.strategy == "sampled" and cfg.partitions is not None:
-        raise ValueError("dsgraph config: strategy 'sampled' samples from the whole graph; drop 'partitions'")
+    if cfg.mode == "sampled" and cfg.partitions is not None:
+        raise ValueError("dsgraph config: mode 'sampled' samples from the whole graph; drop 'partitions'")
     if cfg.batch_size < 1 or cfg.prefetch_depth < 0:
         raise ValueError("dsgraph config: 'batch_size' must be >= 1 and 'prefetch_depth' >= 0")
     if not 0.0 <= cfg.cache_fraction <= 1.0:
@@ -190,8 +212,8 @@ def _check_isolated(cfg: DsgraphConfig) -> None:
         raise ValueError(f"dsgraph config: 'isolated_correction' must be one of {', '.join(CORRECTIONS)}; got '{cfg.isolated_correction}'")
     if cfg.chunk_method not in CHUNK_METHODS:
         raise ValueError(f"dsgraph config: 'chunk_method' must be one of {', '.join(CHUNK_METHODS)}; got '{cfg.chunk_method}'")
-    if cfg.strategy == "isolated" and cfg.partitions is not None:
-        raise ValueError("dsgraph config: strategy 'isolated' writes its own chunk store; drop 'partitions'")
+    if cfg.mode == "isolated" and cfg.partitions is not None:
+        raise ValueError("dsgraph config: mode 'isolated' writes its own chunk store; drop 'partitions'")
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,)}

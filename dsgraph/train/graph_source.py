@@ -1,52 +1,27 @@
 """Where a rank's graph comes from: the whole dataset (optionally relabelled by an in-memory
 partition), or its own part of a partition store (``--partitions DIR``).
 
-Either way the result is a ``RankGraph``: the global row split, an object the strategies can read
-this rank's CSR block from (global source ids of the relabelled graph), and the rank's node data.
-Node ids handed to the model are the dataset's original ids, so dropout masks do not depend on the
-partition or on the number of ranks.
+Either way the result is the process group with the run's row split and a ``RankGraph`` on the
+CPU: this rank's CSR block (global source ids of the relabelled graph), the whole structure when
+the strategy needs it, and the rank's node data. Node ids handed to the model are the dataset's
+original ids, so dropout masks do not depend on the partition or on the number of ranks.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from dsgraph.comm import GraphParallelGroup, even_row_counts, row_starts
+from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import ControlPlane
 from dsgraph.graph import Graph, load_dataset
 from dsgraph.graph.partition import partition_nodes, relabel
+from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph
+from dsgraph.graph.split import RowSplit, default_row_split
 from dsgraph.graph.store import load_part, load_permutation
-from dsgraph.train.data import LocalNodes
-
-
-@dataclass
-class PartBlock:
-    """This rank's rows [start, end) of a graph with ``num_nodes`` nodes: the part of the graph the
-    strategies "ag" and "halo" read (``rows``). Other ranks' rows are not here."""
-
-    num_nodes: int
-    start: int
-    end: int
-    rowptr: torch.Tensor  # int64 [n+1], rebased to 0
-    col: torch.Tensor  # int32 [e], global source ids
-
-    def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if (start, end) != (self.start, self.end):
-            raise ValueError(f"this rank holds rows [{self.start}, {self.end}) only, not [{start}, {end})")
-        return self.rowptr, self.col
-
-
-@dataclass
-class RankGraph:
-    counts: list[int]  # rows per rank
-    graph: Graph | PartBlock  # what the strategy reads
-    local: LocalNodes  # this rank's node data
-    num_features: int
-    num_classes: int
+from dsgraph.parallel.spec import Needs
 
 
 def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +52,23 @@ def raise_if_any_rank_failed(control: ControlPlane, error: Exception | None) -> 
     raise cls(f"loading the graph failed on {len(failed)} of {control.world_size} rank(s):\n{lines}")
 
 
-def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, self_loops: bool) -> RankGraph:
+def load_rank_graph(
+    cfg, pg: GraphParallelGroup, control: ControlPlane, needs: Needs, graph: Graph | None = None
+) -> tuple[GraphParallelGroup, RankGraph]:
+    """This rank's graph for a strategy with ``needs``, and ``pg`` with the run's row split.
+    ``graph``: the dataset (self loops added as configured) when the caller has loaded it already."""
+    if cfg.partitions is not None:
+        if needs is Needs.WHOLE_GRAPH:
+            raise ValueError(f"'partitions' loads one part per rank, but this strategy needs {needs.value}")
+        return from_store(cfg.partitions, pg, control, cfg.self_loops)
+    if graph is None:
+        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        graph = graph.with_self_loops() if cfg.self_loops else graph
+    method = cfg.partition_method if needs is Needs.PARTITION else None
+    return from_graph(graph, pg, control, needs, method, cfg.seed)
+
+
+def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, self_loops: bool) -> tuple[GraphParallelGroup, RankGraph]:
     """Memory-maps only this rank's part of the store (checked against META.json's sizes and sha256);
     the store must have exactly one part per rank."""
     error = None
@@ -88,51 +79,51 @@ def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, se
         error = err
     raise_if_any_rank_failed(control, error)
     meta = part.meta
-    counts = [int(end) - int(start) for start, end in meta["node_ranges"]]
+    pg = pg.with_split(RowSplit(tuple(int(end) - int(start) for start, end in meta["node_ranges"])))
     rowptr, col = np.asarray(part.rowptr), np.asarray(part.col)
     if self_loops:
-        block_rowptr, block_col = block_with_self_loops(rowptr, col, part.start)
+        block = Csr(*block_with_self_loops(rowptr, col, part.start))
     else:
-        block_rowptr, block_col = torch.from_numpy(rowptr.copy()), torch.from_numpy(col.copy())
-    graph = PartBlock(num_nodes=part.num_nodes, start=part.start, end=part.end, rowptr=block_rowptr, col=block_col)
+        block = Csr(torch.from_numpy(rowptr.copy()), torch.from_numpy(col.copy()))
     copy = lambda a: torch.from_numpy(np.array(a))  # noqa: E731 (writable tensors from read-only maps)
-    local = LocalNodes(
-        counts=counts,
-        start=part.start,
-        node_ids=copy(perm[part.start : part.end]).long(),
-        x=copy(part.x).float(),
-        y=copy(part.y),
-        train_mask=copy(part.train_mask),
-        val_mask=copy(part.val_mask),
-        test_mask=copy(part.test_mask),
-    )
+    nodes = NodeData(
+        node_ids=copy(perm[part.start : part.end]).long(), x=copy(part.x).float(), y=copy(part.y),
+        train_mask=copy(part.train_mask), val_mask=copy(part.val_mask), test_mask=copy(part.test_mask),
+    )  # fmt: skip
     num_classes = meta.get("num_classes")
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"{os.path.join(store_dir, 'META.json')}: needs a positive integer 'num_classes'")
-    return RankGraph(counts=counts, graph=graph, local=local, num_features=int(meta["num_features"]), num_classes=num_classes)
+    graph = RankGraph(num_nodes=part.num_nodes, block=block, nodes=nodes, num_features=int(meta["num_features"]),
+                      num_classes=num_classes)  # fmt: skip
+    return pg, graph
 
 
-def from_dataset(
-    dataset: str, seed: int, pg: GraphParallelGroup, control: ControlPlane, self_loops: bool, partition_method: str | None
-) -> RankGraph:
-    """Loads the whole dataset on every rank. With ``partition_method`` (strategy "halo"), rank 0
-    partitions it, the part ids reach the others through the control plane, and every rank relabels
-    the graph so each part is one contiguous row range; otherwise rows are split evenly in file order."""
-    graph = load_dataset(dataset, seed=seed)
+def from_graph(
+    graph: Graph, pg: GraphParallelGroup, control: ControlPlane, needs: Needs, partition_method: str | None, seed: int
+) -> tuple[GraphParallelGroup, RankGraph]:
+    """This rank's share of a graph every rank holds. With ``partition_method``, rank 0 partitions
+    it, the part ids reach the others through the control plane, and every rank relabels the graph
+    so each part is one contiguous row range; otherwise ``pg``'s split applies if it has one (the
+    caller chose it), else the run's default row split."""
     num_classes = graph.num_classes
-    if self_loops:
-        graph = graph.with_self_loops()
     perm = None
     if partition_method is not None and pg.world_size > 1:
         parts = partition_nodes(graph, pg.world_size, partition_method, seed=seed) if pg.rank == 0 else None
         parts = control.bcast(parts, root=0)
         graph, perm, ranges = relabel(graph, parts, pg.world_size)
-        counts = (ranges[:, 1] - ranges[:, 0]).tolist()
-    else:
-        counts = even_row_counts(graph.num_nodes, pg.world_size)
-    local = LocalNodes.split(graph, pg, counts)
-    if perm is not None:
-        start = row_starts(counts)[pg.rank]
-        local.node_ids = torch.from_numpy(perm[start : start + counts[pg.rank]])
-    return RankGraph(counts=counts, graph=graph, local=local, num_features=graph.num_features, num_classes=num_classes)
-
+        pg = pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
+    elif pg.split is None:
+        pg = pg.with_split(default_row_split(graph.rowptr, pg.world_size))
+    if pg.num_rows != graph.num_nodes:
+        raise ValueError(f"row split {pg.counts} does not cover the graph's {graph.num_nodes} nodes")
+    start, end = pg.rows
+    whole = Csr(graph.rowptr, graph.col)
+    block = whole if (start, end) == (0, graph.num_nodes) else Csr(*graph.rows(start, end))
+    node_ids = torch.arange(start, end) if perm is None else torch.from_numpy(perm[start:end])
+    nodes = NodeData(
+        node_ids=node_ids, x=graph.x[start:end], y=graph.y[start:end], train_mask=graph.train_mask[start:end],
+        val_mask=graph.val_mask[start:end], test_mask=graph.test_mask[start:end],
+    )  # fmt: skip
+    rank_graph = RankGraph(num_nodes=graph.num_nodes, block=block, nodes=nodes, num_features=graph.num_features,
+                           num_classes=num_classes, whole=whole if needs is Needs.WHOLE_GRAPH else None)  # fmt: skip
+    return pg, rank_graph

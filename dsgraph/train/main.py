@@ -13,7 +13,9 @@ import os
 import sys
 
 from dsgraph.graph.partition import METHODS
+from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.modes import mode_names
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
 
@@ -26,9 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
-    p.add_argument("--strategy", choices=["ag", "a2a", "halo", "sampled", "isolated", "auto"],
-                   help="graph-parallel attention strategy, sampled mini-batches, isolated (Grappa) training, "
-                   "or auto (AGP picks ag, a2a or halo from --agp-profile)")
+    strategies = "; ".join(f"{name}: {get_strategy(name).summary}" for name in strategy_names())
+    p.add_argument("--strategy", choices=[*strategy_names(), *(m for m in mode_names() if m != "full")],
+                   help=f"graph-parallel attention strategy ({strategies}). 'sampled' and 'isolated' are older "
+                   "spellings of --mode; a strategy without --mode trains the full graph")
+    p.add_argument("--mode", choices=mode_names(), help="training mode: full graph (default), sampled mini-batches, "
+                   "or isolated (Grappa) training")
     p.add_argument("--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)")
     p.add_argument("--trace-steps", dest="trace_steps", metavar="A:B",
                    help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)")
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ds_config, cfg = load_ds_config(args.config)
         overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DsgraphConfig) if getattr(args, f.name, None) is not None}
+        if args.strategy in strategy_names() and args.mode is None:
+            overrides["mode"] = "full"  # --strategy X picks full-graph training with X, whatever the file's mode
         cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
@@ -63,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import deepspeed.comm as dist
 
-    from dsgraph.train.isolated import IsolatedTrainer
-    from dsgraph.train.sampled import SampledTrainer
     from dsgraph.train.trainer import Trainer, init_distributed
     from dsgraph.train.watchdog import EXIT_PEER_FAILURE, Watchdog, is_peer_failure, peer_failure_message
 
@@ -72,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     try:
         with Watchdog(rank, cfg.timeout_s) as watchdog:
-            trainer_cls = {"sampled": SampledTrainer, "isolated": IsolatedTrainer}.get(cfg.strategy, Trainer)
-            trainer = trainer_cls(cfg, ds_config, device, heartbeat=watchdog.beat)
+            trainer = Trainer(cfg, ds_config, device, heartbeat=watchdog.beat)
             if args.resume:
                 trainer.resume()
             trainer.fit()

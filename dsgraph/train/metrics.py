@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,6 +17,33 @@ STEP_KEYS = (
     "kind", "epoch", "step", "loss", "train_acc", "val_acc", "test_acc", "strategy", "world_size",
     "step_time_s", "comm_time_s", "comm_bytes", "peak_mem_mb",
 )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class Row:
+    """One metrics row (a training step or an evaluation), the same for every mode and strategy;
+    ``extra`` holds the columns a mode or strategy adds (sampling counts, AGP's decision, ...)."""
+
+    kind: str
+    epoch: int
+    step: int
+    loss: float
+    train_acc: float
+    val_acc: float | None = None
+    test_acc: float | None = None
+    strategy: str
+    mode: str
+    world_size: int
+    step_time_s: float
+    comm_time_s: float
+    comm_bytes: int
+    peak_mem_mb: float
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "extra"}
+        out.update(self.extra)
+        return out
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -34,8 +62,12 @@ class MetricsWriter:
             self.file = open(path, "a" if append else "w")
 
     def write(self, row: dict) -> None:
+        """One JSON line; numbers also as TensorBoard scalars ``dsgraph/<kind>/<key>``. A row's
+        ``text`` entry (tag, markdown) goes to TensorBoard as text ``dsgraph/<kind>/<tag>`` only."""
         if self.rank != 0:
             return
+        row = dict(row)
+        text = row.pop("text", None)
         if self.file is not None:
             self.file.write(json.dumps(row) + "\n")
             self.file.flush()
@@ -46,6 +78,10 @@ class MetricsWriter:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step",)
             ]
             self.monitor.write_events(events)
+            writer = getattr(getattr(self.monitor, "tb_monitor", None), "summary_writer", None)
+            if text is not None and writer is not None:
+                writer.add_text(f"dsgraph/{row['kind']}/{text[0]}", text[1], row["step"])
+                writer.flush()
 
     def close(self) -> None:
         if self.file is not None:

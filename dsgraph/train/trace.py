@@ -39,11 +39,12 @@ class StepTracer:
         self.region = torch.profiler.record_function(f"dsgraph/step/{epoch}")
         self.region.__enter__()
 
-    def end(self, epoch: int) -> None:
+    def end(self, epoch: int, ends_epoch: bool = True) -> None:
+        """After a step of ``epoch``; the trace is written after the last step of epoch B-1."""
         if self.region is not None:
             self.region.__exit__(None, None, None)
             self.region = None
-        if self.profiler is not None and epoch + 1 >= self.window[1]:
+        if self.profiler is not None and ends_epoch and epoch + 1 >= self.window[1]:
             self.close()
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
-"""The full-graph training loop on a DeepSpeed engine.
+"""The training loop on a DeepSpeed engine, for every mode and strategy.
 
 Every rank holds the same parameters (DeepSpeed's data-parallel group is the whole job) and its own
-node rows. The loss on rank r is ``local_sum * W / global_count``: ZeRO averages gradients over the
-W ranks, so the update equals the single-process full-graph update.
+rows. The loss on rank r is ``sum(w_i * loss_i) * W / global_count``: ZeRO averages gradients over
+the W ranks, so the update equals the single-process full-graph (or global-batch) update. The mode
+(``modes.py``) makes the steps; the loop runs them, evaluates, logs, traces and checkpoints.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import torch.nn.functional as F
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
-from dsgraph.parallel import build_strategy
 from dsgraph.train import checkpoint
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.graph_source import from_dataset, from_store
-from dsgraph.train.metrics import MetricsWriter, peak_memory_mb
+from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
+from dsgraph.train.mode import EvalBatch, Step
+from dsgraph.train.modes import make_mode
 from dsgraph.train.trace import StepTracer
 
 
@@ -46,171 +47,156 @@ def init_distributed(timeout_s: float = 300.0) -> torch.device:
 def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTransformer:
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
     return GraphTransformer(
-        in_dim,
-        num_classes,
-        hidden=cfg.hidden,
-        heads=cfg.heads,
-        layers=cfg.layers,
-        ffn_mult=cfg.ffn_mult,
-        dropout=cfg.dropout,
-        input_dropout=cfg.input_dropout,
-        attention_dropout=cfg.attention_dropout,
-        seed=cfg.seed,
-    )
+        in_dim, num_classes, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
+        dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
+    )  # fmt: skip
 
 
-def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelGroup) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    if dist.get_world_size() > 1:
+    if pg.world_size > 1:
         dist.all_reduce(t)
     return t.tolist()
 
 
 class Trainer:
     def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
-        """``heartbeat(phase)`` is called at every phase of the training loop (the entry point passes
-        its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
+        """``heartbeat(phase)`` is called at every phase of set-up and of the loop (the entry point
+        passes its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
         self.cfg, self.device = cfg, device
         self.heartbeat = heartbeat or (lambda what: None)
-        self.pg = GraphParallelGroup.from_world()
-        self.control = make_control_plane(log if self.pg.rank == 0 else None)
-        if cfg.partitions is not None:
-            source = from_store(cfg.partitions, self.pg, self.control, cfg.self_loops)
-        else:
-            method = cfg.partition_method if cfg.strategy == "halo" else None
-            source = from_dataset(cfg.dataset, cfg.seed, self.pg, self.control, cfg.self_loops, method)
-        self.num_classes = source.num_classes
-        self.auto = None
-        if cfg.strategy == "auto":  # AGP: a rank-agreed pick that may change between steps
-            from dsgraph.agp.decide import AutoStrategy
-
-            self.auto = AutoStrategy.for_trainer(cfg, ds_config, source, self.pg, self.control, device, log)
-            self.attention = self.auto.attention
-        else:
-            self.attention = build_strategy(cfg.strategy, source.graph, source.counts, self.pg, cfg.heads, cfg.backend, self.control)
-        model = build_model(cfg, source.num_features, self.num_classes)
+        pg = GraphParallelGroup.from_world()
+        rank_log = log if pg.rank == 0 else (lambda line: None)
+        control = make_control_plane(rank_log if pg.rank == 0 else None)
+        self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
+        self.pg = self.mode.pg
+        model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        self.heartbeat("deepspeed.initialize")
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-        dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32
-        self.local = source.local.to(device, dtype)
-        self.train_count = int(_all_reduce_sum([float(self.local.train_mask.sum())], device)[0])
-        if self.train_count == 0:
-            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
         self.start_epoch = 0
         self.best = {"val_acc": -1.0, "test_acc": 0.0, "epoch": -1}
 
-    # --- one optimizer step on the whole graph -------------------------------------------------
-    def train_step(self, epoch: int) -> dict:
-        loc, engine = self.local, self.engine
+    # --- one optimizer step, one evaluation ----------------------------------------------------
+    def train_step(self, step: Step) -> dict:
+        engine = self.engine
         engine.train()
         self.pg.stats.reset()
         start = time.perf_counter()
-        logits = engine(loc.x, self.attention, loc.node_ids, epoch)
-        train_logits, train_y = logits[loc.train_mask].float(), loc.y[loc.train_mask]
-        local_sum = F.cross_entropy(train_logits, train_y, reduction="sum")
-        engine.backward(local_sum * self.world / self.train_count)
+        dropout_step = engine.global_steps if step.dropout_step is None else step.dropout_step
+        logits = engine(step.x, step.attention, step.node_ids, dropout_step)[step.loss_rows].float()
+        losses = F.cross_entropy(logits, step.labels, reduction="none")
+        weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
+        engine.backward(weighted * self.world / step.global_count)
         engine.step()
         step_time = time.perf_counter() - start
-        correct = float((train_logits.argmax(1) == train_y).sum())
-        loss_sum, correct = _all_reduce_sum([float(local_sum.detach()), correct], self.device)
-        row = {
-            "kind": "step",
-            "epoch": epoch,
-            "step": engine.global_steps,
-            "loss": loss_sum / self.train_count,
-            "train_acc": correct / self.train_count,
-            "val_acc": None,
-            "test_acc": None,
-            **self._system(step_time),
-        }
-        if self.auto is not None:  # may switch strategies for the next step (collective)
-            self.auto.after_step(step_time, row["comm_time_s"])
-            self.attention = self.auto.attention
-        return row
+        sums = [float(losses.detach().sum()), float((logits.argmax(1) == step.labels).sum()), *step.summed.values()]
+        count = step.global_count
+        if step.reduce:
+            sums = sum_over_ranks(sums, self.device, self.pg)
+        else:
+            count = max(int(losses.numel()), 1)  # this rank's own rows only
+        summed = dict(zip(step.summed, sums[2:]))
+        extra = {**step.fields, **self.mode.step_fields(step, summed)}
+        row = Row(kind="step", epoch=step.epoch, step=engine.global_steps, loss=sums[0] / count, train_acc=sums[1] / count,
+                  **self._system(step_time, extra))  # fmt: skip
+        attention = self.mode.train_attention
+        if attention is not None:  # e.g. auto may switch strategies for the next step (collective)
+            attention.after_step(step_time, row.comm_time_s)
+        return row.as_dict()
+
+    def train_epoch(self, epoch: int) -> dict:
+        """Runs every step of ``epoch``; returns the last step's row."""
+        return [self.train_step(step) for step in self.mode.steps(epoch, epoch + 1)][-1]
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
-        loc, engine = self.local, self.engine
+        engine = self.engine
         engine.eval()
         self.pg.stats.reset()
+        batch: EvalBatch = self.mode.eval_batch()
         start = time.perf_counter()
-        logits = engine(loc.x, self.attention, loc.node_ids, epoch).float()
+        dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
+        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step).float()
         eval_time = time.perf_counter() - start
         pred = logits.argmax(1)
         sums = []
-        for mask in (loc.train_mask, loc.val_mask, loc.test_mask):
-            sums += [float((pred[mask] == loc.y[mask]).sum()), float(mask.sum())]
-        loss = float(F.cross_entropy(logits[loc.train_mask], loc.y[loc.train_mask], reduction="sum"))
-        totals = _all_reduce_sum(sums + [loss], self.device)
+        for mask in batch.masks:
+            sums += [float((pred[mask] == batch.y[mask]).sum()), float(mask.sum())]
+        train = batch.masks[0]
+        sums.append(float(F.cross_entropy(logits[train], batch.y[train], reduction="sum")))
+        totals = sum_over_ranks(sums, self.device, self.pg) if batch.reduce else sums
         acc = [totals[i] / max(totals[i + 1], 1.0) for i in (0, 2, 4)]
-        row = {
-            "kind": "eval",
-            "epoch": epoch,
-            "step": engine.global_steps,
-            "loss": totals[6] / self.train_count,
-            "train_acc": acc[0],
-            "val_acc": acc[1],
-            "test_acc": acc[2],
-            **self._system(eval_time),
-        }
         if acc[1] > self.best["val_acc"]:
             self.best = {"val_acc": acc[1], "test_acc": acc[2], "epoch": epoch}
-        row["best_val_acc"], row["test_acc_at_best_val"] = self.best["val_acc"], self.best["test_acc"]
-        return row
+        best = {"best_val_acc": self.best["val_acc"], "test_acc_at_best_val": self.best["test_acc"]}
+        row = Row(kind="eval", epoch=epoch, step=engine.global_steps, loss=totals[6] / max(totals[1], 1.0), train_acc=acc[0],
+                  val_acc=acc[1], test_acc=acc[2], **self._system(eval_time, best))  # fmt: skip
+        return row.as_dict()
 
-    def _system(self, step_time: float) -> dict:
-        agp = self.auto.metrics() if self.auto is not None else {}
+    def _system(self, seconds: float, extra: dict) -> dict:
+        """The columns every row has, and ``extra`` with the strategy's own (AGP's decision)."""
+        attention = self.mode.train_attention
+        fields = attention.row_fields() if attention is not None else {}
         return {
-            "strategy": self.cfg.strategy if self.auto is None else self.auto.current,
-            **agp,
-            "world_size": self.world,
-            "step_time_s": step_time,
-            "comm_time_s": self.pg.stats.time_s,
-            "comm_bytes": self.pg.stats.bytes_sent,
-            "peak_mem_mb": peak_memory_mb(self.device),
-        }
+            "strategy": self.mode.strategy_label, "mode": self.mode.name, "world_size": self.world, "step_time_s": seconds,
+            "comm_time_s": self.pg.stats.time_s, "comm_bytes": self.pg.stats.bytes_sent,
+            "peak_mem_mb": peak_memory_mb(self.device), "extra": {**fields, **extra},
+        }  # fmt: skip
 
     # --- the loop ---------------------------------------------------------------------------
     def resume(self) -> None:
+        self.heartbeat("loading the latest checkpoint")
         state = checkpoint.load_latest(self.engine, self.cfg.checkpoint_dir, self.cfg.seed)
         self.start_epoch, self.best = state["epoch"] + 1, state["best"]
 
+    def _write_events(self, metrics: MetricsWriter) -> None:
+        attention = self.mode.train_attention
+        for event in attention.drain_events() if attention is not None else []:
+            metrics.write({**event, "step": self.engine.global_steps})
+
+    def _end_of_epoch(self, epoch: int, rows: list[dict], metrics: MetricsWriter, log) -> dict | None:
+        """Evaluation, the log line and the checkpoint after the last step of ``epoch``."""
+        cfg, last = self.cfg, None
+        line = self.mode.epoch_line(epoch, rows)
+        if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+            self.heartbeat(f"evaluation after epoch {epoch}")
+            last = self.evaluate(epoch)
+            metrics.write(last)
+            line += f"  val_acc {last['val_acc']:.3f}  test_acc {last['test_acc']:.3f}"
+        if self.pg.rank == 0:
+            log(line + self.mode.step_time_note(rows))
+        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+            self.heartbeat(f"checkpoint after epoch {epoch}")
+            checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
+        return last
+
     def fit(self, log=print) -> dict:
-        cfg = self.cfg
-        rank = self.pg.rank
+        cfg, rank = self.cfg, self.pg.rank
         metrics = MetricsWriter(cfg.metrics_out, self.engine.monitor, rank, append=self.start_epoch > 0)
         tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
-        last = None
+        last, rows = None, []
         try:
-            for epoch in range(self.start_epoch, cfg.epochs):
-                self.heartbeat(f"epoch {epoch}")
-                if self.auto is not None:
-                    self.auto.write_events(metrics, self.engine)
-                tracer.begin(epoch)
-                row = self.train_step(epoch)
-                tracer.end(epoch)
-                metrics.write(row)
-                line = f"epoch {epoch:4d}  loss {row['loss']:.4f}  train_acc {row['train_acc']:.3f}"
-                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
-                    self.heartbeat(f"evaluation after epoch {epoch}")
-                    last = self.evaluate(epoch)
-                    metrics.write(last)
-                    line += f"  val_acc {last['val_acc']:.3f}  test_acc {last['test_acc']:.3f}"
-                line += f"  step {row['step_time_s'] * 1e3:.0f} ms (comm {row['comm_time_s'] * 1e3:.0f} ms)"
-                if rank == 0:
-                    log(line)
-                if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
-                    self.heartbeat(f"checkpoint after epoch {epoch}")
-                    checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
-            if self.auto is not None:
-                self.auto.write_events(metrics, self.engine)
+            for step in self.mode.steps(self.start_epoch):
+                self.heartbeat(f"epoch {step.epoch}")
+                self._write_events(metrics)
+                tracer.begin(step.epoch)
+                rows.append(self.train_step(step))
+                tracer.end(step.epoch, step.ends_epoch)
+                metrics.write(rows[-1])
+                if step.ends_epoch:
+                    last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
+                    rows = []
+            self._write_events(metrics)
         finally:
             tracer.close()
             metrics.close()
+            self.mode.close()
         if rank == 0 and last is not None:
-            log(
-                f"done: test_acc {last['test_acc']:.4f} (last epoch); best val_acc {self.best['val_acc']:.4f} "
-                f"at epoch {self.best['epoch']} with test_acc {self.best['test_acc']:.4f}"
-            )
+            log(f"done: test_acc {last['test_acc']:.4f} (last epoch); best val_acc {self.best['val_acc']:.4f} "
+                f"at epoch {self.best['epoch']} with test_acc {self.best['test_acc']:.4f}")  # fmt: skip
         return {"last": last, "best": self.best}
 
+    def close(self) -> None:
+        self.mode.close()

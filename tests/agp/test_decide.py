@@ -4,9 +4,11 @@ import re
 
 import pytest
 
-from dsgraph.agp.decide import AutoStrategy
+from dsgraph.agp.decide import AutoStrategy, contiguous_shape
+from dsgraph.agp.shapes import ModelShape
 from dsgraph.agp.synthetic import linear_profile
-from dsgraph.comm import GraphParallelGroup, even_row_counts
+from dsgraph.comm import GraphParallelGroup, RowSplit
+from dsgraph.parallel import auto_candidates
 from dsgraph.train.config import DsgraphConfig
 from tests.graphs import random_graph
 
@@ -30,8 +32,10 @@ def _auto(tmp_path, profile_path=None, backend="reference", world=2, **cfg):
     settings.update(cfg)
     graph = random_graph().with_self_loops()
     pg = GraphParallelGroup(rank=0, world_size=world)
-    counts = even_row_counts(graph.num_nodes, world)
-    return AutoStrategy(DsgraphConfig(**settings), graph, counts, pg, OneRankControl(), backend, "float32", build=lambda n: n, log=lambda m: None)
+    cfg = DsgraphConfig(**settings)
+    shape = contiguous_shape(graph, list(RowSplit.even(graph.num_nodes, world).counts))
+    model = ModelShape(cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_mult, graph.num_features, graph.num_classes)
+    return AutoStrategy(cfg, shape, model, pg, OneRankControl(), backend, "float32", log=lambda m: None)
 
 
 def _write_profile(tmp_path, per_byte=COMM_HEAVY, backend="reference", max_ranks=2):
@@ -43,11 +47,11 @@ def _write_profile(tmp_path, per_byte=COMM_HEAVY, backend="reference", max_ranks
 
 def test_decision_names_strategy_and_prediction(tmp_path):
     auto = _auto(tmp_path, _write_profile(tmp_path))
-    assert auto.current == "ag" and auto.attention == "ag"
+    assert auto.current == "ag"
     assert auto.decision.predicted_step_time_s > 0 and not auto.decision.fallback
     assert auto.metrics()["agp_decision"].startswith("ag (auto: pick ag on 2 ranks")
     assert [e["event"] for e in auto.events] == ["decision"]
-    assert {row["strategy"] for row in auto.decision.table} == {"ag", "a2a", "halo"}
+    assert [row["strategy"] for row in auto.decision.table] == auto_candidates()
 
 
 @pytest.mark.parametrize(

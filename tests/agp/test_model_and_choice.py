@@ -6,7 +6,7 @@ import math
 import pytest
 
 from dsgraph.agp.choose import choose, switch_target
-from dsgraph.agp.model import Calibration, GraphShape, HaloShape, ModelShape, predict, predict_all, scaling_test
+from dsgraph.agp.model import Calibration, GraphShape, ModelShape, SplitShape, predict, predict_all, scaling_test
 from dsgraph.agp.synthetic import linear_profile
 from tests.graphs import random_graph
 
@@ -38,7 +38,7 @@ def test_comm_bytes_per_strategy():
 
 def test_attention_work_and_imbalance():
     profile = _profile(attention=1e-8)
-    skewed = GraphShape(100_000, 2_000_000, contiguous_edges={4: [1_400_000, 200_000, 200_000, 200_000]})
+    skewed = GraphShape(100_000, 2_000_000, rows={4: SplitShape([25_000] * 4, [1_400_000, 200_000, 200_000, 200_000], [0] * 4, [0] * 4)})
     ag = predict("ag", 4, skewed, MODEL, profile, step=False)
     a2a = predict("a2a", 4, skewed, MODEL, profile, step=False)
     # AG waits for the rank with 70% of the edges; A2A splits heads, so every rank has E*H/p
@@ -83,19 +83,20 @@ def test_memory_ag_keeps_all_kv_a2a_keeps_the_whole_graph():
 
 def test_halo_uses_partition_sizes():
     profile = _profile()
-    halo = HaloShape(part_nodes=[50_000, 50_000], part_edges=[1_000_000, 1_000_000], halo_sizes=[1_000, 3_000])
-    graph = GraphShape(100_000, 2_000_000, halo={2: halo})
+    part = SplitShape(part_nodes=[50_000, 50_000], part_edges=[1_000_000, 1_000_000], halo_sizes=[1_000, 3_000], send_sizes=[3_000, 1_000])
+    graph = GraphShape(100_000, 2_000_000, partitions={2: part})
     x = predict("halo", 2, graph, MODEL, profile, step=False)
-    assert x.comm_bytes == pytest.approx(2 * 2 * 3_000 * 256 * 4)  # L * (fwd + bwd) * largest halo * 2d * bytes
+    assert x.comm_bytes == pytest.approx(2 * (3_000 + 1_000) * 256 * 4)  # L * (rows sent forward + halo rows' gradients back) * 2d * bytes
     assert x.comm_s < predict("ag", 2, graph, MODEL, profile, step=False).comm_s
 
 
 def test_graph_shape_from_a_real_graph():
     graph = random_graph()
-    shape = GraphShape.from_graph(graph, [1, 2, 4], halo_method="contiguous")
-    assert sum(shape.contiguous_edges[4]) == graph.num_edges
-    assert shape.halo[2].part_nodes == [52, 51]
-    assert all(0 < h < graph.num_nodes for h in shape.halo[4].halo_sizes)
+    shape = GraphShape.from_graph(graph, [1, 2, 4], partition_method="contiguous")
+    assert sum(shape.rows[4].part_edges) == graph.num_edges
+    assert shape.partitions[2].part_nodes == [52, 51]
+    assert all(0 < h < graph.num_nodes for h in shape.partitions[4].halo_sizes)
+    assert sum(shape.partitions[4].send_sizes) == sum(shape.partitions[4].halo_sizes)  # every halo row is sent once
 
 
 def test_choice_picks_the_fastest_feasible_and_explains():

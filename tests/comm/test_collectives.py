@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dsgraph.comm import GraphParallelGroup, even_row_counts, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads, row_starts
+from dsgraph.comm import GraphParallelGroup, RowSplit, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads
 from tests.distributed import run
 
 N, H, D = 11, 4, 3  # 11 rows split unevenly over 2 or 4 ranks
@@ -14,22 +14,21 @@ def _global_tensor():
 
 
 def _check_collectives(rank, world, tmp):
-    pg = GraphParallelGroup.from_world()
-    counts = even_row_counts(N, world)
-    start = row_starts(counts)[rank]
+    pg = GraphParallelGroup.from_world().with_split(RowSplit.even(N, world))
+    counts, start = pg.counts, pg.rows[0]
     full = _global_tensor()
     local = full[start : start + counts[rank]].clone().requires_grad_(True)
 
-    gathered = gather_rows(local, counts, pg)
+    gathered = gather_rows(local, pg)
     torch.testing.assert_close(gathered, full, rtol=0, atol=0)
     gathered.backward(torch.full_like(gathered, float(rank + 1)))  # reduce-scatter sums over ranks
     torch.testing.assert_close(local.grad, torch.full_like(local, world * (world + 1) / 2), rtol=0, atol=0)
 
     local.grad = None
-    heads = nodes_to_heads(local, counts, pg)
+    heads = nodes_to_heads(local, pg)
     h = H // world
     torch.testing.assert_close(heads, full[:, rank * h : (rank + 1) * h], rtol=0, atol=0)
-    back = heads_to_nodes(heads, counts, pg)
+    back = heads_to_nodes(heads, pg)
     torch.testing.assert_close(back, local.detach(), rtol=0, atol=0)
     (back * full[start : start + counts[rank]]).sum().backward()
     torch.testing.assert_close(local.grad, full[start : start + counts[rank]], rtol=0, atol=0)
@@ -39,7 +38,7 @@ def _check_collectives(rank, world, tmp):
     send_index = torch.zeros(world - 1, dtype=torch.long)
     send_counts = [0 if r == rank else 1 for r in range(world)]
     received = exchange_rows(local, send_index, send_counts, send_counts, pg)
-    others = [row_starts(counts)[r] for r in range(world) if r != rank]
+    others = [pg.starts[r] for r in range(world) if r != rank]
     torch.testing.assert_close(received, full[others], rtol=0, atol=0)
     received.sum().backward()
     expected = torch.zeros_like(local)
@@ -53,8 +52,8 @@ def test_collectives_place_rank_encoded_rows(world, tmp_path):
 
 
 def test_single_rank_collectives_are_identity():
-    pg = GraphParallelGroup()
+    pg = GraphParallelGroup.single(N)
     x = _global_tensor()
-    assert gather_rows(x, [N], pg) is x
-    assert nodes_to_heads(x, [N], pg) is x
-    assert heads_to_nodes(x, [N], pg) is x
+    assert gather_rows(x, pg) is x
+    assert nodes_to_heads(x, pg) is x
+    assert heads_to_nodes(x, pg) is x

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from dsgraph.comm import even_row_counts, row_starts
+from dsgraph.comm import RowSplit
 from dsgraph.comm.control import choose_control_plane, launched_by_mpi
 from dsgraph.comm.halo import HaloPlan
 from dsgraph.graph import load_dataset
@@ -14,7 +14,7 @@ from tests.graphs import random_graph
 
 
 def _plans(graph, counts):
-    starts = row_starts(counts)
+    starts = RowSplit(tuple(counts)).starts
     blocks = [graph.rows(starts[r], starts[r + 1]) for r in range(len(counts))]
     halos = [halo_ids(col.numpy(), starts[r], starts[r + 1]) for r, (_, col) in enumerate(blocks)]
     return [HaloPlan.build(rp.numpy(), col.numpy(), starts, r, halos) for r, (rp, col) in enumerate(blocks)], blocks
@@ -22,7 +22,7 @@ def _plans(graph, counts):
 
 def _check_plans(graph, counts):
     """Every rank's [local; received] rows, indexed by its compact col, give back the global sources."""
-    starts = row_starts(counts)
+    starts = RowSplit(tuple(counts)).starts
     world = len(counts)
     plans, blocks = _plans(graph, counts)
     ids = torch.arange(graph.num_nodes)  # a rank-encoded "K": row i holds its global id
@@ -56,7 +56,7 @@ def _check_plans(graph, counts):
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_plan_routes_every_halo_row(world):
     graph = random_graph()  # rows without in-edges and a hub
-    plans = _check_plans(graph, even_row_counts(graph.num_nodes, world))
+    plans = _check_plans(graph, list(RowSplit.even(graph.num_nodes, world).counts))
     sent = sum(p.rows_sent for p in plans)
     assert sent == sum(p.num_halo for p in plans)
     assert (sent > 0) == (world > 1)
@@ -79,8 +79,8 @@ def test_plan_with_an_empty_halo_and_an_empty_part():
 
 def test_plan_rejects_a_halo_list_that_does_not_match_the_block():
     graph = random_graph()
-    counts = even_row_counts(graph.num_nodes, 2)
-    starts = row_starts(counts)
+    counts = list(RowSplit.even(graph.num_nodes, 2).counts)
+    starts = RowSplit(tuple(counts)).starts
     rowptr, col = graph.rows(0, starts[1])
     with pytest.raises(ValueError, match="rank 0's halo list does not match"):
         HaloPlan.build(rowptr.numpy(), col.numpy(), starts, 0, [np.array([starts[1]], np.int32), np.zeros(0, np.int32)])

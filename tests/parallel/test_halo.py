@@ -1,19 +1,18 @@
-"""GP-Halo on 2 and 4 gloo processes equals the single-process model (every block's output, logits and
-every parameter gradient, fp32, dropout on), on a METIS-relabelled graph with rows that have no
-in-edges and a part whose halo is empty; its traffic is exactly what the plan says; the torch control
-plane and the asynchronous exchange place rank-encoded rows where they belong."""
+"""GP-Halo beyond the conformance suite: on a METIS-relabelled graph with a part whose halo is empty
+it still equals the single-process model, its traffic is exactly what the plan says, and the torch
+control plane and the asynchronous exchange place rank-encoded rows where they belong."""
 
 import numpy as np
 import pytest
 import torch
 
-from dsgraph.comm import GraphParallelGroup, row_starts, start_exchange_rows
+from dsgraph.comm import GraphParallelGroup, RowSplit, start_exchange_rows
 from dsgraph.comm.control import TorchControlPlane, make_control_plane
 from dsgraph.graph import Graph
 from dsgraph.graph.partition import partition_nodes, relabel
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.parallel.test_equivalence import HEADS, _forward_backward, _rel_err
+from tests.parallel.test_conformance import forward_backward, rel_err
 
 
 def halo_test_graph(world: int) -> tuple[Graph, list[int]]:
@@ -40,20 +39,18 @@ def _check_halo(rank, world, tmp):
 
     graph, counts = halo_test_graph(world)
     assert int((graph.in_degrees() == 0).sum()) >= 3
-    starts = row_starts(counts)
-    rows = range(starts[rank], starts[rank + 1])
-    ref_outs, ref_grads = _forward_backward(graph, [graph.num_nodes], GraphParallelGroup(), "halo", range(0, graph.num_nodes))
-    pg = GraphParallelGroup.from_world()
-    outs, grads = _forward_backward(graph, counts, pg, "halo", rows)
+    ref_outs, ref_grads, _, _ = forward_backward(graph, GraphParallelGroup.single(graph.num_nodes), "halo")
+    pg = GraphParallelGroup.from_world().with_split(RowSplit(tuple(counts)))
+    outs, grads, pg, attention = forward_backward(graph, pg, "halo", control=control)
+    start, end = pg.rows
+    rows = range(start, end)
     for out, ref in zip(outs, ref_outs):
-        assert _rel_err(out, ref[rows.start : rows.stop]) < 1e-5
+        assert rel_err(out, ref[start:end]) < 1e-5
     for name, grad in grads.items():
         dist.all_reduce(grad)
-        assert _rel_err(grad, ref_grads[name]) < 1e-5, (name, _rel_err(grad, ref_grads[name]))
+        assert rel_err(grad, ref_grads[name]) < 1e-5, (name, rel_err(grad, ref_grads[name]))
 
-    from dsgraph.parallel import build_strategy
-
-    plan = build_strategy("halo", graph, counts, GraphParallelGroup(rank=rank, world_size=world), HEADS, control=control).plan
+    plan = attention.plan
     if rank == 0:
         assert plan.num_halo == 0 and plan.rows_sent > 0
     row_bytes = 2 * 32 * 4  # K and V rows of hidden 32 in fp32

@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dsgraph.comm import GraphParallelGroup
 from dsgraph.graph import load_dataset
 from dsgraph.graph.partition import relabel
 from dsgraph.models import GraphTransformer
-from dsgraph.parallel import build_strategy
+from dsgraph.graph.rank_graph import whole_graph
+from dsgraph.train.sampled import local_attention
 from dsgraph.parallel.isolated import (
     RotationSchedule, assign_chunks, correction_weights, cycle_coverage, graph_block, induced_subgraph,
 )  # fmt: skip
@@ -169,7 +169,7 @@ def _cycle_gradients_1(world: int, layers: int, seed: int) -> dict[str, torch.Te
     count = int(relabelled.train_mask.sum())
 
     def attention(g):
-        return build_strategy("ag", g, [g.num_nodes], GraphParallelGroup(), 2, backend="cpu")
+        return local_attention(whole_graph(g), backend="cpu")
 
     g = relabelled
     logits = model(g.x.double(), attention(g), torch.arange(g.num_nodes))

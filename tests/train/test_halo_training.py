@@ -20,10 +20,10 @@ def _steps(rank, world, tmp, variants):
     results = {}
     for variant in variants:
         trainer = make_trainer(tmp, ds_config(stage=2), **_settings(tmp, variant, world), self_loops=True)
-        losses = [trainer.train_step(epoch)["loss"] for epoch in range(3)]
+        losses = [trainer.train_epoch(epoch)["loss"] for epoch in range(3)]
         evaluation = trainer.evaluate(2)
         results[variant] = {"losses": losses, "val_acc": evaluation["val_acc"], "test_acc": evaluation["test_acc"],
-                            "counts": trainer.local.counts}  # fmt: skip
+                            "counts": trainer.pg.counts}  # fmt: skip
     if rank == 0:
         dump(tmp, f"halo_{world}.json", results)
 

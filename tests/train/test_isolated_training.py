@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from dsgraph.comm import GraphParallelGroup
 from dsgraph.graph import load_npz
-from dsgraph.parallel import build_strategy
+from dsgraph.graph.rank_graph import whole_graph
+from dsgraph.train.sampled import local_attention
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.isolated import IsolatedTrainer
+from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, write_random_graph
 
@@ -22,13 +22,13 @@ SETTINGS = dict(hidden=32, heads=4, layers=2, self_loops=True, seed=3, strategy=
 
 def _trainer(tmp, **cfg):
     settings = dict(SETTINGS, dataset=write_random_graph(tmp), **cfg)
-    return IsolatedTrainer(DsgraphConfig(**settings), ds_config(stage=2), torch.device("cpu"), log=lambda line: None)
+    return Trainer(DsgraphConfig(**settings), ds_config(stage=2), torch.device("cpu"), log=lambda line: None)
 
 
 def _full_graph_accuracy(trainer, path):
     """Test accuracy of the trained module on the whole graph in one process (no ranks involved)."""
     graph = load_npz(path).with_self_loops()
-    attention = build_strategy("ag", graph, [graph.num_nodes], GraphParallelGroup(), 4, backend="reference")
+    attention = local_attention(whole_graph(graph), backend="reference")
     module = trainer.engine.module.eval()
     with torch.no_grad():
         pred = module(graph.x, attention, torch.arange(graph.num_nodes), 0).argmax(1)
@@ -41,10 +41,10 @@ def _train(rank, world, tmp):
     before = [p.detach().clone() for p in trainer.engine.module.parameters()]
     steps, evals = [], []
     for epoch in range(SETTINGS["epochs"]):
-        steps.append(trainer.train_step(epoch))
+        steps.append(trainer.train_epoch(epoch))
         if (epoch + 1) % SETTINGS["eval_every"] == 0:
             evals.append(trainer.evaluate(epoch))
-    trainer.chunks.close()
+    trainer.close()
     assert all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in steps)
     assert all(r["comm_bytes"] == 0 and r["comm_time_s"] == 0.0 for r in steps)  # no activation traffic
     assert all(r["comm_bytes"] > 0 for r in evals)  # the full-graph evaluation path does move activations
@@ -52,7 +52,7 @@ def _train(rank, world, tmp):
     primary = [2 * rank, 2 * rank + 1]
     assert [r["chunks"] for r in steps[::2]] == [primary + [(2 * rank + 2) % 4], primary + [(2 * rank + 3) % 4],
                                                  primary + [(2 * rank + 2) % 4]]  # fmt: skip
-    assert [s for s, _, _ in trainer.switch_times] == [0, 1, 2]
+    assert [s for s, _, _ in trainer.mode.switch_times] == [0, 1, 2]
     assert any(not torch.equal(b, p.detach()) for b, p in zip(before, trainer.engine.module.parameters()))
     graph_path = write_random_graph(tmp)
     assert abs(evals[-1]["test_acc"] - _full_graph_accuracy(trainer, graph_path)) < 1e-6  # evaluated on the full graph
@@ -80,7 +80,7 @@ def test_isolated_training_on_two_ranks(tmp_path):
         ({"chunk_method": "balanced"}, r"'chunk_method' must be one of random, metis"),
         ({"repart_every": 0}, r"'repart_every' >= 1"),
         ({"isolated_chunks": -2}, r"'isolated_chunks' must be >= 0"),
-        ({"strategy": "isolated", "partitions": "some/dir"}, r"strategy 'isolated' writes its own chunk store"),
+        ({"strategy": "isolated", "partitions": "some/dir"}, r"mode 'isolated' writes its own chunk store"),
     ],
 )
 def test_isolated_config_errors(section, message):

@@ -9,7 +9,7 @@ import torch
 
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import STEP_KEYS
-from dsgraph.train.sampled import SampledTrainer
+from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, write_random_graph
 
@@ -22,7 +22,7 @@ def _fit(rank, world, tmp):
         fanouts=[3, 3], batch_size=16, prefetch_depth=2, cache_fraction=0.2, feature_dtype="bfloat16",
         epochs=4, eval_every=2, metrics_out=os.path.join(tmp, f"metrics_{world}.jsonl"),
     )  # fmt: skip
-    trainer = SampledTrainer(cfg, ds_config(stage=2), torch.device("cpu"), log=lambda line: None)
+    trainer = Trainer(cfg, ds_config(stage=2), torch.device("cpu"), log=lambda line: None)
     result = trainer.fit(log=lambda line: None)
     if rank == 0:
         dump(tmp, f"result_{world}.json", result)

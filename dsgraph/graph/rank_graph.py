@@ -1,0 +1,114 @@
+"""What one rank holds of a graph, and the one place that moves it to the training device.
+
+A ``RankGraph`` carries this rank's CSR block (its rows, with global source ids), the whole graph's
+structure when its strategy reads every row, the structures a strategy derived from them (a halo
+plan), and the node data of its rows. ``RankGraph.to(device)`` moves all of it together, so nothing
+a strategy or backend hands to the op can be left on another device; structures the backends cache
+per graph (the transpose, CUDA plans) are then built on that device from the moved tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class Csr:
+    """CSR by destination: rowptr int64 [n+1] from 0, col [e] source ids (int32 or int64)."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return self.rowptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+    def to(self, device: torch.device) -> "Csr":
+        return Csr(self.rowptr.to(device), self.col.to(device))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeData:
+    """Features, labels and masks of some rows, and the rows' ids in the dataset's own numbering
+    (dropout masks are keyed by them, so results do not depend on partitions or rank counts)."""
+
+    node_ids: torch.Tensor  # int64 [n]
+    x: torch.Tensor  # [n, F]
+    y: torch.Tensor  # int64 [n], -1 = unlabelled
+    train_mask: torch.Tensor  # bool [n]
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return self.node_ids.numel()
+
+    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "NodeData":
+        return NodeData(
+            node_ids=self.node_ids.to(device), x=self.x.to(device=device, dtype=feature_dtype or self.x.dtype),
+            y=self.y.to(device), train_mask=self.train_mask.to(device), val_mask=self.val_mask.to(device),
+            test_mask=self.test_mask.to(device),
+        )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class RankGraph:
+    """One rank's share of a graph of ``num_nodes`` nodes (rows split by the process group's
+    ``RowSplit``)."""
+
+    num_nodes: int
+    block: Csr
+    """This rank's rows: rowptr rebased to 0, col with global source ids."""
+    nodes: NodeData
+    """Node data of this rank's rows."""
+    num_features: int
+    num_classes: int
+    whole: Csr | None = None
+    """The whole graph's structure (every row), for strategies that need it."""
+    derived: dict[str, Any] = field(default_factory=dict)
+    """Structures strategies derived from the graph (``Strategy.prepare``); each has ``.to(device)``."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.block.rowptr.device
+
+    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "RankGraph":
+        """Everything on ``device``; features also in ``feature_dtype`` (the model's dtype)."""
+        device = torch.device(device)
+        block = self.block.to(device)
+        whole = block if self.whole is self.block else self.whole.to(device) if self.whole is not None else None
+        return dataclasses.replace(
+            self, block=block, whole=whole, nodes=self.nodes.to(device, feature_dtype),
+            derived={key: value.to(device) for key, value in self.derived.items()},
+        )  # fmt: skip
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor this rank graph holds, by name (the placement tests check them all)."""
+        out = {f"block.{f.name}": getattr(self.block, f.name) for f in dataclasses.fields(Csr)}
+        out.update({f"nodes.{f.name}": getattr(self.nodes, f.name) for f in dataclasses.fields(NodeData)})
+        if self.whole is not None:
+            out.update({f"whole.{f.name}": getattr(self.whole, f.name) for f in dataclasses.fields(Csr)})
+        for key, value in self.derived.items():
+            fields = dataclasses.fields(value) if dataclasses.is_dataclass(value) else ()
+            out.update({f"{key}.{f.name}": getattr(value, f.name) for f in fields if isinstance(getattr(value, f.name), torch.Tensor)})
+        return out
+
+
+def whole_graph(graph, feature_dtype: torch.dtype | None = None) -> RankGraph:
+    """A ``Graph`` held whole by one rank (one-rank runs, subgraphs of sampled and isolated steps)."""
+    n = graph.num_nodes
+    nodes = NodeData(
+        node_ids=torch.arange(n), x=graph.x if feature_dtype is None else graph.x.to(feature_dtype), y=graph.y,
+        train_mask=graph.train_mask, val_mask=graph.val_mask, test_mask=graph.test_mask,
+    )  # fmt: skip
+    csr = Csr(graph.rowptr, graph.col)
+    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=graph.num_features,
+                     num_classes=graph.num_classes)  # fmt: skip

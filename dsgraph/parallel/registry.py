@@ -1,0 +1,45 @@
+"""The graph-parallel strategies dsgraph knows: one spec per strategy, registered once.
+
+Config validation, the command line, the trainer, AGP's model and candidates, tools and tests all
+read this registry; a new strategy is its own file plus one line below.
+"""
+
+from __future__ import annotations
+
+from dsgraph.parallel.spec import Strategy
+
+_STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> None:
+    if not strategy.name or strategy.name in _STRATEGIES:
+        raise ValueError(f"a strategy needs a new, non-empty name; got {strategy.name!r}")
+    _STRATEGIES[strategy.name] = strategy
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in _STRATEGIES:
+        raise ValueError(f"unknown strategy '{name}'; choose from {', '.join(_STRATEGIES)}")
+    return _STRATEGIES[name]
+
+
+def strategy_names() -> list[str]:
+    return list(_STRATEGIES)
+
+
+def auto_candidates() -> list[str]:
+    """The strategies ``auto`` chooses among, in registration order."""
+    return [name for name, s in _STRATEGIES.items() if s.auto_candidate]
+
+
+def _register_builtin() -> None:
+    from dsgraph.parallel.a2a import AllToAll
+    from dsgraph.parallel.ag import AllGather
+    from dsgraph.parallel.auto import Auto
+    from dsgraph.parallel.halo import Halo
+
+    for strategy in (AllGather(), AllToAll(), Halo(), Auto()):  # the registry: one entry per strategy
+        register(strategy)
+
+
+_register_builtin()

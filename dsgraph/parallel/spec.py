@@ -1,0 +1,140 @@
+"""What makes a graph-parallel strategy a strategy: the spec every strategy file defines.
+
+A strategy splits one attention layer over the ranks of a ``GraphParallelGroup``: it moves q, k, v
+(or K/V rows, or head slices) between ranks and calls the local op; it never touches a kernel. Its
+``Strategy`` spec declares
+
+- ``needs``: what of the graph each rank must hold (its own rows; the whole structure; its rows of a
+  partition with few cut edges), which decides how the graph is loaded and split;
+- ``infeasible``: when it cannot run (for example a head count that does not divide over the ranks);
+- ``prepare``: structures derived from the rank's graph once, on the CPU, before the graph moves to
+  its device (a halo plan); they travel with the graph (``RankGraph.to``);
+- ``build``: the attention callable for a rank, from a graph already on its device;
+- ``cost``: its terms for AGP's cost and memory model (bytes per layer, work, memory per rank).
+
+Registering the spec (``registry.py``) is all the config, the CLI, the trainer, AGP and the tests need.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from dsgraph.agp.shapes import GraphShape, ModelShape
+    from dsgraph.comm import GraphParallelGroup
+    from dsgraph.graph.rank_graph import RankGraph
+
+
+class Needs(enum.Enum):
+    """What of the graph a rank holds for a strategy."""
+
+    ROWS = "its own rows"
+    WHOLE_GRAPH = "the whole graph on every rank"
+    PARTITION = "its own rows of a partition with few cut edges"
+
+
+class GraphAttention(ABC):
+    """One rank's attention: ``(q_nHD, k_nHD, v_nHD) -> y_nHD`` on its own rows (n = its row count,
+    all H heads). The training loop calls the hooks below on whatever strategy it runs; they do
+    nothing unless a strategy (such as ``auto``) needs them."""
+
+    name: str = ""
+
+    @abstractmethod
+    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
+        """y_nHD in q's dtype."""
+
+    def after_step(self, step_s: float, comm_s: float) -> None:
+        """A training step finished (every rank calls this at the same step; may be collective)."""
+
+    def row_fields(self) -> dict:
+        """Extra columns for this step's metrics rows."""
+        return {}
+
+    def drain_events(self) -> list[dict]:
+        """Metrics rows of their own (kind other than step/eval) raised since the last call."""
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class CostTerms:
+    """One strategy on p ranks, for AGP: the busiest rank's share of one layer and its memory."""
+
+    edge_heads: float
+    """Attention work per layer: (edge, head) pairs the busiest rank computes."""
+    rows: int
+    """Node rows the busiest rank projects (QKV, output, FFN)."""
+    messages: tuple[tuple[str, float], ...]
+    """Collectives per layer, forward and backward: (profile collective name, bytes per rank)."""
+    bytes_sent: float
+    """Bytes the busiest rank sends per layer, forward and backward (what CommStats counts)."""
+    graph_bytes: float
+    """Graph arrays the rank keeps (CSR, the cached CSC, index plans)."""
+    activation_bytes: float
+    """Attention activations kept for backward per layer."""
+    transient_bytes: float
+    """The largest short-lived buffer of a layer's backward."""
+    overlapped: bool = False
+    """True when the collectives run while attention computes (the layer takes the longer of the two)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyContext:
+    """What a strategy is built with besides the graph and the process group."""
+
+    heads: int
+    backend: str = "auto"
+    """The sparse attention backend name every local op call uses."""
+    control: Any = None
+    """The run's ControlPlane (small objects between ranks); None: torch object collectives."""
+    config: Any = None
+    """The run's DsgraphConfig, for strategies with settings of their own (auto)."""
+    dtype: str = "float32"
+    """The activation dtype of the run ('float32' or 'bfloat16')."""
+    log: Callable[[str], None] = print
+    """Rank 0's log (other ranks get a no-op)."""
+
+    def control_plane(self):
+        if self.control is None:
+            from dsgraph.comm.control import TorchControlPlane
+
+            return TorchControlPlane()
+        return self.control
+
+
+class Strategy(ABC):
+    """The spec of one graph-parallel strategy (see the module docstring)."""
+
+    name: str = ""
+    summary: str = ""
+    """One line for --help and the docs."""
+    needs: Needs = Needs.ROWS
+    auto_candidate: bool = True
+    """Whether ``auto`` may pick it (on the contiguous row split that auto uses)."""
+
+    def infeasible(self, heads: int, world_size: int) -> str:
+        """'' when the strategy can run ``heads`` heads on ``world_size`` ranks, else why not."""
+        return ""
+
+    def prepare(self, graph: "RankGraph", pg: "GraphParallelGroup", ctx: StrategyContext) -> None:
+        """Derives what ``build`` needs from the rank's graph (CPU; collective when it exchanges
+        anything), into ``graph.derived``. Called once per graph, before ``graph.to(device)``."""
+
+    @abstractmethod
+    def build(self, graph: "RankGraph", pg: "GraphParallelGroup", ctx: StrategyContext) -> GraphAttention:
+        """The attention of this rank, reading only tensors of ``graph`` (already on its device)."""
+
+    @abstractmethod
+    def cost(self, p: int, shape: "GraphShape", model: "ModelShape", dtype_bytes: int) -> CostTerms | str:
+        """Its cost terms on p ranks, or why it cannot run there (a non-empty string)."""
+
+    def check_feasible(self, heads: int, world_size: int) -> None:
+        """ValueError with the reason when ``infeasible``."""
+        reason = self.infeasible(heads, world_size)
+        if reason:
+            raise ValueError(f"strategy {self.name}: {reason}")

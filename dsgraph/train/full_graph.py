@@ -1,0 +1,95 @@
+"""Full-graph training: every epoch is one optimizer step on the whole graph, split over the ranks
+by the configured graph-parallel strategy."""
+
+from __future__ import annotations
+
+import torch
+
+from dsgraph.parallel import StrategyContext, get_strategy
+from dsgraph.train.graph_source import load_rank_graph
+from dsgraph.train.mode import EvalBatch, Mode, Step
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return "bfloat16" if dtype == torch.bfloat16 else "float32"
+
+
+def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method="metis", seed=0):
+    """A graph every rank holds in memory, split over ``pg`` for ``strategy``: returns (pg with the
+    split, this rank's RankGraph on ``device``, its attention). For tools and tests; training goes
+    through ``GraphOnRanks``, which runs the same steps."""
+    from dsgraph.parallel.spec import Needs
+    from dsgraph.train.graph_source import from_graph
+
+    spec = get_strategy(strategy)
+    spec.check_feasible(ctx.heads, pg.world_size)
+    method = partition_method if spec.needs is Needs.PARTITION else None
+    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), spec.needs, method, seed)
+    spec.prepare(rank_graph, pg, ctx)
+    rank_graph = rank_graph.to(device, dtype)
+    return pg, rank_graph, spec.build(rank_graph, pg, ctx)
+
+
+class GraphOnRanks:
+    """A graph split over the job's ranks by one strategy: its rank graph and attention."""
+
+    def __init__(self, cfg, pg, control, log, graph=None):
+        """``graph``: the dataset when the caller has loaded it already (isolated mode)."""
+        self.cfg, self.control, self.log = cfg, control, log
+        self.spec = get_strategy(cfg.strategy)
+        self.spec.check_feasible(cfg.heads, pg.world_size)
+        self.pg, self.graph = load_rank_graph(cfg, pg, control, self.spec.needs, graph)
+        self.spec.prepare(self.graph, self.pg, self._context("float32"))
+        self.train_count = sum(control.allgather(int(self.graph.nodes.train_mask.sum())))  # before the data moves
+        if self.train_count == 0:
+            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        self.attention = None
+
+    def _context(self, dtype: str) -> StrategyContext:
+        cfg = self.cfg
+        return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, config=cfg, dtype=dtype, log=self.log)
+
+    def attach(self, device: torch.device, dtype: torch.dtype) -> None:
+        """The one place this rank's graph, derived plans and node data move to ``device``."""
+        self.graph = self.graph.to(device, dtype)
+        self.attention = self.spec.build(self.graph, self.pg, self._context(dtype_name(dtype)))
+
+    def eval_batch(self) -> EvalBatch:
+        nodes = self.graph.nodes
+        return EvalBatch(x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, y=nodes.y,
+                         masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask))  # fmt: skip
+
+
+class FullGraph(Mode):
+    name = "full"
+
+    def __init__(self, cfg, pg, control, log, heartbeat):
+        self.cfg = cfg
+        heartbeat("loading the graph")
+        self.ranks = GraphOnRanks(cfg, pg, control, log)
+        self.pg = self.ranks.pg
+        self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
+
+    def attach(self, device, dtype):
+        self.ranks.attach(device, dtype)
+
+    @property
+    def train_attention(self):
+        return self.ranks.attention
+
+    @property
+    def strategy_label(self) -> str:
+        return self.ranks.attention.name
+
+    def steps(self, start_epoch, end_epoch=None):
+        for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
+            yield self.step(epoch)
+
+    def step(self, epoch: int) -> Step:
+        nodes = self.ranks.graph.nodes
+        return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids,
+                    loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=self.ranks.train_count,
+                    dropout_step=epoch)  # fmt: skip
+
+    def eval_batch(self):
+        return self.ranks.eval_batch()

@@ -1,0 +1,96 @@
+"""The conformance suite every registered strategy gets (generated from the registry): on 2 and 4
+gloo processes, with uneven row splits and rows that have no in-edges, the model's every block
+output, its logits and every parameter gradient equal the single-process run (fp32, dropout on), and
+the bytes each rank sends per layer are exactly what the strategy declares to AGP."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape
+from dsgraph.comm import GraphParallelGroup, RowSplit
+from dsgraph.graph.partition import partition_quality
+from dsgraph.models import GraphTransformer
+from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
+from dsgraph.train.config import DEFAULT_STRATEGY, DsgraphConfig
+from dsgraph.train.full_graph import rank_attention
+from tests.distributed import run
+from tests.graphs import random_graph
+
+HEADS, HIDDEN, LAYERS = 4, 32, 2
+SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneven on purpose
+CONFIG = DsgraphConfig(hidden=HIDDEN, heads=HEADS, layers=LAYERS)  # auto without a profile: its fallback
+
+
+def forward_backward(graph, pg, strategy, control=None):
+    """Block outputs and logits of this rank's rows, every parameter gradient of the loss
+    sum / global train count, the process group with its split, and the attention."""
+    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None)
+    pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
+    torch.manual_seed(0)
+    model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
+                             input_dropout=0.2, attention_dropout=0.3, seed=7)  # fmt: skip
+    outputs = []
+    for block in model.blocks:
+        block.register_forward_hook(lambda mod, inp, out: outputs.append(out))
+    nodes = rank_graph.nodes
+    logits = model(nodes.x, attention, nodes.node_ids, step=3)
+    train = nodes.train_mask
+    loss = F.cross_entropy(logits[train], nodes.y[train], reduction="sum") / int(graph.train_mask.sum())
+    loss.backward()
+    return [*outputs, logits], {name: p.grad for name, p in model.named_parameters()}, pg, attention
+
+
+def declared_bytes(strategy: str, graph, split: RowSplit) -> float:
+    """What the strategy's cost terms say the busiest rank sends for the whole model."""
+    starts = split.starts
+    shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
+    p = split.world_size
+    shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
+    terms = get_strategy(strategy).cost(p, shape, ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS), 4)
+    return terms.bytes_sent * LAYERS
+
+
+def rel_err(a, b):
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _check_strategy(rank, world, tmp, strategy):
+    import deepspeed.comm as dist
+
+    graph = random_graph()  # rows with no in-edges (no self loops), a hub row
+    assert int((graph.in_degrees() == 0).sum()) >= 3
+    ref_outs, ref_grads, _, _ = forward_backward(graph, GraphParallelGroup.single(graph.num_nodes), DEFAULT_STRATEGY)
+    split = RowSplit(SPLITS[world])
+    pg = GraphParallelGroup.from_world().with_split(split)
+    outs, grads, pg, attention = forward_backward(graph, pg, strategy)
+    start, end = pg.rows
+    for out, ref in zip(outs, ref_outs):
+        assert rel_err(out, ref[start:end]) < 1e-5, strategy
+    for name, grad in grads.items():
+        dist.all_reduce(grad)  # what DeepSpeed's gradient reduction does (before its 1/W)
+        assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, name, rel_err(grad, ref_grads[name]))
+    sent = torch.tensor([float(pg.stats.bytes_sent)])
+    dist.all_reduce(sent, op=dist.ReduceOp.MAX)
+    assert sent.item() == declared_bytes(attention.name, graph, split), (strategy, sent.item())
+    assert pg.stats.calls > 0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_strategy_matches_single_process_and_its_declared_bytes(strategy, world, tmp_path):
+    if get_strategy(strategy).infeasible(HEADS, world):
+        pytest.skip(get_strategy(strategy).infeasible(HEADS, world))
+    run(_check_strategy, world, tmp_path, strategy)
+
+
+def test_infeasible_strategy_says_why():
+    graph = random_graph()
+    pg = GraphParallelGroup(rank=0, world_size=3)
+    for name in strategy_names():
+        reason = get_strategy(name).infeasible(8, 3)
+        if reason:
+            with pytest.raises(ValueError, match=reason.split(";")[0]):
+                rank_attention(graph, pg, name, StrategyContext(heads=8))
+    with pytest.raises(ValueError, match=r"8 heads do not divide over 3 ranks; use --strategy ag"):
+        get_strategy("a2a").check_feasible(8, 3)

@@ -1,0 +1,134 @@
+"""Device-correct by construction: for every registered strategy and every training mode, a rank's
+data loaded on the CPU and attached to another device (torch's ``meta`` device) hands the op only
+tensors on that device. A recording backend notes the device of every tensor each op call receives;
+on a GPU, one tensor left on the CPU fails the first step, and here it fails these tests."""
+
+import pytest
+import torch
+
+from dsgraph.comm import GraphParallelGroup
+from dsgraph.comm.control import TorchControlPlane
+from dsgraph.ops import register_backend
+from dsgraph.ops.backend import Backend
+from dsgraph.ops.dispatch import unregister_backend
+from dsgraph.parallel import auto_candidates, strategy_names
+from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.modes import make_mode
+from tests.train.helpers import write_random_graph
+
+META = torch.device("meta")
+HEADS, DIM = 2, 8
+
+
+class Recording(Backend):
+    """Accepts any inputs and records where each one lives; returns zeros on q's device."""
+
+    name, priority, device_type = "recording", -1, None
+
+    def __init__(self):
+        self.calls: list[dict[str, torch.device]] = []
+
+    def attention(self, rowptr, col, q, k, v, scale):
+        self.calls.append({"rowptr": rowptr.device, "col": col.device, "q": q.device, "k": k.device, "v": v.device})
+        return q * 0 + (k.sum() + v.sum()) * 0
+
+
+@pytest.fixture
+def recording():
+    import torch.fx.experimental._config as fx_config
+
+    backend = Recording()
+    register_backend(backend)
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # boolean masks on meta tensors get a shape
+        yield backend
+    unregister_backend(backend.name)
+
+
+def _mode(tmp_path, **settings):
+    cfg = DsgraphConfig(dataset=write_random_graph(str(tmp_path)), hidden=HEADS * DIM, heads=HEADS, layers=1,
+                        backend="recording", seed=1, **settings)  # fmt: skip
+    mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None)
+    mode.attach(META, torch.float32)
+    return mode
+
+
+def _call(attention, n: int) -> None:
+    q = torch.randn(n, HEADS, DIM, device=META, requires_grad=True)
+    attention(q, q, q).sum().backward()
+
+
+def _assert_all_on_meta(recording, what: str) -> None:
+    assert recording.calls, f"{what}: the op was never called"
+    for call in recording.calls:
+        wrong = {name: str(device) for name, device in call.items() if device != META}
+        assert not wrong, f"{what}: tensors handed to the op on the wrong device: {wrong}"
+    recording.calls.clear()
+
+
+def _assert_step_on_meta(step, what: str) -> None:
+    for name in ("x", "node_ids", "labels", "loss_rows", "weights"):
+        value = getattr(step, name)
+        if isinstance(value, torch.Tensor):
+            assert value.device == META, f"{what}: step.{name} is on {value.device}"
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_puts_graph_plans_and_node_data_on_the_training_device(tmp_path, recording, strategy):
+    mode = _mode(tmp_path, strategy=strategy)
+    graph = mode.ranks.graph
+    wrong = {name: str(t.device) for name, t in graph.tensors().items() if t.device != META}
+    assert not wrong, f"{strategy}: rank graph tensors left behind: {wrong}"
+    step = next(mode.steps(0))
+    _assert_step_on_meta(step, strategy)
+    _call(step.attention, step.x.shape[0])
+    _assert_all_on_meta(recording, f"{strategy} training step")
+    batch = mode.eval_batch()
+    _call(batch.attention, batch.x.shape[0])
+    _assert_all_on_meta(recording, f"{strategy} evaluation")
+
+
+def test_auto_switches_stay_on_the_training_device(tmp_path, recording):
+    mode = _mode(tmp_path, strategy="auto")  # no profile: the fallback, then every candidate by hand
+    attention = mode.train_attention
+    for name in auto_candidates():
+        attention.auto.switch_to(name, "test")
+        assert attention.name == name
+        _call(attention, mode.ranks.graph.nodes.num_rows)
+        _assert_all_on_meta(recording, f"auto running {name}")
+
+
+def test_sampled_batches_and_evaluation_are_on_the_training_device(tmp_path, recording):
+    mode = _mode(tmp_path, mode="sampled", fanouts=[3], batch_size=16, prefetch_depth=1, cache_fraction=0.2, epochs=1)
+    steps = list(mode.steps(0))
+    assert len(steps) == mode.batches_per_epoch
+    for step in steps:
+        _assert_step_on_meta(step, "sampled")
+        _call(step.attention, step.x.shape[0])
+    _assert_all_on_meta(recording, "sampled training steps")
+    batch = mode.eval_batch()
+    _call(batch.attention, batch.x.shape[0])
+    _assert_all_on_meta(recording, "sampled evaluation")
+
+
+def test_isolated_chunks_and_evaluation_are_on_the_training_device(tmp_path, recording):
+    mode = _mode(tmp_path, mode="isolated", isolated_chunks=2, repart_every=1, epochs=2, isolated_prefetch=True)
+    try:
+        for step in mode.steps(0):  # two super-epochs: the prefetched one too
+            _assert_step_on_meta(step, "isolated")
+            _call(step.attention, step.x.shape[0])
+        _assert_all_on_meta(recording, "isolated training steps")
+        batch = mode.eval_batch()
+        _call(batch.attention, batch.x.shape[0])
+        _assert_all_on_meta(recording, "isolated evaluation")
+    finally:
+        mode.close()
+
+
+def test_a_tensor_left_on_the_cpu_is_caught(tmp_path, recording):
+    """The check itself: an index tensor planted on the CPU beside meta q, k, v is reported."""
+    mode = _mode(tmp_path, strategy="ag")
+    attention = mode.train_attention
+    attention.col = torch.zeros(attention.col.shape, dtype=attention.col.dtype)
+    _call(attention, mode.ranks.graph.nodes.num_rows)
+    with pytest.raises(AssertionError, match="'col': 'cpu'"):
+        _assert_all_on_meta(recording, "planted mistake")
