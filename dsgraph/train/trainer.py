@@ -72,6 +72,7 @@ class Trainer:
         its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
         self.cfg, self.device = cfg, device
         self.heartbeat = heartbeat or (lambda what: None)
+        self.heartbeat("start-up: loading the graph")
         self.pg = GraphParallelGroup.from_world()
         self.control = make_control_plane(log if self.pg.rank == 0 else None)
         if cfg.partitions is not None:
@@ -89,9 +90,11 @@ class Trainer:
         else:
             self.attention = build_strategy(cfg.strategy, source.graph, source.counts, self.pg, cfg.heads, cfg.backend, self.control)
         model = build_model(cfg, source.num_features, self.num_classes)
+        self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         dtype = torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32
         self.local = source.local.to(device, dtype)
+        self.heartbeat("start-up: the first collective (training-node count)")
         self.train_count = int(_all_reduce_sum([float(self.local.train_mask.sum())], device)[0])
         if self.train_count == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
