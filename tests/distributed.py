@@ -1,7 +1,7 @@
 """Runs a test function on P gloo processes (spawned, file store in a temp folder).
 
 ``run(fn, world_size, tmp_path, *args)`` calls ``fn(rank, world_size, tmp_path, *args)`` on every
-rank after ``deepspeed.init_distributed``; an assertion on any rank fails the test.
+rank after dsgraph's ``init_distributed`` (gloo); an assertion on any rank fails the test.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ def _entry(rank, world_size, port, tmp_path, fn, args):
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )  # fmt: skip
-    import deepspeed
     import deepspeed.comm as dist
     import torch
 
+    from dsgraph.train.trainer import init_distributed
+
     torch.set_num_threads(1)
-    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
+    init_distributed(mpi_discovery=False)
     try:
         fn(rank, world_size, tmp_path, *args)
         dist.barrier()

@@ -33,16 +33,16 @@ def _relabelled(args):
 
 def _rank(rank: int, args, port: int, out_dir: str) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.parts), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import deepspeed
     import deepspeed.comm as dist
     import torch
 
     from dsgraph.comm import GraphParallelGroup, RowSplit
     from dsgraph.parallel import StrategyContext, auto_candidates, get_strategy
     from dsgraph.train.full_graph import rank_attention
+    from dsgraph.train.trainer import init_distributed
 
     torch.set_num_threads(1)
-    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
+    init_distributed(mpi_discovery=False)
     graph, counts = _relabelled(args)
     pg = GraphParallelGroup.from_world().with_split(RowSplit(tuple(counts)))
     start = pg.rows[0]

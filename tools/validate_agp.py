@@ -79,14 +79,14 @@ def _halo_split(graph, p: int):
 def _rank_sweep(rank, p, cfgs, reps, backend):
     import warnings
 
-    import deepspeed
-
-    warnings.filterwarnings("ignore")
-    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.models.graph_transformer import TransformerBlock
     from dsgraph.parallel import StrategyContext, get_strategy
     from dsgraph.train.full_graph import rank_attention
+    from dsgraph.train.trainer import init_distributed
+
+    warnings.filterwarnings("ignore")
+    init_distributed(mpi_discovery=False)
 
     results = {}
     for i, cfg in enumerate(cfgs):

@@ -30,6 +30,11 @@ def unregister_backend(name: str) -> None:
     _BACKENDS.pop(name, None)
 
 
+def backend_names() -> list[str]:
+    """Every registered backend, available on this machine or not."""
+    return list(_BACKENDS)
+
+
 def available_backends() -> list[str]:
     return [name for name, b in _BACKENDS.items() if b.available()]
 

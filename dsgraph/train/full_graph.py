@@ -65,7 +65,7 @@ class FullGraph(Mode):
 
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg = cfg
-        heartbeat("loading the graph")
+        heartbeat("start-up: loading the graph")
         self.ranks = GraphOnRanks(cfg, pg, control, log)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes

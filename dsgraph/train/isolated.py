@@ -36,13 +36,13 @@ class Isolated(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated_chunks, pg.world_size), pg.world_size)
-        heartbeat("loading the graph")
+        heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed)
         graph = graph.with_self_loops() if cfg.self_loops else graph
         self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
         self.pg = self.eval_ranks.pg
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
-        heartbeat("writing the chunk store")
+        heartbeat("start-up: writing the chunk store")
         self.store_dir = self._write_store(graph)
         self.data: SuperEpochData | None = None
         self.switch_times: list[tuple[int, float, float]] = []

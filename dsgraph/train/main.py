@@ -11,11 +11,14 @@ import argparse
 import dataclasses
 import os
 import sys
+import threading
 
 from dsgraph.graph.partition import METHODS
+from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
 from dsgraph.train.modes import mode_names
+from dsgraph.train.watchdog import Watchdog
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
 
@@ -41,10 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
                    "each rank memory-maps only its own part")
     p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
-                   help="in-memory partitioning for --strategy halo without --partitions (default metis)")
+                   help="in-memory partitioning for a strategy that needs a partition, without --partitions (default metis)")
     p.add_argument("--timeout", type=float, dest="timeout_s", metavar="SECONDS",
                    help="stop every rank if another rank dies or is silent this long (default 300)")
-    p.add_argument("--backend", choices=["auto", "reference", "cpu", "cuda"], help="sparse attention kernel")
+    p.add_argument("--backend", choices=["auto", *backend_names()], help="sparse attention kernel (default auto: the fastest "
+                   "that runs the inputs)")
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
     p.add_argument("--eval-every", type=int, dest="eval_every", help="evaluate every this many epochs")
@@ -57,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix)
+    or 3 (another rank died or went silent). A watchdog covers every phase from here on, so no
+    phase of start-up or training can wait silently forever."""
     args = parse_args(argv)
     try:
         ds_config, cfg = load_ds_config(args.config)
@@ -68,21 +75,47 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
 
+    from dsgraph.train import extensions
+
+    main_thread = threading.main_thread().ident
+    with Watchdog(launcher_rank(), cfg.timeout_s, diagnose=lambda: extensions.stuck_build(main_thread)) as watchdog:
+        watchdog.beat("start-up: importing DeepSpeed")  # armed before DeepSpeed is imported
+        extensions.use_environment_build_dir()
+        return _run(args, cfg, ds_config, watchdog)
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as the launcher announced it (deepspeed/torchrun, MPICH, Open MPI, SLURM),
+    for messages printed before the process group exists; None when no launcher set one."""
+    for var in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
+
+
+def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog: Watchdog) -> int:
+    """Joins the job and trains; every exit path removes this rank's shared memory."""
     import deepspeed.comm as dist
 
-    from dsgraph.train.trainer import Trainer, init_distributed
-    from dsgraph.train.watchdog import EXIT_PEER_FAILURE, Watchdog, is_peer_failure, peer_failure_message
+    from dsgraph.train import shm
+    from dsgraph.train.trainer import init_distributed
+    from dsgraph.train.watchdog import is_peer_failure
 
-    device = init_distributed(cfg.timeout_s)
-    rank = dist.get_rank()
+    watchdog.beat("start-up: joining the process group (init_distributed)")
     try:
-        with Watchdog(rank, cfg.timeout_s) as watchdog:
-            trainer = Trainer(cfg, ds_config, device, heartbeat=watchdog.beat)
-            if args.resume:
-                trainer.resume()
-            trainer.fit()
-            watchdog.beat("the final barrier")
-            dist.barrier()
+        device = init_distributed(cfg.timeout_s)
+    except Exception as err:
+        if is_peer_failure(err):
+            _exit_peer_failure(watchdog.rank, cfg.timeout_s, err)
+        raise
+    rank = dist.get_rank()
+    watchdog.rank, watchdog.on_exit = rank, lambda: shm.remove_own_buffer(rank)
+    try:
+        _remove_dead_buffers(rank, watchdog)
+        if device.type == "cpu":
+            ds_config = _cpu_optimizer(ds_config, rank)
+        _train(args, cfg, ds_config, device, watchdog)
+        watchdog.beat("destroying the process group")
         dist.destroy_process_group()
         return 0
     except (ValueError, FileNotFoundError) as err:
@@ -93,11 +126,61 @@ def main(argv: list[str] | None = None) -> int:
         if not is_peer_failure(err):
             dist.destroy_process_group()
             raise
-        # a peer died or went silent: stop now, without waiting on it again (no barrier, no destroy)
-        print(peer_failure_message(rank, cfg.timeout_s, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"),
-              file=sys.stderr, flush=True)  # fmt: skip
-        sys.stdout.flush()
-        os._exit(EXIT_PEER_FAILURE)
+        shm.remove_own_buffer(rank)  # os._exit below skips the finally block
+        _exit_peer_failure(rank, cfg.timeout_s, err)
+    finally:
+        shm.remove_own_buffer(rank)
+
+
+def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog) -> None:
+    """Builds the trainer for the configured mode (it beats at each set-up phase), resumes if
+    asked, trains, and meets the other ranks at a final barrier."""
+    import deepspeed.comm as dist
+
+    from dsgraph.train.trainer import Trainer
+
+    trainer = Trainer(cfg, ds_config, device, heartbeat=watchdog.beat)
+    if args.resume:
+        watchdog.beat("loading the latest checkpoint")
+        trainer.resume()
+    trainer.fit()
+    watchdog.beat("the final barrier")
+    dist.barrier()
+
+
+def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
+    """Once per machine (local rank 0): removes DeepSpeed all-reduce buffers that runs which ended
+    without cleaning up left in /dev/shm, and says how much memory that freed."""
+    from dsgraph.train import shm
+
+    if int(os.environ.get("LOCAL_RANK", rank)) != 0:
+        return
+    watchdog.beat("start-up: removing shared memory left by finished runs")
+    freed = shm.sweep_dead_buffers()
+    if freed.files:
+        print(freed.message(), flush=True)
+
+
+def _cpu_optimizer(ds_config: dict, rank: int) -> dict:
+    """On CPU, Adam/AdamW through torch.optim, so start-up needs no C++ build (see
+    ``extensions.prefer_torch_adam``)."""
+    from dsgraph.train import extensions
+
+    ds_config, changed = extensions.prefer_torch_adam(ds_config)
+    if changed and rank == 0:
+        print('dsgraph: CPU run: Adam through torch.optim ("torch_adam": true), so no C++ op is built at start-up; '
+              'set "torch_adam": false in the optimizer params for DeepSpeed\'s FusedAdam', flush=True)  # fmt: skip
+    return ds_config
+
+
+def _exit_peer_failure(rank: int | None, timeout_s: float, err: BaseException) -> None:
+    """A peer died or went silent: stop now, without waiting on it again (no barrier, no destroy)."""
+    from dsgraph.train.watchdog import EXIT_PEER_FAILURE, peer_failure_message
+
+    detail = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+    print(peer_failure_message(rank, timeout_s, detail), file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_PEER_FAILURE)
 
 
 if __name__ == "__main__":

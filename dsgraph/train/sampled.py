@@ -58,7 +58,7 @@ class Sampled(Mode):
 
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.pg, self.log = cfg, pg, log
-        heartbeat("loading the graph")
+        heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed)
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()

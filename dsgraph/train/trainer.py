@@ -28,15 +28,19 @@ from dsgraph.train.modes import make_mode
 from dsgraph.train.trace import StepTracer
 
 
-def init_distributed(timeout_s: float = 300.0) -> torch.device:
+def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) -> torch.device:
     """Joins the job's process group (rank and size from the launcher's environment, or from mpi4py
-    under mpirun/mpiexec); collectives on the default group fail after ``timeout_s`` seconds."""
+    under mpirun/mpiexec with ``mpi_discovery``); collectives on the default group fail after
+    ``timeout_s`` seconds. Returns this rank's training device. DeepSpeed's CPU shared-memory
+    all-reduce, which training never uses, is kept out (see ``shm.py``)."""
+    from dsgraph.train import shm
+
+    shm.disable_shm_allreduce()
     accel = deepspeed.get_accelerator()
     backend = "nccl" if accel.device_name() == "cuda" else "gloo"
     port = int(os.environ.get("MASTER_PORT", 29500))  # mpi_discovery would overwrite MASTER_PORT with its default
-    deepspeed.init_distributed(
-        dist_backend=backend, auto_mpi_discovery=True, distributed_port=port, timeout=timedelta(seconds=timeout_s)
-    )
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=mpi_discovery, distributed_port=port,
+                               timeout=timedelta(seconds=timeout_s), verbose=False)  # fmt: skip
     if accel.device_name() == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
         accel.set_device(local)
@@ -71,8 +75,9 @@ class Trainer:
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
         self.pg = self.mode.pg
         model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
-        self.heartbeat("deepspeed.initialize")
+        self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.heartbeat("start-up: moving the rank's graph and data to the device")
         self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
         self.start_epoch = 0
