@@ -112,7 +112,7 @@ def predict(
     fits = profile.fits(p)
     d_scale = (fits.head_dim_knee + model.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
     attention = model.layers * fits.attention(terms.edge_heads * d_scale)
-    comm_layer = sum(fits.collectives[name](size) for name, size in terms.messages)
+    comm_layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
     comm = model.layers * comm_layer * calibration.comm_scale.get(strategy, 1.0)
     macs = terms.rows * model.layers * model.layer_macs_per_node
     if step:

@@ -1,4 +1,6 @@
-from dsgraph.comm.collectives import PendingRows, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows
+from dsgraph.comm.collectives import (
+    PendingRows, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows, start_ring_shift,
+)
 from dsgraph.comm.group import CommStats, GraphParallelGroup, RowSplit
 
 __all__ = [
@@ -10,5 +12,6 @@ __all__ = [
     "heads_to_nodes",
     "exchange_rows",
     "start_exchange_rows",
+    "start_ring_shift",
     "PendingRows",
 ]

@@ -8,6 +8,8 @@
   gradients back along the same routes and accumulates them into the rows that were sent.
 - ``start_exchange_rows``: the same exchange started asynchronously; ``wait()`` on the returned
   ``PendingRows`` before using the rows.
+- ``start_ring_shift``: send a tensor to the next rank and receive one from the previous rank,
+  asynchronously (blockwise strategies write their own backward with it; no autograd here).
 
 Every function returns its input unchanged when the group has one rank. Tensors move through
 deepspeed.comm so its comms logger sees them; time and bytes are counted in ``pg.stats``.
@@ -177,7 +179,7 @@ class PendingRows:
     def wait(self) -> torch.Tensor:
         if self._work is not None:
             began = time.perf_counter()
-            with torch.profiler.record_function("dsgraph/comm/exchange_rows_wait"):
+            with torch.profiler.record_function("dsgraph/comm/wait"):
                 self._work.wait()
             self._pg.stats.add_time(time.perf_counter() - began)
             self._work = self._keep_alive = None
@@ -223,3 +225,39 @@ def start_exchange_rows(
     rows = _StartExchangeRows.apply(x, send_index, send_counts, recv_counts, pg, started)
     work, send = started[0]
     return PendingRows(rows, work, send, pg)
+
+
+def start_ring_shift(x: torch.Tensor, recv_shape: tuple[int, ...], pg: GraphParallelGroup, name: str = "ring_shift") -> PendingRows:
+    """Sends ``x`` to rank (r + 1) % P and receives a tensor of ``recv_shape`` (x's dtype) from rank
+    (r - 1) % P, asynchronously; ``wait()`` on the result gives the received tensor. Counted in
+    ``pg.stats`` (bytes of ``x``). No autograd: callers that need gradients pass them on the same way."""
+    dist = _dist()
+    out = x.new_empty(recv_shape)
+    send = x.contiguous()
+    p, rank = pg.world_size, pg.rank
+    peer = (lambda r: r) if pg.group is None else (lambda r: _torch_dist().get_global_rank(pg.group, r))
+    ops = [dist.P2POp(dist.isend, send, peer((rank + 1) % p), pg.group),
+           dist.P2POp(dist.irecv, out, peer((rank - 1) % p), pg.group)]  # fmt: skip
+    began = time.perf_counter()
+    with torch.profiler.record_function(f"dsgraph/comm/{name}"):
+        works = dist.batch_isend_irecv(ops)
+    pg.stats.add_time(time.perf_counter() - began)
+    pg.stats.count(_nbytes(send))
+    return PendingRows(out, _AllWorks(works), send, pg)
+
+
+class _AllWorks:
+    """Waits on every handle of a batch of point-to-point operations."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self) -> None:
+        for work in self.works:
+            work.wait()
+
+
+def _torch_dist():
+    import torch.distributed as tdist
+
+    return tdist

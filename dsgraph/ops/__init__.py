@@ -2,10 +2,13 @@
 
 from dsgraph.ops.cpu import CpuBackend
 from dsgraph.ops.cuda import CudaBackend
-from dsgraph.ops.dispatch import available_backends, get_backend, register_backend, sparse_attention
+from dsgraph.ops.dispatch import (
+    attention_backward, attention_forward, available_backends, get_backend, register_backend, sparse_attention,
+)
 from dsgraph.ops.reference import ReferenceBackend, sparse_attention_reference
 
 for _backend in (ReferenceBackend(), CpuBackend(), CudaBackend()):  # the registry: one entry per backend
     register_backend(_backend)
 
-__all__ = ["sparse_attention", "sparse_attention_reference", "register_backend", "available_backends", "get_backend"]
+__all__ = ["sparse_attention", "attention_forward", "attention_backward", "sparse_attention_reference", "register_backend",
+           "available_backends", "get_backend"]  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dsgraph.ops.backend import Backend
+from dsgraph.ops.backend import FusedBackend
 
 
 def sparse_attention_reference(
@@ -34,8 +34,47 @@ def sparse_attention_reference(
     return y.to(q.dtype)
 
 
-class ReferenceBackend(Backend):
-    """The oracle as a backend: any device, any float dtype, torch's own autograd."""
+def _edges(rowptr, col, q):
+    """dst, src (int64 [E]) and the accumulation dtype of the inputs."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dst = torch.repeat_interleave(torch.arange(q.shape[0], device=q.device), rowptr[1:] - rowptr[:-1])
+    return dst, col.long(), acc
+
+
+def reference_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward pass as the fused kernels compute it, in torch: (y [N_dst, H, D], lse [N_dst, H]),
+    both in the accumulation dtype; lse is -inf and y 0 for rows without edges. No autograd."""
+    dst, src, acc = _edges(rowptr, col, q)
+    n_dst, heads = q.shape[:2]
+    scores_EH = (q[dst].to(acc) * k[src].to(acc)).sum(-1) * scale
+    max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
+    max_NH = max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH, "amax")
+    weights_EH = torch.exp(scores_EH - max_NH[dst])
+    denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=q.device).index_add(0, dst, weights_EH)
+    y = torch.zeros(q.shape, dtype=acc, device=q.device).index_add(0, dst, weights_EH[:, :, None] * v[src].to(acc))
+    y = y / denom_NH.clamp_min(torch.finfo(acc).tiny)[:, :, None]
+    return y, max_NH + torch.log(denom_NH)
+
+
+def reference_backward(rowptr, col, q, k, v, y, lse, dy, scale: float):
+    """The backward pass as the fused kernels compute it, given the forward's y and lse (both in the
+    accumulation dtype; for a block of a larger attention, the whole attention's): p = exp(s - lse),
+    ds = p (<dy, v> - <dy, y>); returns (dq, dk, dv) in the inputs' dtype. No autograd."""
+    dst, src, acc = _edges(rowptr, col, q)
+    q_, k_, v_, dy_ = (t.to(acc) for t in (q, k, v, dy))
+    p_EH = torch.exp((q_[dst] * k_[src]).sum(-1) * scale - lse[dst])
+    delta_NH = (dy_ * y.to(acc)).sum(-1)
+    ds_EH = p_EH * ((dy_[dst] * v_[src]).sum(-1) - delta_NH[dst])
+    dq = torch.zeros_like(q_).index_add(0, dst, ds_EH[:, :, None] * k_[src]) * scale
+    dk = torch.zeros_like(k_).index_add(0, src, ds_EH[:, :, None] * q_[dst]) * scale
+    dv = torch.zeros_like(v_).index_add(0, src, p_EH[:, :, None] * dy_[dst])
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class ReferenceBackend(FusedBackend):
+    """The oracle as a backend: any device, any float dtype; ``attention`` is torch's own autograd
+    over ``sparse_attention_reference``, ``forward``/``backward`` the same passes written out (for
+    strategies that merge blockwise results)."""
 
     name = "reference"
     priority = 0
@@ -48,3 +87,10 @@ class ReferenceBackend(Backend):
 
     def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
         return sparse_attention_reference(rowptr, col, q, k, v, scale)
+
+    def forward(self, rowptr, col, q, k, v, scale: float):
+        y, lse = reference_forward(rowptr, col, q, k, v, scale)
+        return y.to(q.dtype), y, lse
+
+    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale: float, needs):
+        return reference_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale)

@@ -52,7 +52,7 @@ class AllToAll(Strategy):
         n_all, e_all, d, b = shape.num_nodes, shape.num_edges, model.hidden, dtype_bytes
         n = shape.row_split(p).max_nodes
         qkv, y = n * 3 * d * b, n * d * b
-        messages = (("all_to_all", qkv), ("all_to_all", qkv), ("all_to_all", y), ("all_to_all", y)) if p > 1 else ()
+        messages = (("all_to_all", qkv, 2), ("all_to_all", y, 2)) if p > 1 else ()
         return CostTerms(
             edge_heads=e_all * model.heads / p,
             rows=n,

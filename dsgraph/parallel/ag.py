@@ -39,7 +39,7 @@ class AllGather(Strategy):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.max_nodes, split.max_edges
         kv = n * 2 * model.hidden * dtype_bytes  # per-rank message: the padded [n_max, 2, H, D] block
-        messages = (("all_gather", kv), ("reduce_scatter", kv)) if p > 1 else ()
+        messages = (("all_gather", kv, 1), ("reduce_scatter", kv, 1)) if p > 1 else ()
         return CostTerms(
             edge_heads=e * model.heads,
             rows=n,

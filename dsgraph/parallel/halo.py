@@ -79,7 +79,7 @@ class Halo(Strategy):
         n, e = split.max_nodes, split.max_edges
         halo = max(split.halo_sizes)
         row = 2 * d * b  # one K/V row
-        messages = (("all_to_all_uneven", halo * row), ("all_to_all_uneven", halo * row)) if p > 1 else ()
+        messages = (("all_to_all_uneven", halo * row, 2),) if p > 1 else ()
         remote = n + halo
         return CostTerms(
             edge_heads=e * model.heads,

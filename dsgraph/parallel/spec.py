@@ -69,8 +69,9 @@ class CostTerms:
     """Attention work per layer: (edge, head) pairs the busiest rank computes."""
     rows: int
     """Node rows the busiest rank projects (QKV, output, FFN)."""
-    messages: tuple[tuple[str, float], ...]
-    """Collectives per layer, forward and backward: (profile collective name, bytes per rank)."""
+    messages: tuple[tuple[str, float, float], ...]
+    """Collectives per layer, forward and backward: (profile collective name, bytes per rank, how
+    many times; a fraction where one message costs a share of a measured collective)."""
     bytes_sent: float
     """Bytes the busiest rank sends per layer, forward and backward (what CommStats counts)."""
     graph_bytes: float

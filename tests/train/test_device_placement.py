@@ -9,7 +9,7 @@ import torch
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import TorchControlPlane
 from dsgraph.ops import register_backend
-from dsgraph.ops.backend import Backend
+from dsgraph.ops.backend import FusedBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.parallel import auto_candidates, strategy_names
 from dsgraph.train.config import DsgraphConfig
@@ -20,17 +20,30 @@ META = torch.device("meta")
 HEADS, DIM = 2, 8
 
 
-class Recording(Backend):
-    """Accepts any inputs and records where each one lives; returns zeros on q's device."""
+class Recording(FusedBackend):
+    """Accepts any inputs and records where each one lives; returns zeros on q's device. Its
+    forward/backward passes (for blockwise strategies) record the same way."""
 
     name, priority, device_type = "recording", -1, None
 
     def __init__(self):
         self.calls: list[dict[str, torch.device]] = []
 
+    def _record(self, **tensors) -> None:
+        self.calls.append({name: t.device for name, t in tensors.items()})
+
     def attention(self, rowptr, col, q, k, v, scale):
-        self.calls.append({"rowptr": rowptr.device, "col": col.device, "q": q.device, "k": k.device, "v": v.device})
+        self._record(rowptr=rowptr, col=col, q=q, k=k, v=v)
         return q * 0 + (k.sum() + v.sum()) * 0
+
+    def forward(self, rowptr, col, q, k, v, scale):
+        self._record(rowptr=rowptr, col=col, q=q, k=k, v=v)
+        y = torch.zeros(q.shape, device=q.device)
+        return y.to(q.dtype), y, torch.zeros(q.shape[:2], device=q.device)
+
+    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale, needs):
+        self._record(rowptr=rowptr, col=col, q=q, k=k, v=v, y=y_acc, lse=lse, dy=dy)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
 
 @pytest.fixture
