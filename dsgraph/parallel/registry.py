@@ -32,14 +32,20 @@ def auto_candidates() -> list[str]:
     return [name for name, s in _STRATEGIES.items() if s.auto_candidate]
 
 
-def _register_builtin() -> None:
-    from dsgraph.parallel.a2a import AllToAll
-    from dsgraph.parallel.ag import AllGather
-    from dsgraph.parallel.auto import Auto
-    from dsgraph.parallel.halo import Halo
+BUILTIN = (  # the registry: one line per strategy, "module:class"
+    "dsgraph.parallel.ag:AllGather",
+    "dsgraph.parallel.a2a:AllToAll",
+    "dsgraph.parallel.halo:Halo",
+    "dsgraph.parallel.auto:Auto",
+)
 
-    for strategy in (AllGather(), AllToAll(), Halo(), Auto()):  # the registry: one entry per strategy
-        register(strategy)
+
+def _register_builtin() -> None:
+    import importlib
+
+    for entry in BUILTIN:
+        module, cls = entry.split(":")
+        register(getattr(importlib.import_module(module), cls)())
 
 
 _register_builtin()
