@@ -84,16 +84,18 @@ def test_recalibration_switches_when_another_is_20_percent_faster(tmp_path):
         auto.after_step(ag["time_s"] + 9 * ag["comm_s"], 10 * ag["comm_s"])
     assert auto.current == "ag"
     auto.after_step(ag["time_s"] + 9 * ag["comm_s"], 10 * ag["comm_s"])  # AG's collectives are 10x the profile
-    assert auto.current == "a2a", auto.events
+    others = [row for name, row in table.items() if name != "ag" and row["feasible"]]
+    assert auto.current == min(others, key=lambda row: row["time_s"])["strategy"], auto.events  # the fastest other
     switch = auto.events[-1]
     assert switch["event"] == "switch" and switch["measured_step_time_s"] == pytest.approx(ag["time_s"] + 9 * ag["comm_s"])
     assert switch["reasons"][0].startswith("recalibrated (comm x10.00")
-    for _ in range(4):  # A2A measures far slower than AG did: back to AG, then no more switching
-        auto.after_step(100.0, 1.0)
+    for _ in range(4 * len(others)):  # every other strategy measures far slower than AG did: each is tried once,
+        auto.after_step(100.0, 1.0)  # then AG, measured fastest, stays
     assert auto.current == "ag"
     for _ in range(20):
         auto.after_step(1000.0, 1.0)
-    assert [e["event"] for e in auto.events] == ["decision", "switch", "switch"]
+    events = [e["event"] for e in auto.events]
+    assert events[0] == "decision" and events[-1] == "switch" and 2 <= events.count("switch") <= len(others) + 1
 
 
 def test_no_switch_below_the_threshold(tmp_path):

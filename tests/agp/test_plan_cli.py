@@ -4,6 +4,7 @@ import json
 
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.cli import main
+from dsgraph.parallel import auto_candidates
 
 PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all_to_all_uneven": 1e-9}
 
@@ -25,7 +26,7 @@ def test_plan_prints_table_pick_and_scaling_test(tmp_path, capsys):
     assert "infeasible: no partition into 2 parts for halo" in text
     assert "choice over p = 1..4:" in text and "pick " in text and "scaling test" in text
     plan = json.loads(out_json.read_text())
-    assert len(plan["table"]) == 12 and plan["pick_at_world_size"]["p"] == 4
+    assert len(plan["table"]) == 4 * len(auto_candidates()) and plan["pick_at_world_size"]["p"] == 4
 
 
 def test_plan_with_a_dataset_has_halo_sizes(tmp_path, capsys):
