@@ -36,6 +36,7 @@ BUILTIN = (  # the registry: one line per strategy, "module:class"
     "dsgraph.parallel.ag:AllGather",
     "dsgraph.parallel.a2a:AllToAll",
     "dsgraph.parallel.halo:Halo",
+    "dsgraph.parallel.ag_ring:AllGatherRing",
     "dsgraph.parallel.auto:Auto",
 )
 
