@@ -1,28 +1,15 @@
 """tools/gpu_train_check.py on the CPU: the run matrix, configs, commands, loss comparison, and
 one real run compared with itself."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from dsgraph.agp.profile import load_profile
 from dsgraph.train.config import load_ds_config
+from tests.tools.loader import load_tool
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool("gpu_train_check")
+tool = load_tool("gpu_train_check")
 
 
 def test_matrix_covers_every_one_rank_strategy_in_both_dtypes():
