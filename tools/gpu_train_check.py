@@ -129,7 +129,10 @@ def run_one(spec: RunSpec, folder: Path, device: str, port: int, deadline: float
         out, _ = proc.communicate(timeout=budget)
         result["returncode"] = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         out, _ = proc.communicate()
         out += f"\n[gpu_train_check] killed after {budget:.0f} s (the check's time limit)"
     steps = read_steps(metrics)
