@@ -32,6 +32,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -70,7 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="memory bandwidth for the forward roofline column, GB/s (default: the copy bandwidth "
                    "measured at the start of the run on this device)")  # fmt: skip
     p.add_argument("--json-out", help="also write every figure to this JSON file (rewritten after each table)")
+    p.add_argument("--append", action="store_true", help="keep the records already in --json-out and add this run's")
     return p.parse_args(argv)
+
+
+def graph_label(spec: str) -> str:
+    """A dataset spec as it appears in tables: a file by its name without folder and suffix."""
+    return Path(spec).stem if spec.endswith(".npz") else spec
 
 
 def pyg_attention():
@@ -236,11 +243,11 @@ def table(records: list[dict]) -> str:
             lines.append(f"| {r['backend']} | out of memory | | | | | | | |")
             continue
 
-        def x(v, fmt):
-            return "n/a" if v is None else format(v, fmt)
+        def x(v, fmt, unit=""):
+            return "n/a" if v is None else format(v, fmt) + unit
 
         row = (r["backend"], f"{r['fwd_ms']:,.1f}", f"{r['bwd_ms']:,.1f}", f"{r['fwd_bwd_ms']:,.1f}",
-               x(r["speedup_vs_reference"], ".1f") + "x", x(r["speedup_vs_pyg"], ".1f") + "x", x(r["peak_extra_mb"], ",.1f"),
+               x(r["speedup_vs_reference"], ".1f", "x"), x(r["speedup_vs_pyg"], ".1f", "x"), x(r["peak_extra_mb"], ",.1f"),
                f"{r['eff_gbs']:.1f}", f"{r['fwd_roofline']:.1%}")  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -259,10 +266,12 @@ def main(argv=None) -> None:
           f"roofline at {peak_gbs:.1f} GB/s")  # fmt: skip
     print(f"# median of {args.repeats} runs after a warm-up; speedups over 'reference' and 'pyg' in this run")
     payload = {"format": "dsgraph-bench-kernels", "device": device_label(device), "copy_gbs": copy_gbs, "peak_gbs": peak_gbs, "records": []}
+    if args.append and args.json_out and Path(args.json_out).is_file():
+        payload["records"] = json.loads(Path(args.json_out).read_text()).get("records", [])
     for spec in args.graph or ["rmat:17"]:
         graph = load_dataset(spec, seed=args.seed)
         for dtype_name in args.dtype or ["fp32"]:
-            records = bench_graph(graph, spec, dtype_name, args, device, peak_gbs)
+            records = bench_graph(graph, graph_label(spec), dtype_name, args, device, peak_gbs)
             print(table(records), flush=True)
             payload["records"] += records
             write_json(args.json_out, payload)

@@ -263,7 +263,8 @@ def main(argv=None) -> int:
     from dsgraph.graph import load_dataset
 
     models = args.models.split(",")
-    payload = {"format": "dsgraph-bench-models", "dataset": args.dataset, "device": device_label(torch.device(args.device)),
+    label = Path(args.dataset).stem if args.dataset.endswith(".npz") else args.dataset
+    payload = {"format": "dsgraph-bench-models", "dataset": label, "device": device_label(torch.device(args.device)),
                "dtype": args.dtype, "hidden": args.hidden, "heads": args.heads, "layers": args.layers, "steps": args.steps}  # fmt: skip
     if "dsgraph" in models:  # first, while this process holds no device memory
         payload["dsgraph"] = run_dsgraph(args)

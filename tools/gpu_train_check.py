@@ -152,7 +152,7 @@ def compare(run: dict, ref: dict | None, same_sources: bool) -> dict:
     if not same_sources:
         return {**verdict, "reason": "the reference losses come from other sources; rerun `bash tools/gpu_check.sh --prepare`"}
     if ref is None or ref.get("returncode") != 0 or not ref.get("losses"):
-        return {**verdict, "reason": "no usable reference run of this configuration"}
+        return {**verdict, "reason": "no usable reference run of this configuration (`bash tools/gpu_check.sh --prepare` makes them)"}
     want = ref["losses"]
     if len(got) != len(want):
         return {**verdict, "reason": f"{len(got)} step losses, the reference has {len(want)}"}
@@ -208,7 +208,13 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(s.name for s in specs))
         return 0
-    reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    reference = None
+    if args.reference:
+        if Path(args.reference).is_file():
+            reference = json.loads(Path(args.reference).read_text())
+        else:
+            print(f"gpu_train_check: no reference file {args.reference}; make it with `bash tools/gpu_check.sh --prepare`")
+            reference = {"format": FORMAT, "fingerprint": fingerprint(), "runs": []}
     jobs = args.jobs or (6 if args.device == "cuda" else 1)
     runs = run_all(specs, args.device, jobs, args.timeout, args.threads, args.port)
     ok = all(r["returncode"] == 0 for r in runs)
