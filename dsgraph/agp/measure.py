@@ -265,9 +265,9 @@ def system_description(backend: str, threads: int) -> dict:
 
 
 def check_cuda_profile(backend: str, head_dim: int) -> int:
-    """The number of GPUs for a cuda profile; ValueError when there is none or D cannot be doubled."""
-    from dsgraph.ops import available_backends
-    from dsgraph.ops.cuda_source import HEAD_DIMS
+    """The number of GPUs for a cuda profile; ValueError when there is none or the CUDA backend
+    refuses head dim 2D (the profile times D and 2D for head_dim_knee)."""
+    from dsgraph.ops import available_backends, sparse_attention
 
     if not torch.cuda.is_available() or "cuda" not in available_backends():
         raise ValueError(
@@ -275,11 +275,16 @@ def check_cuda_profile(backend: str, head_dim: int) -> int:
             f"none (torch.cuda.is_available() is {torch.cuda.is_available()}); run `dsgraph profile --backend cuda` "
             "on the GPU machine, or profile the CPU with --backend cpu"
         )
-    if 2 * head_dim not in HEAD_DIMS:
-        raise ValueError(
-            f"--head-dim {head_dim}: the profile also times head dim {2 * head_dim} (for head_dim_knee), which the "
-            f"CUDA kernels do not support ({HEAD_DIMS}); use --head-dim {max(d for d in HEAD_DIMS if 2 * d in HEAD_DIMS)} or less"
-        )
+    for dim in (head_dim, 2 * head_dim):  # one edge on the GPU: the backend's own check of the head dim
+        rowptr = torch.tensor([0, 1], device="cuda")
+        q = torch.zeros(1, 1, dim, device="cuda")
+        try:
+            sparse_attention(rowptr, torch.zeros(1, dtype=torch.int32, device="cuda"), q, q, q, backend="cuda")
+        except ValueError as err:
+            raise ValueError(
+                f"--head-dim {head_dim}: the profile times head dims {head_dim} and {2 * head_dim} (for head_dim_knee), "
+                f"and the CUDA backend refuses {dim} ({err}); pick a head dim whose double it supports, e.g. 16"
+            ) from None
     return torch.cuda.device_count()
 
 
