@@ -11,14 +11,15 @@
 # The GPU run writes to LOG_DIR ($OUT if set, else ./gpu_check_logs):
 #   0. install   .gpu_pack/wheels/*.whl with pip --no-index into /tmp/dsgraph-site, put on PYTHONPATH
 #   1. environment   nvidia-smi, torch, CuPy, DeepSpeed, PyG (into gpu_results.json)
+#   data (from the start, in the background, on CPU cores): rmat:20 and rmat:22 written once as .npz
+#                 for the benchmarks (tools/save_dataset.py)
 #   2. at once (correctness, not timed):
 #      kernel_tests  tests/ops/test_cuda_gpu.py -m gpu (a skip counts as a failure)
 #      training      every one-rank strategy and mode, fp32 and bf16, deepspeed --num_gpus 1, losses
 #                    against the CPU's (tools/gpu_train_check.py)                      -> train.json
-#      data          rmat:20 and rmat:22 written once as .npz for the benchmarks (tools/save_dataset.py)
 #   3. one after another (timed, the GPU to itself):
-#      bench_kernels         rmat:20 fp32+bf16 (reference, cuda, pyg), rmat:22 bf16 (cuda, pyg; never the
-#                            reference, which needs ~143 GiB there)                    -> kernels.json
+#      bench_kernels         rmat:20 fp32+bf16 (reference, cuda, pyg)                  -> kernels.json
+#      bench_kernels_rmat22  rmat:22 bf16 (cuda, pyg; never the reference, ~143 GiB there)  (kernels.json)
 #      bench_models_rmat22   Graph Transformer vs PyG TransformerConv, bf16            -> models_rmat22.json
 #      profile               dsgraph profile --backend cuda --dtype bfloat16, collectives for p > 1 from
 #                            docs/agp/dgx_h100_8gpu_bf16_profile.json                  -> agp_profile_cuda_bf16.json
@@ -68,29 +69,41 @@ run_step() {
   echo "== $name: exit $rc after $(( $(date +%s) - began )) s"
 }
 
-# step 2: the correctness checks at once; each writes its own log, shown in order afterwards
-correctness() {
-  local t; t=$(budget 150 265)
-  run_step kernel_tests "$t" "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops/test_cuda_gpu.py > "$WORK/gpu_tests.txt" 2>&1 &
-  run_step training "$t" "$PY" tools/gpu_train_check.py --device cuda --reference "$PACK/reference_losses.json" \
-    --out "$LOG_DIR/train.json" --timeout $(( t - 15 )) --jobs 6 --threads 2 > "$WORK/training.txt" 2>&1 &
-  run_step data "$t" bash -c '"$PY" tools/save_dataset.py rmat:20 "$WORK/rmat20.npz" & p=$!
+# the benchmark graphs, on CPU cores in the background from the start (rmat:22 takes a minute or two)
+start_data() {
+  PYTHONPATH="$ROOT" run_step data "$(budget 240 235)" bash -c '"$PY" tools/save_dataset.py rmat:20 "$WORK/rmat20.npz" & p=$!
     "$PY" tools/save_dataset.py rmat:22 "$WORK/rmat22.npz" && wait $p' > "$WORK/data.txt" 2>&1 &
-  wait
-  cat "$WORK/gpu_tests.txt" "$WORK/training.txt" "$WORK/data.txt"
+  DATA_PID=$!
 }
 
+# wait_for FILE: until the data job has written FILE (each file appears whole) or has ended
+wait_for() { until [ -f "$1" ] || ! kill -0 "$DATA_PID" 2>/dev/null; do sleep 1; done; }
+
+# step 2: the correctness checks at once; each writes its own log, shown in order afterwards
+correctness() {
+  local t; t=$(budget 150 295)
+  run_step kernel_tests "$t" "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops/test_cuda_gpu.py > "$WORK/gpu_tests.txt" 2>&1 &
+  local tests=$!
+  run_step training "$t" "$PY" tools/gpu_train_check.py --device cuda --reference "$PACK/reference_losses.json" \
+    --out "$LOG_DIR/train.json" --timeout $(( t - 15 )) --jobs 6 --threads 2 > "$WORK/training.txt" 2>&1
+  wait "$tests"
+  cat "$WORK/gpu_tests.txt" "$WORK/training.txt"
+}
+
+# step 3: one after another, the GPU to itself
 benchmarks() {
   local t
-  t=$(budget 90 175)
-  run_step bench_kernels "$t" bash -c '"$PY" tools/bench_kernels.py --device cuda --graph "$WORK/rmat20.npz" --dtype fp32 \
-    --dtype bf16 --repeats 3 --json-out "$LOG_DIR/kernels.json" && "$PY" tools/bench_kernels.py --device cuda --graph \
-    "$WORK/rmat22.npz" --dtype bf16 --backends cuda,pyg --repeats 3 --json-out "$LOG_DIR/kernels.json" --append'
+  wait_for "$WORK/rmat20.npz"
+  run_step bench_kernels "$(budget 60 235)" "$PY" tools/bench_kernels.py --device cuda --graph "$WORK/rmat20.npz" \
+    --dtype fp32 --dtype bf16 --repeats 3 --json-out "$LOG_DIR/kernels.json"
+  wait "$DATA_PID"
+  cat "$WORK/data.txt"
+  run_step bench_kernels_rmat22 "$(budget 60 175)" "$PY" tools/bench_kernels.py --device cuda --graph "$WORK/rmat22.npz" \
+    --dtype bf16 --backends cuda,pyg --repeats 3 --json-out "$LOG_DIR/kernels.json" --append
   t=$(budget 120 55)
   run_step bench_models_rmat22 "$t" "$PY" tools/bench_models.py --device cuda --dtype bf16 --dataset "$WORK/rmat22.npz" \
     --steps 4 --timeout $(( t - 20 )) --json-out "$LOG_DIR/models_rmat22.json"
-  t=$(budget 45 10)
-  run_step profile "$t" "$PY" -m dsgraph profile --backend cuda --dtype bfloat16 --reps 3 --threads 4 \
+  run_step profile "$(budget 45 10)" "$PY" -m dsgraph profile --backend cuda --dtype bfloat16 --reps 3 --threads 4 \
     --collectives-from docs/agp/dgx_h100_8gpu_bf16_profile.json --out "$LOG_DIR/agp_profile_cuda_bf16.json"
   t=$(budget 70 10)
   [ "$t" -ge 50 ] || t=0  # optional: only when a whole run fits
@@ -102,10 +115,11 @@ gpu_run() {
   echo "== gpu_check: logs in $LOG_DIR, deadline in $(left) s"
   [ -f "$PACK/reference_losses.json" ] && compgen -G "$PACK/wheels/*.whl" > /dev/null \
     || echo "== gpu_check: $PACK is missing or incomplete: run 'bash tools/gpu_check.sh --prepare' here and carry $PACK"
-  t=$(budget 60 400)
-  run_step install "$t" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$PACK"/wheels/*.whl
+  start_data
+  run_step install "$(budget 60 420)" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$PACK"/wheels/*.whl
   export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-  run_step environment "$(budget 30 400)" "$PY" tools/gpu_results.py --environment "$WORK/environment.json"
+  run_step environment "$(budget 30 420)" "$PY" tools/gpu_results.py --environment "$WORK/environment.json"
   correctness
   benchmarks
   "$PY" tools/gpu_results.py --log-dir "$LOG_DIR" --work-dir "$WORK"

@@ -4,12 +4,14 @@ load a large synthetic graph in seconds instead of generating it each time:
 
     python tools/save_dataset.py rmat:22 /tmp/rmat22.npz     # then --dataset /tmp/rmat22.npz
 
-The file holds the same edges, features, labels and masks as the spec (seed 0 unless --seed).
+The file holds the same edges, features, labels and masks as the spec (seed 0 unless --seed). It
+is written under another name and renamed, so a reader waiting for it never sees half a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,8 +30,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     began = time.perf_counter()
     graph = load_dataset(args.spec, seed=args.seed)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    save_npz(graph, args.out)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.stem + ".partial.npz")  # readers never see a half-written file
+    save_npz(graph, partial)
+    os.replace(partial, out)
     print(f"save_dataset: {args.spec} -> {args.out}: N={graph.num_nodes:,} E={graph.num_edges:,} in {time.perf_counter() - began:.1f} s")
     return 0
 
