@@ -2,17 +2,23 @@
 NVLink system for ogbn-products-sized and ogbn-papers100M-sized graphs, p = 1..8.
 
     python tools/agp_projection.py --out-dir docs/agp
+    python tools/agp_projection.py --out-dir docs/agp --profiles-only   # only the two profile JSONs
 
 The system profile is written from published figures, not measured (no such machine here); every
-figure and assumption is listed in ``FIGURES`` and copied into the profile's system description:
+figure and assumption is listed in ``FIGURES`` and copied into the profile's system description.
+Two profiles are written: dgx_h100_8gpu_profile.json (fp32, the projection below) and
+dgx_h100_8gpu_bf16_profile.json (bf16, for bf16 GPU configs and as the collective fits that
+``dsgraph profile --backend cuda --collectives-from`` merges into a one-GPU measurement):
 
-- NVIDIA H100 SXM5: 80 GB HBM3 at about 3.35 TB/s; 67 TFLOPS FP32 without tensor cores.
+- NVIDIA H100 SXM5: 80 GB HBM3 at about 3.35 TB/s; 67 TFLOPS FP32 without tensor cores, about
+  989 TFLOPS dense BF16 on tensor cores.
 - NVLink 4 through NVSwitch in a DGX H100: 900 GB/s per GPU in both directions together (450 GB/s
   each way); NCCL's all-gather and reduce-scatter reach a bus bandwidth of about 360 GB/s on 8 GPUs
   for large messages, and a small-message latency of some tens of microseconds.
 - Assumptions (not published): all-to-all reaches half the all-gather bus bandwidth; the fused
-  attention kernel moves ~3.5 x 2 x D x 4 bytes per edge-head (forward plus backward, fp32) at 40%
-  of HBM bandwidth; dense layers run at 60% of FP32 peak; the METIS halo is 10% of the remote nodes.
+  attention kernel moves ~3.5 x 2 x D x b bytes per edge-head (forward plus backward; b = 4 in fp32,
+  2 in bf16) at 40% of HBM bandwidth; dense layers run at 60% of the FP32 (or BF16 tensor-core) peak;
+  the METIS halo is 10% of the remote nodes. Collective fits are per byte, the same in both dtypes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ FIGURES = {
     "hbm_bytes_per_s": 3.35e12,
     "hbm_capacity_bytes": 80e9,
     "fp32_flops": 67e12,
+    "bf16_tensor_flops": 989e12,
     "nvlink_bytes_per_s_per_direction": 450e9,
     "nccl_all_gather_bus_bytes_per_s": 360e9,
     "all_to_all_fraction_of_all_gather": 0.5,
@@ -46,8 +53,14 @@ GRAPHS = {
 MODEL = dict(layers=3, hidden=128, heads=HEADS, ffn_mult=2)
 
 
-def dgx_h100_profile():
+DTYPE_COSTS = {"float32": (4, "fp32_flops"), "bfloat16": (2, "bf16_tensor_flops")}  # element bytes, peak figure
+PROFILE_FILES = {"float32": "dgx_h100_8gpu_profile.json", "bfloat16": "dgx_h100_8gpu_bf16_profile.json"}
+
+
+def dgx_h100_profile(dtype: str = "float32"):
+    """The projected 8 x H100 profile for activations in ``dtype`` (float32 or bfloat16)."""
     f = FIGURES
+    elem_bytes, peak = DTYPE_COSTS[dtype]
     busbw = f["nccl_all_gather_bus_bytes_per_s"]
     a2a_bw = busbw * f["all_to_all_fraction_of_all_gather"]
     per_byte = {"all_gather": 1 / busbw, "reduce_scatter": 1 / busbw, "all_to_all": 1 / a2a_bw, "all_to_all_uneven": 1 / a2a_bw}
@@ -57,16 +70,16 @@ def dgx_h100_profile():
 
     return linear_profile(
         max_ranks=8,
-        attention_s_per_edge_head=3.5 * 2 * HEAD_DIM * 4 / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
-        rest_s_per_mac=6 / (f["fp32_flops"] * f["dense_flops_efficiency"]),
+        attention_s_per_edge_head=3.5 * 2 * HEAD_DIM * elem_bytes / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
+        rest_s_per_mac=6 / (f[peak] * f["dense_flops_efficiency"]),
         collective_s_per_byte=per_byte,
         collective_latency_s=f["collective_latency_s"],
         backend="cuda",
-        dtype="float32",
+        dtype=dtype,
         heads=HEADS,
         head_dim=HEAD_DIM,
         system={
-            "description": "DGX H100 (8 x H100 SXM5 80 GB, NVLink 4 / NVSwitch), projected from published figures",
+            "description": f"DGX H100 (8 x H100 SXM5 80 GB, NVLink 4 / NVSwitch), {dtype}, projected from published figures",
             "device": "cuda",
             "memory_capacity_bytes": f["hbm_capacity_bytes"],
             "memory_shared_by_ranks": False,
@@ -145,18 +158,23 @@ def plot(rows, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out-dir", default="docs/agp", help="folder for the profile JSON, projection.md and projection.png")
+    ap.add_argument("--out-dir", default="docs/agp", help="folder for the profile JSONs, projection.md and projection.png")
+    ap.add_argument("--profiles-only", action="store_true", help="write only the fp32 and bf16 profile JSONs")
     args = ap.parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    profile = dgx_h100_profile()
-    profile.save(os.path.join(args.out_dir, "dgx_h100_8gpu_profile.json"))
+    for dtype, name in PROFILE_FILES.items():
+        dgx_h100_profile(dtype).save(os.path.join(args.out_dir, name))
+    print(f"wrote {', '.join(os.path.join(args.out_dir, n) for n in PROFILE_FILES.values())}")
+    if args.profiles_only:
+        return 0
+    profile = dgx_h100_profile("float32")
     rows = project(profile)
     text = markdown(rows)
     with open(os.path.join(args.out_dir, "projection.md"), "w") as f:
         f.write(text)
     plot(rows, os.path.join(args.out_dir, "projection.png"))
     print(text)
-    print(f"wrote {args.out_dir}/dgx_h100_8gpu_profile.json, projection.md, projection.png")
+    print(f"wrote {args.out_dir}/projection.md, projection.png")
     return 0
 
 

@@ -12,6 +12,12 @@
 Every time is the minimum over ``reps`` round-robin repetitions of the slowest rank (a barrier
 starts each one), which is what a synchronous step waits for. Each rank runs ``threads`` threads
 (default 1: on a shared machine, several threads per rank stall whenever one is descheduled).
+
+With the ``cuda`` backend every rank owns one GPU (rank r uses cuda:r), collectives run on NCCL,
+the sizes grow to what a GPU needs to leave launch latency behind (``CUDA_SIZES``), and each time
+is taken with CUDA events after a device synchronisation (``timed``), never from a bare host clock
+around asynchronous launches. Rank counts beyond the GPUs present can take their collective fits
+from another profile (``dsgraph.agp.profile.with_collectives_from``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import platform
 import socket
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -30,26 +37,71 @@ from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-ATTENTION_NODES = (128, 512, 2048, 8192)
 ATTENTION_DEGREE = 16
 MAX_KNEE = 64  # head_dim_knee is at most 64 * head_dim (cost nearly independent of D)
-REST_SHAPES = ((128, 64), (512, 64), (512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256))  # (nodes, hidden)
 
 
-def _time_once(run: Callable[[], None]) -> float:
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """The problem sizes of one device type."""
+
+    attention_nodes: tuple[int, ...]
+    """Rows of the random attention graphs (ATTENTION_DEGREE in-edges each)."""
+    rest_shapes: tuple[tuple[int, int], ...]
+    """(nodes, hidden) of the pass-through Transformer blocks."""
+    max_message_bytes: int
+    """Largest collective message by default (memory permitting)."""
+
+
+CPU_SIZES = Sizes(
+    attention_nodes=(128, 512, 2048, 8192),
+    rest_shapes=((128, 64), (512, 64), (512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256)),
+    max_message_bytes=2**22,
+)
+CUDA_SIZES = Sizes(  # up to 16M edges and 1M-node blocks: past launch latency, into the bandwidth regime
+    attention_nodes=(2**12, 2**14, 2**16, 2**18, 2**20),
+    rest_shapes=((2**12, 64), (2**14, 128), (2**16, 128), (2**18, 128), (2**20, 128), (2**16, 256), (2**18, 64)),
+    max_message_bytes=2**26,
+)
+
+
+def sizes_for(device: torch.device) -> Sizes:
+    return CUDA_SIZES if device.type == "cuda" else CPU_SIZES
+
+
+def timed(run: Callable[[], None], device: torch.device) -> float:
+    """Seconds of one call of ``run`` on ``device``: on a GPU, CUDA events on the current stream
+    after draining earlier work (kernels launch asynchronously, so a host clock around the call
+    would time the launches); on the CPU, the host clock."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+    torch.cuda.synchronize(device)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    run()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def _time_once(run: Callable[[], None], device: torch.device) -> float:
     """The slowest rank's time of one call of ``run`` (all ranks call it together after a barrier)."""
     import torch.distributed as dist
 
     dist.barrier()
-    start = time.perf_counter()
-    run()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    if dist.get_world_size() > 1:
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    seconds = timed(run, device)
+    if dist.get_world_size() == 1:
+        return seconds
+    elapsed = torch.tensor([seconds], dtype=torch.float64, device=device)  # NCCL reduces device tensors only
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed)
 
 
-def interleaved_min(cases: list[tuple[str, float, Callable[[], None]]], reps: int) -> dict[str, list[tuple[float, float]]]:
+def interleaved_min(
+    cases: list[tuple[str, float, Callable[[], None]]], reps: int, device: torch.device = torch.device("cpu")
+) -> dict[str, list[tuple[float, float]]]:
     """Times every case ``(quantity, x, run)`` ``reps`` times in round-robin order (so a burst of
     load from other processes spoils one sample of many cases rather than every sample of one) and
     keeps the minimum. Returns quantity -> [(x, seconds), ...]."""
@@ -58,7 +110,7 @@ def interleaved_min(cases: list[tuple[str, float, Callable[[], None]]], reps: in
     best = [float("inf")] * len(cases)
     for _ in range(reps):
         for i, (_, _, run) in enumerate(cases):
-            best[i] = min(best[i], _time_once(run))
+            best[i] = min(best[i], _time_once(run, device))
     out: dict[str, list[tuple[float, float]]] = {}
     for (quantity, x, _), t in zip(cases, best):
         out.setdefault(quantity, []).append((x, t))
@@ -73,14 +125,14 @@ def random_csr(num_nodes: int, degree: int, seed: int) -> tuple[torch.Tensor, to
     return rowptr, col
 
 
-def _attention_cases(rank, heads, head_dim, dtype, backend, quantity="attention") -> list:
+def _attention_cases(rank, heads, head_dim, dtype, backend, device, quantity="attention") -> list:
     from dsgraph.ops import sparse_attention
 
     cases = []
-    for n in ATTENTION_NODES:
-        rowptr, col = random_csr(n, ATTENTION_DEGREE, seed=rank)
-        q, k, v = (torch.randn(n, heads, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
-        dy = torch.randn(n, heads, head_dim, dtype=dtype)
+    for n in sizes_for(device).attention_nodes:
+        rowptr, col = (t.to(device) for t in random_csr(n, ATTENTION_DEGREE, seed=rank))
+        q, k, v = (torch.randn(n, heads, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
+        dy = torch.randn(n, heads, head_dim, dtype=dtype, device=device)
 
         def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):
             sparse_attention(rowptr, col, q, k, v, backend=backend).backward(dy)
@@ -89,16 +141,16 @@ def _attention_cases(rank, heads, head_dim, dtype, backend, quantity="attention"
     return cases
 
 
-def _rest_cases(ffn_mult, dtype) -> list:
+def _rest_cases(ffn_mult, dtype, device) -> list:
     """One block with a pass-through attention at several (nodes, hidden) sizes, so the node-MAC
     line covers the hidden sizes a plan may ask about."""
     from dsgraph.models.graph_transformer import TransformerBlock
 
     cases = []
-    for n, hidden in REST_SHAPES:
-        block = TransformerBlock(hidden, 4, ffn_mult, dropout=0.1).to(dtype)
-        h = torch.randn(n, hidden, dtype=dtype, requires_grad=True)
-        ids = torch.arange(n)
+    for n, hidden in sizes_for(device).rest_shapes:
+        block = TransformerBlock(hidden, 4, ffn_mult, dropout=0.1).to(device, dtype)
+        h = torch.randn(n, hidden, dtype=dtype, device=device, requires_grad=True)
+        ids = torch.arange(n, device=device)
 
         def run(block=block, h=h, ids=ids):
             block(h, lambda q, k, v: v, ids, 0, 1, 1).sum().backward()
@@ -116,21 +168,24 @@ def message_sizes(max_bytes: int) -> list[int]:
     return sizes
 
 
-def _collective_cases(rank, p, max_bytes) -> list:
+def _collective_cases(rank, p, max_bytes, device) -> list:
     import torch.distributed as dist
+
+    def randn(count):
+        return torch.randn(count, device=device)
 
     cases = []
     for m in message_sizes(max_bytes):
         count = m // 4
-        x, gathered = torch.randn(count), torch.empty(count * p)
-        scattered, rs_in = torch.empty(count), torch.randn(count * p)
-        a2a_in = torch.randn(max(count // p, 1) * p)
+        x, gathered = randn(count), torch.empty(count * p, device=device)
+        scattered, rs_in = torch.empty(count, device=device), randn(count * p)
+        a2a_in = randn(max(count // p, 1) * p)
         a2a_out = torch.empty_like(a2a_in)
         # uneven splits: rank r sends shares ((d + r) % p + 1) / (p (p + 1) / 2) of count to rank d
         total_w = p * (p + 1) // 2
         all_send = [[count * ((d + r) % p + 1) // total_w for d in range(p)] for r in range(p)]
         send, recv = all_send[rank], [all_send[r][rank] for r in range(p)]
-        u_in, u_out = torch.randn(sum(send)), torch.empty(sum(recv))
+        u_in, u_out = randn(sum(send)), torch.empty(sum(recv), device=device)
         cases += [
             ("all_gather", float(m), lambda x=x, g=gathered: dist.all_gather_into_tensor(g, x)),
             ("reduce_scatter", float(m), lambda o=scattered, i=rs_in: dist.reduce_scatter_tensor(o, i)),
@@ -151,17 +206,22 @@ def head_dim_knee(raw: dict, head_dim: int) -> float:
     return min(cap, max(0.0, head_dim * (2.0 - r) / (r - 1.0))) if r > 1.0 else cap
 
 
+def rank_device(rank: int, backend: str) -> torch.device:
+    """The device rank ``rank`` measures on: its own GPU for the cuda backend, else the CPU."""
+    return torch.device("cuda", rank) if backend == "cuda" else torch.device("cpu")
+
+
 def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_bytes, reps):
     import warnings
 
     warnings.filterwarnings("ignore", message=r".*is deprecated")
-    dtype = DTYPES[dtype_name]
+    dtype, device = DTYPES[dtype_name], rank_device(rank, backend)
     torch.manual_seed(rank)
-    cases = _attention_cases(rank, heads, head_dim, dtype, backend) + _rest_cases(ffn_mult, dtype)
-    cases += _attention_cases(rank, heads, 2 * head_dim, dtype, backend, quantity="attention_2d")
+    cases = _attention_cases(rank, heads, head_dim, dtype, backend, device) + _rest_cases(ffn_mult, dtype, device)
+    cases += _attention_cases(rank, heads, 2 * head_dim, dtype, backend, device, quantity="attention_2d")
     if p > 1:
-        cases += _collective_cases(rank, p, max_bytes)
-    return interleaved_min(cases, reps)
+        cases += _collective_cases(rank, p, max_bytes, device)
+    return interleaved_min(cases, reps, device)
 
 
 def available_memory_bytes() -> int:
@@ -176,27 +236,85 @@ def available_memory_bytes() -> int:
     return 8 * 2**30
 
 
-def system_description(backend: str, threads: int) -> dict:
+def _cpu_name() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return cpu
+
+
+def system_description(backend: str, threads: int) -> dict:
+    """What was measured on: the CPU and gloo, or (backend cuda) the GPUs and NCCL."""
+    cpu, host = _cpu_name(), socket.gethostname()
+    common = {"hostname": host, "cpu": cpu, "cores": os.cpu_count(), "threads_per_rank": threads, "torch": torch.__version__,
+              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    if backend != "cuda":
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return {"description": f"{host}: {os.cpu_count()} x {cpu}, gloo over shared memory / loopback TCP", "device": "cpu",
+                **common, "comm_backend": "gloo", "memory_capacity_bytes": total, "memory_shared_by_ranks": True}  # fmt: skip
+    props = torch.cuda.get_device_properties(0)
+    gpus = torch.cuda.device_count()
     return {
-        "description": f"{socket.gethostname()}: {os.cpu_count()} x {cpu}, gloo over shared memory / loopback TCP",
-        "hostname": socket.gethostname(),
-        "device": "cpu",
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "threads_per_rank": threads,
-        "torch": torch.__version__,
-        "comm_backend": "gloo",
-        "memory_capacity_bytes": total,
-        "memory_shared_by_ranks": True,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+        "description": f"{host}: {gpus} x {props.name} ({props.total_memory / 2**30:.0f} GiB), NCCL",
+        "device": "cuda", "gpu": props.name, "gpus": gpus, **common, "cuda": torch.version.cuda,
+        "comm_backend": "nccl", "memory_capacity_bytes": props.total_memory, "memory_shared_by_ranks": False,
+    }  # fmt: skip
+
+
+def check_cuda_profile(backend: str, head_dim: int) -> int:
+    """The number of GPUs for a cuda profile; ValueError when there is none or the CUDA backend
+    refuses head dim 2D (the profile times D and 2D for head_dim_knee)."""
+    from dsgraph.ops import available_backends, sparse_attention
+
+    if not torch.cuda.is_available() or "cuda" not in available_backends():
+        raise ValueError(
+            f"--backend {backend} needs a CUDA GPU and CuPy (pip install -e '.[cuda]'), but this machine has "
+            f"none (torch.cuda.is_available() is {torch.cuda.is_available()}); run `dsgraph profile --backend cuda` "
+            "on the GPU machine, or profile the CPU with --backend cpu"
+        )
+    for dim in (head_dim, 2 * head_dim):  # one edge on the GPU: the backend's own check of the head dim
+        rowptr = torch.tensor([0, 1], device="cuda")
+        q = torch.zeros(1, 1, dim, device="cuda")
+        try:
+            sparse_attention(rowptr, torch.zeros(1, dtype=torch.int32, device="cuda"), q, q, q, backend="cuda")
+        except ValueError as err:
+            raise ValueError(
+                f"--head-dim {head_dim}: the profile times head dims {head_dim} and {2 * head_dim} (for head_dim_knee), "
+                f"and the CUDA backend refuses {dim} ({err}); pick a head dim whose double it supports, e.g. 16"
+            ) from None
+    return torch.cuda.device_count()
+
+
+def cpu_backend(backend: str) -> str:
+    """The CPU attention backend a profile measures: 'auto' is the fused 'cpu' one when available."""
+    from dsgraph.ops import available_backends
+
+    have = available_backends()
+    if backend == "auto":
+        return "cpu" if "cpu" in have else "reference"
+    if backend not in have:
+        raise ValueError(f"--backend {backend} is not available on this machine (available: {', '.join(have)})")
+    return backend
+
+
+def measurable_ranks(backend: str, max_ranks: int, head_dim: int) -> int:
+    """How many rank counts this machine can measure: every one on the CPU, one per GPU on cuda."""
+    if max_ranks < 1:
+        raise ValueError(f"--max-ranks must be >= 1, got {max_ranks}")
+    if backend != "cuda":
+        return max_ranks
+    return min(max_ranks, check_cuda_profile(backend, head_dim))
+
+
+def default_max_bytes(backend: str, ranks: int) -> int:
+    """The largest power of 4 times 2^10 that p buffers of p * m bytes leave room for."""
+    device = torch.device("cuda" if backend == "cuda" else "cpu")
+    free = torch.cuda.mem_get_info(0)[0] if backend == "cuda" else available_memory_bytes()
+    limit = min(sizes_for(device).max_message_bytes, free // (8 * ranks * ranks))
+    return max(m for m in message_sizes(2**28) if m <= max(limit, 2**10))
 
 
 def measure_profile(
@@ -212,28 +330,25 @@ def measure_profile(
     threads: int = 1,
     log: Callable[[str], None] = print,
 ) -> Profile:
-    """Measures and fits a profile for rank counts 1..max_ranks on this machine."""
+    """Measures and fits a profile for rank counts 1..max_ranks on this machine (on cuda: at most
+    one rank per GPU; rank counts beyond are left to ``with_collectives_from``)."""
     if dtype not in DTYPES:
         raise ValueError(f"profile dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
-    if max_ranks < 1:
-        raise ValueError(f"--max-ranks must be >= 1, got {max_ranks}")
-    from dsgraph.ops.dispatch import resolve_backend
-
-    backend = resolve_backend(backend, torch.device("cpu"))
-    if max_bytes is None:  # the largest power of 4 times 2^10 that p buffers of p * m bytes leave room for
-        limit = min(2**22, available_memory_bytes() // (8 * max_ranks * max_ranks))
-        max_bytes = max(m for m in message_sizes(2**28) if m <= max(limit, 2**10))
+    ranks_here = measurable_ranks(backend, max_ranks, head_dim)
+    backend = cpu_backend(backend) if backend != "cuda" else backend
+    max_bytes = max_bytes or default_max_bytes(backend, ranks_here)
+    comm = "nccl" if backend == "cuda" else "gloo"
     ranks = {}
-    for p in range(1, max_ranks + 1):
+    for p in range(1, ranks_here + 1):
         began = time.perf_counter()
-        raw = run_ranks(_measure_rank, p, heads, head_dim, ffn_mult, dtype, backend, max_bytes, reps, threads=threads)
+        raw = run_ranks(_measure_rank, p, heads, head_dim, ffn_mult, dtype, backend, max_bytes, reps, threads=threads, comm=comm)
         ranks[p] = RankFits(
             attention=fit_loglog(raw["attention"]),
             rest=fit_loglog(raw["rest"]),
             collectives={c: fit_loglog(raw[c]) for c in COLLECTIVES if c in raw},
             head_dim_knee=head_dim_knee(raw, head_dim),
         )
-        log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s")
+        log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s on {comm}")
     system = system_description(backend, threads)
-    system["max_message_bytes"] = max_bytes
+    system.update(max_message_bytes=max_bytes, ranks_measured=sorted(ranks))
     return Profile(backend, dtype, heads, head_dim, ffn_mult, system, ranks, source="<measured>")

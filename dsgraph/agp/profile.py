@@ -188,3 +188,36 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
     if 1 not in ranks:
         raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")
     return Profile(data["backend"], data["dtype"], data["heads"], data["head_dim"], data["ffn_mult"], data["system"], ranks, source)
+
+
+def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> Profile:
+    """``measured`` extended to rank counts up to ``max_ranks`` that it lacks: each such p takes
+    its collective fits from ``other`` and its attention, rest and head_dim_knee from measured p = 1
+    (one GPU per rank: a rank computes as fast with p - 1 others beside it as alone). The system
+    section names ``other`` and which rank counts came from where. ValueError when ``other`` lacks
+    one of those rank counts."""
+    wanted = [p for p in range(2, max_ranks + 1) if p not in measured.ranks]
+    if not wanted:
+        return measured
+    missing = [p for p in wanted if p not in other.ranks]
+    if missing:
+        raise ValueError(
+            f"{other.source}: the collectives profile covers rank counts {sorted(other.ranks)}, but rank counts "
+            f"{missing} are needed for --max-ranks {max_ranks}; pass a profile that covers them or lower --max-ranks"
+        )
+    base = measured.ranks[1]
+    ranks = dict(measured.ranks)
+    for p in wanted:
+        ranks[p] = RankFits(attention=base.attention, rest=base.rest, collectives=dict(other.ranks[p].collectives),
+                            head_dim_knee=base.head_dim_knee)  # fmt: skip
+    system = dict(measured.system)
+    span = f"{wanted[0]}..{wanted[-1]}" if len(wanted) > 1 else str(wanted[0])
+    system["description"] = f"{system.get('description', '')}; collectives for p = {span} from {other.source}"
+    system["ranks_measured"] = sorted(measured.ranks)
+    system["collectives_source"] = {
+        "file": other.source,
+        "description": other.system.get("description", ""),
+        "ranks": wanted,
+        "note": f"rank counts {wanted}: collective fits from {other.source}; attention and rest from the p = 1 measurement",
+    }
+    return Profile(measured.backend, measured.dtype, measured.heads, measured.head_dim, measured.ffn_mult, system, ranks, measured.source)

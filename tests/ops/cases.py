@@ -53,3 +53,141 @@ def assert_relative_close(actual, expected, rel):
     actual, expected = actual.float(), expected.float()
     scale = expected.abs().max().item()
     torch.testing.assert_close(actual, expected, rtol=rel, atol=rel * scale)
+
+
+# --- the kernels' edge cases, shared by the CPU and GPU tests (called through the public API) ------
+# Degree bins of the CUDA schedule (dsgraph/ops/cuda_plan.py): small <= 16 edges, warp <= 1024, long
+# beyond in chunks of 4096 edges; a long segment of 4097 or 8193 edges ends with a one-edge chunk.
+SMALL_MAX, WARP_MAX, CHUNK_EDGES = 16, 1024, 4096
+LONG_DEGREES = (4096, 4097, 8193)
+EDGE_ROW_DEGREES = (0, 0, 0, SMALL_MAX, SMALL_MAX + 1, WARP_MAX, WARP_MAX + 1, *LONG_DEGREES)
+N_BULK = 512  # sources of the high-degree rows: about 36 out-edges each (warp-bin columns)
+
+
+def public(backend: str):
+    """``fn(rowptr, col, q, k, v, scale)`` through ``dsgraph.ops.sparse_attention`` with ``backend``."""
+    from dsgraph.ops import sparse_attention
+
+    def fn(rowptr, col, q, k, v, scale):
+        return sparse_attention(rowptr, col, q, k, v, scale=scale, backend=backend)
+
+    return fn
+
+
+def degree_edge_cases(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A graph whose rows AND columns (sources) fall in every bin and on every chunk boundary:
+
+    sources 0-2 have 4096, 4097 and 8193 out-edges (long CSC columns); sources 3-18 have 1..16
+    (small columns); sources 19-22 none; sources 23.. (N_BULK) feed the rows of EDGE_ROW_DEGREES
+    (empty, 16, 17, 1024, 1025, 4096, 4097, 8193 in-edges). Rows are shuffled. Returns rowptr,
+    col (int32) and the source count."""
+    gen = torch.Generator().manual_seed(seed)
+    rows: list[list[int]] = [[c for c, d in enumerate(LONG_DEGREES) if r < d] for r in range(max(LONG_DEGREES))]
+    rows += [[3 + j for j in range(SMALL_MAX) if j >= i] for i in range(SMALL_MAX)]  # source 3 + j: j + 1 rows
+    bulk0 = 3 + SMALL_MAX + 4
+    rows += [(bulk0 + torch.randint(0, N_BULK, (d,), generator=gen)).tolist() for d in EDGE_ROW_DEGREES]
+    order = torch.randperm(len(rows), generator=gen).tolist()
+    rows = [rows[i] for i in order]
+    rowptr = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(torch.tensor([len(r) for r in rows]), 0)
+    col = torch.tensor([c for r in rows for c in r], dtype=torch.int32)
+    return rowptr, col, bulk0 + N_BULK
+
+
+def grads_of(fn, rowptr, col, q, k, v, dy):
+    """y and the gradients of the inputs that require grad (None for the others)."""
+    y = fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5)
+    wanted = [t for t in (q, k, v) if t.requires_grad]
+    got = iter(torch.autograd.grad(y, wanted, dy)) if wanted else iter(())
+    return (y, *(next(got) if t.requires_grad else None for t in (q, k, v)))
+
+
+def check_against_reference(backend, rowptr, col, q, k, v, dy, rel=None):
+    """``backend``'s y and input gradients against the fp32 reference; returns the backend's."""
+    from dsgraph.ops import sparse_attention_reference
+
+    got = grads_of(public(backend), rowptr, col, q, k, v, dy)
+    q32, k32, v32 = (t.detach().float().requires_grad_(t.requires_grad) for t in (q, k, v))
+    want = grads_of(sparse_attention_reference, rowptr, col, q32, k32, v32, dy.float())
+    for name, a, b in zip(("y", "dq", "dk", "dv"), got, want):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert a.dtype == q.dtype and a.shape == b.shape, name
+            assert_relative_close(a, b.to(q.dtype), rel or TOLERANCE[q.dtype])
+    return got
+
+
+def check_degree_edge_cases(backend, heads, dim, dtype, device):
+    rowptr, col, n_src = (t.to(device) if torch.is_tensor(t) else t for t in degree_edge_cases())
+    q, k, v = qkv(rowptr.numel() - 1, n_src, heads, dim, dtype, seed=4, device=device)
+    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(device, dtype)
+    y, _, dk, dv = check_against_reference(backend, rowptr, col, q, k, v, dy)
+    silent = torch.bincount(col.long(), minlength=n_src) == 0
+    assert bool(silent.any()) and bool((dk[silent] == 0).all()) and bool((dv[silent] == 0).all())
+    assert bool((y[rowptr[1:] == rowptr[:-1]] == 0).all())
+
+
+def check_empty_graphs(backend, dtype, device):
+    """No edges (every row empty), and no destination rows at all."""
+    heads, dim = 2, 16
+    for n_dst in (5, 0):
+        rowptr = torch.zeros(n_dst + 1, dtype=torch.int64, device=device)
+        col = torch.zeros(0, dtype=torch.int32, device=device)
+        q, k, v = qkv(n_dst, 7, heads, dim, dtype, device=device)
+        dy = torch.randn(n_dst, heads, dim, generator=torch.Generator().manual_seed(6)).to(device, dtype)
+        y, dq, dk, dv = grads_of(public(backend), rowptr, col, q, k, v, dy)
+        assert y.shape == (n_dst, heads, dim) and y.dtype == dtype and bool((y == 0).all())
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+        assert not any(bool(g.any()) for g in (dq, dk, dv)), f"non-zero gradient with no edges (n_dst={n_dst})"
+
+
+def check_int64_col(backend, dtype, device):
+    rowptr, col = (t.to(device) for t in rmat_with_hub())
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, 4, 16, dtype, device=device)
+    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).to(device, dtype)
+    as_int32 = grads_of(public(backend), rowptr, col, q, k, v, dy)
+    as_int64 = check_against_reference(backend, rowptr, col.long(), q, k, v, dy)
+    for a, b in zip(as_int32, as_int64):
+        assert torch.equal(a, b)
+
+
+def check_partial_requires_grad(backend, dtype, device):
+    """Gradients only for the inputs that require them, each equal to the reference's."""
+    rowptr, col = (t.to(device) for t in rmat_with_hub())
+    dy = torch.randn(rowptr.numel() - 1, 4, 16, generator=torch.Generator().manual_seed(8)).to(device, dtype)
+    for need in ((True, False, False), (False, True, True), (False, False, True), (True, True, False)):
+        q, k, v = (t.detach().requires_grad_(r) for t, r in zip(qkv(rowptr.numel() - 1, N_SRC, 4, 16, dtype, device=device), need))
+        check_against_reference(backend, rowptr, col, q, k, v, dy)
+
+
+def misaligned(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of t whose data starts one element past a 16-byte boundary."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    out = flat.view(t.shape).copy_(t.detach())
+    assert out.is_contiguous() and out.data_ptr() % 16 != 0
+    return out
+
+
+def check_strided_and_misaligned(backend, dtype, device):
+    """Non-contiguous views (a slice, transposes) and contiguous misaligned tensors, dy too."""
+    rowptr, col = (t.to(device) for t in rmat_with_hub())
+    n_dst, heads, dim = rowptr.numel() - 1, 4, 32
+    gen = torch.Generator().manual_seed(9)
+    q_base = torch.randn(n_dst, 3, heads, dim, generator=gen).to(device, dtype)
+    kv_base = torch.randn(heads, N_SRC, 2, dim, generator=gen).to(device, dtype)
+    dy_base = torch.randn(n_dst, dim, heads, generator=gen).to(device, dtype)
+    strided = (q_base[:, 1], kv_base[:, :, 0].transpose(0, 1), kv_base[:, :, 1].transpose(0, 1), dy_base.transpose(1, 2))
+    assert not any(t.is_contiguous() for t in strided)
+    for q, k, v, dy in (strided, tuple(misaligned(t) for t in strided)):
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        check_against_reference(backend, rowptr, col, q, k, v, dy)
+
+
+def check_backward_bit_identical(backend, dtype, device):
+    rowptr, col, n_src = (t.to(device) if torch.is_tensor(t) else t for t in degree_edge_cases())
+    q, k, v = qkv(rowptr.numel() - 1, n_src, 4, 16, dtype, device=device)
+    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(10)).to(device, dtype)
+    first = grads_of(public(backend), rowptr, col, q, k, v, dy)
+    second = grads_of(public(backend), rowptr, col, q, k, v, dy)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)

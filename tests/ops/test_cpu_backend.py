@@ -15,6 +15,7 @@ from dsgraph.ops.csc import build_transpose, transpose
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
+from tests.ops import cases
 from tests.ops.cases import HUB_COLUMN_ROWS, HUB_DEGREE, N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
 
@@ -152,3 +153,48 @@ def test_kernels_keep_torch_thread_count():
     to all cores; a rank limited to 1 thread (AGP profile, ranks sharing cores) must stay at 1."""
     out = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
+
+
+# --- the kernels' edge cases (tests/ops/cases.py), run by the GPU tests for the cuda backend too ---
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+
+
+def test_degree_cases_cover_every_bin():
+    rowptr, col, n_src = cases.degree_edge_cases()
+    rows, cols = (rowptr[1:] - rowptr[:-1]).tolist(), torch.bincount(col.long(), minlength=n_src).tolist()
+    for degrees in (rows, cols):
+        assert set(cases.LONG_DEGREES) <= set(degrees)  # one full chunk; a last chunk of one edge
+        assert any(cases.SMALL_MAX < d <= cases.WARP_MAX for d in degrees)
+    assert {0, 1, cases.SMALL_MAX} <= set(cols)  # silent sources and the small-column bin
+    assert {0, cases.SMALL_MAX, cases.SMALL_MAX + 1, cases.WARP_MAX, cases.WARP_MAX + 1} <= set(rows)
+
+
+@DTYPES
+@pytest.mark.parametrize("dim", [8, 64])
+def test_degree_edge_cases(dim, dtype):
+    cases.check_degree_edge_cases("cpu", 4, dim, dtype, "cpu")
+
+
+@DTYPES
+def test_no_edges_and_no_rows(dtype):
+    cases.check_empty_graphs("cpu", dtype, "cpu")
+
+
+@DTYPES
+def test_int64_col_matches_int32(dtype):
+    cases.check_int64_col("cpu", dtype, "cpu")
+
+
+@DTYPES
+def test_only_some_inputs_require_grad(dtype):
+    cases.check_partial_requires_grad("cpu", dtype, "cpu")
+
+
+@DTYPES
+def test_strided_and_misaligned_inputs(dtype):
+    cases.check_strided_and_misaligned("cpu", dtype, "cpu")
+
+
+@DTYPES
+def test_backward_is_bit_identical_on_every_bin(dtype):
+    cases.check_backward_bit_identical("cpu", dtype, "cpu")

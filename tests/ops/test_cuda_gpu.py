@@ -1,8 +1,15 @@
 """The CUDA backend against the pure-torch reference on a GPU (run by tools/gpu_check.sh).
 
-Every kernel is covered: the graph has rows with no edges (small bin), R-MAT rows of tens to
-hundreds of edges (small and warp bins) and a 20,000-edge row and a 6,000-edge column (long bins,
-several chunks merged), for the forward, dQ and dK/dV passes, every head dim, fp32 and bf16.
+Every kernel is covered: the R-MAT graph with a hub has rows with no edges (small bin), rows of
+tens to hundreds of edges (small and warp bins) and a 20,000-edge row and a 6,000-edge column
+(long bins, several chunks merged), for the forward, dQ and dK/dV passes, every head dim, fp32 and
+bf16. The degree edge-case graph (tests/ops/cases.py) adds what that graph misses: sources with
+1..16 out-edges (the small-column backward bin) and with none, rows and columns of exactly 4096,
+4097 and 8193 edges (a full last chunk, and last chunks of one edge with empty warps), rows of
+16/17 and 1024/1025 edges (bin boundaries). Also: no edges, no rows, int64 col, only some of q, k,
+v requiring grad, bf16 non-contiguous and misaligned inputs, bf16 determinism.
+
+The backend is called through the public ``dsgraph.ops.sparse_attention(..., backend="cuda")``.
 """
 
 from __future__ import annotations
@@ -10,27 +17,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgraph.ops import available_backends, sparse_attention
-from dsgraph.ops.cuda_source import HEAD_DIMS
-from dsgraph.ops.peak_memory import peak_extra_bytes
-from dsgraph.ops.reference import sparse_attention_reference
+from dsgraph.ops import available_backends, sparse_attention_reference
+from tests.ops import cases
 from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+
+HEAD_DIMS = (8, 16, 32, 64, 128)  # the CUDA kernels' head dims (README, "Kernels and benchmark")
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif("cuda" not in available_backends(), reason="needs CuPy and a CUDA GPU"),
 ]
+cuda_attention = cases.public("cuda")
+
+
 @pytest.fixture(scope="module")
 def graph():
     rowptr, col = rmat_with_hub()
     return rowptr.cuda(), col.cuda()
 
 
-def cuda_attention(rowptr, col, q, k, v, scale):
-    return sparse_attention(rowptr, col, q, k, v, scale=scale, backend="cuda")
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@DTYPES
 @pytest.mark.parametrize("dim", HEAD_DIMS)
 @pytest.mark.parametrize("heads", [1, 4, 8])
 def test_matches_reference(graph, heads, dim, dtype):
@@ -44,6 +51,38 @@ def test_matches_reference(graph, heads, dim, dtype):
         assert_relative_close(a, b.to(dtype), TOLERANCE[dtype])
     empty_rows = (rowptr[1:] == rowptr[:-1]).nonzero().squeeze(1)
     assert bool((got[0][empty_rows] == 0).all())
+
+
+@DTYPES
+@pytest.mark.parametrize("dim", [8, 32, 128])
+@pytest.mark.parametrize("heads", [1, 4])
+def test_degree_edge_cases(heads, dim, dtype):
+    cases.check_degree_edge_cases("cuda", heads, dim, dtype, "cuda")
+
+
+@DTYPES
+def test_no_edges_and_no_rows(dtype):
+    cases.check_empty_graphs("cuda", dtype, "cuda")
+
+
+@DTYPES
+def test_int64_col_matches_int32(dtype):
+    cases.check_int64_col("cuda", dtype, "cuda")
+
+
+@DTYPES
+def test_only_some_inputs_require_grad(dtype):
+    cases.check_partial_requires_grad("cuda", dtype, "cuda")
+
+
+@DTYPES
+def test_strided_and_misaligned_inputs(dtype):
+    cases.check_strided_and_misaligned("cuda", dtype, "cuda")
+
+
+@DTYPES
+def test_backward_is_bit_identical_on_every_bin(dtype):
+    cases.check_backward_bit_identical("cuda", dtype, "cuda")
 
 
 def test_non_contiguous_inputs_and_side_stream(graph):
@@ -79,6 +118,16 @@ def test_backward_is_bit_identical(graph):
         assert torch.equal(a, b)
 
 
+def _peak_extra_bytes(fn) -> int:
+    """Peak CUDA memory allocated by torch during fn() above the level before it."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
 def test_no_edge_sized_activation():
     n, heads, dim, edges = 4_000, 8, 32, 1_000_000
     gen = torch.Generator().manual_seed(0)
@@ -91,8 +140,8 @@ def test_no_edge_sized_activation():
     dy = torch.randn(q.shape, generator=gen).cuda()
     edge_tensor_bytes = edges * heads * dim * 4
     run(cuda_attention, rowptr, col, q, k, v, dy)  # compile, build and cache plans and the transpose
-    _, fused = peak_extra_bytes(lambda: run(cuda_attention, rowptr, col, q, k, v, dy), q.device)
-    _, reference = peak_extra_bytes(lambda: run(sparse_attention_reference, rowptr, col, q, k, v, dy), q.device)
+    fused = _peak_extra_bytes(lambda: run(cuda_attention, rowptr, col, q, k, v, dy))
+    reference = _peak_extra_bytes(lambda: run(sparse_attention_reference, rowptr, col, q, k, v, dy))
     assert fused < 0.25 * edge_tensor_bytes, (fused, edge_tensor_bytes)
     assert reference > edge_tensor_bytes, (reference, edge_tensor_bytes)
 
