@@ -95,6 +95,8 @@ class Trainer:
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * self.world / step.global_count)
         engine.step()
+        if self.device.type == "cuda":  # kernels run asynchronously: the step ends when the device is done
+            torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - start
         sums = [float(losses.detach().sum()), float((logits.argmax(1) == step.labels).sum()), *step.summed.values()]
         count = step.global_count
@@ -124,6 +126,8 @@ class Trainer:
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
         logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step).float()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
         pred = logits.argmax(1)
         sums = []
