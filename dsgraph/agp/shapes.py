@@ -76,18 +76,18 @@ class GraphShape:
         """Measures ``graph`` for every p in ``rank_counts``: the default row split, and (when
         ``partition_method`` is given) a partition with that method, relabelled."""
         from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
-        from dsgraph.graph.split import default_row_split
+        from dsgraph.graph.split import contiguous_split
 
         shape = cls(graph.num_nodes, graph.num_edges)
         for p in rank_counts:
             if p > graph.num_nodes:
                 continue
-            starts = default_row_split(graph.rowptr, p).starts
+            starts = contiguous_split("balanced", graph.in_degrees(), p).starts
             ranges = [(starts[r], starts[r + 1]) for r in range(p)]
             shape.rows[p] = SplitShape.from_quality(partition_quality(graph, ranges))
             if partition_method is None:
                 continue
-            parts = partition_nodes(graph, p, partition_method, seed=seed)
+            parts = partition_nodes(graph, p, partition_method, seed=seed, metis_balance="edges")
             relabelled, _, part_ranges = relabel(graph, parts, p)
             shape.partitions[p] = SplitShape.from_quality(partition_quality(relabelled, part_ranges))
         return shape

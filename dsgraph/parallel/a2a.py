@@ -34,6 +34,7 @@ class AllToAll(Strategy):
     name = "a2a"
     summary = "all-to-all to a head split, attention over the whole graph for H/P heads; needs H divisible by the ranks"
     needs = Needs.WHOLE_GRAPH
+    split_method = "contiguous"  # every rank runs all edges for H/P heads: only node counts matter
 
     def infeasible(self, heads, world_size):
         if heads % world_size:

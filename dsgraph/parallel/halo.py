@@ -57,6 +57,7 @@ class Halo(Strategy):
     name = "halo"
     summary = "exchange only the K/V rows other parts read (uneven all-to-all), overlapped with interior rows; rows follow a partition"
     needs = Needs.PARTITION
+    split_method = "metis"
 
     def prepare(self, graph, pg, ctx):
         """The halo plan: every rank's halo ids travel once through the control plane."""

@@ -115,6 +115,10 @@ class Strategy(ABC):
     summary: str = ""
     """One line for --help and the docs."""
     needs: Needs = Needs.ROWS
+    split_method: str = "balanced"
+    """How the loader splits the rows when the config's 'partition_method' does not choose: a
+    contiguous split ('balanced': equal in-edges, the attention work; 'contiguous': equal node
+    counts) or a partition that relabels nodes ('metis', 'random')."""
     auto_candidate: bool = True
     """Whether ``auto`` may pick it (on the contiguous row split that auto uses)."""
 

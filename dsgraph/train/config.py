@@ -61,9 +61,11 @@ class DsgraphConfig:
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
     part. null: load the whole dataset on every rank. Not with strategies that need the whole graph."""
-    partition_method: str = "metis"
-    """For strategies that need a partition, without 'partitions': how the graph is partitioned in
-    memory (metis, random, contiguous, balanced)."""
+    partition_method: str | None = None
+    """Without 'partitions': how the rows are split over the ranks. 'balanced' (contiguous ranges
+    with equal in-edges), 'contiguous' (equal node counts), or a partition that relabels nodes:
+    'metis' (few cut edges, in-edges balanced) or 'random'. null: the strategy's own default
+    (balanced for ag, ag_ring and auto; contiguous for a2a; metis for halo)."""
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
@@ -110,7 +112,7 @@ class DsgraphConfig:
         _check_agp(self)
         _check_sampled(self)
         _check_isolated(self)
-        if self.partition_method not in METHODS:
+        if self.partition_method is not None and self.partition_method not in METHODS:
             raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
         if not self.timeout_s > 0:
             raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")
