@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ffn-mult", type=int, default=2)
     m.add_argument("--in-dim", type=int, help="input feature width (default: the dataset's, else hidden)")
     m.add_argument("--classes", type=int, default=0, help="output classes (default: the dataset's)")
+    m.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                   help="activation checkpointing of blocks 0, K, 2K, ... (1: every block; default 0: none)")
     p.add_argument("--backend", help="check that the profile was measured with this attention backend")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="check that the profile was measured in this dtype")
     p.add_argument("--json", dest="json_out", help="also write the table and the pick to this JSON file")
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         model = ModelShape(
             layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
             in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
+            checkpoint_every=args.checkpoint_every,
         )  # fmt: skip
         predictions = predict_all(graph, model, profile, args.world_size)
         choice = choose(predictions)

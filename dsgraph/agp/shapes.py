@@ -103,10 +103,18 @@ class ModelShape:
     ffn_mult: int = 2
     in_dim: int = 0
     num_classes: int = 0
+    checkpoint_every: int = 0
+    """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
+
+    @property
+    def checkpointed_layers(self) -> int:
+        return -(-self.layers // self.checkpoint_every) if self.checkpoint_every else 0
 
     @property
     def head_dim(self) -> int:

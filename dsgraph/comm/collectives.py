@@ -1,7 +1,8 @@
 """Collectives as autograd pairs: each backward is the dual of its forward.
 
 - ``gather_rows``: all-gather of row blocks with uneven counts (the group's row split); backward
-  reduce-scatters the gradient.
+  reduce-scatters the gradient. ``gather_rows_padded`` leaves the rows in the padded layout the
+  collective delivers (``padded_index`` maps global ids into it), so nothing is copied twice.
 - ``nodes_to_heads`` / ``heads_to_nodes``: all-to-all between the node split [n_r, H, D] and the head
   split [N, H/P, D]; each one's backward is the other.
 - ``exchange_rows``: uneven all-to-all of selected rows (a halo exchange); backward sends the
@@ -38,39 +39,61 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _all_gather_padded(x: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
-    """[counts[rank], ...] on each rank -> [sum(counts), ...] in rank order."""
-    width = max(counts)
-    padded = x.new_zeros((width, *x.shape[1:]))
-    padded[: x.shape[0]] = x
+def _all_gather_padded(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """[n, ...] on each rank -> [P * width, ...]: rank r's rows at [r * width, r * width + n_r)
+    (width = the largest count; the rest of each slot is zero)."""
+    width = max(pg.counts)
+    send = x
+    if x.shape[0] != width:
+        send = x.new_zeros((width, *x.shape[1:]))
+        send[: x.shape[0]] = x
     out = x.new_empty((width * pg.world_size, *x.shape[1:]))
-    with pg.stats.record(x, _nbytes(padded) * (pg.world_size - 1), "all_gather"):
-        _dist().all_gather_into_tensor(out, padded, group=pg.group)
-    blocks = out.view(pg.world_size, width, *x.shape[1:])
-    return torch.cat([blocks[r, :c] for r, c in enumerate(counts)])
+    with pg.stats.record(x, _nbytes(send) * (pg.world_size - 1), "all_gather"):
+        _dist().all_gather_into_tensor(out, send, group=pg.group)
+    return out
 
 
-def _reduce_scatter_padded(grad: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
-    """[sum(counts), ...] on each rank -> the sum over ranks of this rank's rows [counts[rank], ...]."""
-    width = max(counts)
-    padded = grad.new_zeros((pg.world_size, width, *grad.shape[1:]))
-    for r, block in enumerate(torch.split(grad, counts)):
-        padded[r, : counts[r]] = block
+def _reduce_scatter_padded(grad: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """[P * width, ...] (the padded layout) on each rank -> the sum over ranks of this rank's rows [n, ...]."""
+    width = max(pg.counts)
     out = grad.new_empty((width, *grad.shape[1:]))
     with pg.stats.record(grad, _nbytes(out) * (pg.world_size - 1), "reduce_scatter"):
-        _dist().reduce_scatter_tensor(out, padded.view(-1, *grad.shape[1:]), group=pg.group)
-    return out[: counts[pg.rank]]
+        _dist().reduce_scatter_tensor(out, grad, group=pg.group)
+    return out[: pg.counts[pg.rank]]
 
 
-class _GatherRows(torch.autograd.Function):
+class _GatherRowsPadded(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, pg):
         ctx.pg = pg
-        return _all_gather_padded(x.contiguous(), pg.counts, pg)
+        return _all_gather_padded(x.contiguous(), pg)
 
     @staticmethod
     def backward(ctx, grad):
-        return _reduce_scatter_padded(grad.contiguous(), ctx.pg.counts, ctx.pg), None
+        return _reduce_scatter_padded(grad.contiguous(), ctx.pg), None
+
+
+def gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """All-gather into the padded layout [P * width, ...] (rank r's rows start at r * width; see
+    ``padded_index``), with no copy to close the gaps. Backward: reduce-scatter of the gradient in
+    that layout. One rank: x itself."""
+    if pg.world_size == 1:
+        return x
+    return _GatherRowsPadded.apply(x, pg)
+
+
+def padded_index(ids: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """Global row ids -> their rows in ``gather_rows_padded``'s layout (int64, ids' device)."""
+    if pg.world_size == 1:
+        return ids.long()
+    starts = torch.tensor(pg.starts, dtype=torch.int64, device=ids.device)
+    owner = torch.searchsorted(starts[1:], ids.long(), right=True)
+    return ids.long() - starts[owner] + owner * max(pg.counts)
+
+
+def _unpad(padded: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    blocks = padded.view(pg.world_size, max(pg.counts), *padded.shape[1:])
+    return torch.cat([blocks[r, :c] for r, c in enumerate(pg.counts)])
 
 
 def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
@@ -78,7 +101,7 @@ def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
     Backward: reduce-scatter of the full gradient back to [n, ...]."""
     if pg.world_size == 1:
         return x
-    return _GatherRows.apply(x, pg)
+    return _unpad(gather_rows_padded(x, pg), pg)
 
 
 def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], pg: GraphParallelGroup) -> torch.Tensor:

@@ -55,6 +55,8 @@ class AllToAll(Strategy):
         qkv, y = n * 3 * d * b, n * d * b
         messages = (("all_to_all", qkv, 2), ("all_to_all", y, 2)) if p > 1 else ()
         return CostTerms(
+            forward_messages=(("all_to_all", qkv, 1), ("all_to_all", y, 1)) if p > 1 else (),
+            forward_bytes=(n * (p - 1) * 3 + (n_all - n) * 1) * d * b / p if p > 1 else 0.0,
             edge_heads=e_all * model.heads / p,
             rows=n,
             messages=messages,

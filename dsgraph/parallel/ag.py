@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dsgraph.comm import GraphParallelGroup, gather_rows
+from dsgraph.comm import GraphParallelGroup, gather_rows_padded, padded_index
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
@@ -13,18 +13,20 @@ ROWPTR_BYTES, INDEX_BYTES = 8, 4
 
 
 class AllGatherAttention(GraphAttention):
-    """K and V of all N nodes gathered in one collective ([n, 2, H, D] -> [N, 2, H, D]); the backward
-    reduce-scatters their gradient. Per rank: q, k, v [n, H, D] -> y [n, H, D] over its CSR block."""
+    """K and V of all N nodes gathered to every rank (two collectives, so each arrives as one
+    contiguous [P * width, H, D] tensor the kernels read in place); the backward reduce-scatters their
+    gradients. Per rank: q, k, v [n, H, D] -> y [n, H, D] over its CSR block, whose sources are
+    mapped once into the gathered (padded) layout."""
 
     name = "ag"
 
     def __init__(self, graph: RankGraph, pg: GraphParallelGroup, backend: str):
-        self.rowptr, self.col = graph.block.rowptr, graph.block.col
+        self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
         self.pg, self.backend = pg, backend
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
-        kv_N2HD = gather_rows(torch.stack([k_nHD, v_nHD], dim=1), self.pg)
-        return sparse_attention(self.rowptr, self.col, q_nHD, kv_N2HD[:, 0], kv_N2HD[:, 1], backend=self.backend)
+        k_MHD, v_MHD = gather_rows_padded(k_nHD, self.pg), gather_rows_padded(v_nHD, self.pg)
+        return sparse_attention(self.rowptr, self.col, q_nHD, k_MHD, v_MHD, backend=self.backend)
 
 
 class AllGather(Strategy):
@@ -38,14 +40,16 @@ class AllGather(Strategy):
     def cost(self, p, shape, model, dtype_bytes):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.max_nodes, split.max_edges
-        kv = n * 2 * model.hidden * dtype_bytes  # per-rank message: the padded [n_max, 2, H, D] block
-        messages = (("all_gather", kv, 1), ("reduce_scatter", kv, 1)) if p > 1 else ()
+        kv = n * 2 * model.hidden * dtype_bytes  # per rank: K and V, each a padded [n_max, H, D] block
+        messages = (("all_gather", kv / 2, 2), ("reduce_scatter", kv / 2, 2)) if p > 1 else ()
         return CostTerms(
+            forward_messages=messages[:1],
+            forward_bytes=kv * (p - 1),
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
             bytes_sent=2 * kv * (p - 1),
-            graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
+            graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
             activation_bytes=n_all * 2 * model.hidden * dtype_bytes + n * model.heads * 4,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

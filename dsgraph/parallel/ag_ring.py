@@ -161,6 +161,8 @@ class AllGatherRing(Strategy):
         # a ring step costs 1/(P-1) of a ring all-gather: the K/V go round twice (forward, backward), dK/dV P steps
         messages = (("all_gather", n * row, 2 + p / (p - 1)),) if p > 1 else ()
         return CostTerms(
+            forward_messages=(("all_gather", n * row, 1),) if p > 1 else (),
+            forward_bytes=(n_all - min(split.part_nodes)) * row if p > 1 else 0.0,
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,

@@ -83,6 +83,8 @@ class Halo(Strategy):
         messages = (("all_to_all_uneven", halo * row, 2),) if p > 1 else ()
         remote = n + halo
         return CostTerms(
+            forward_messages=(("all_to_all_uneven", halo * row, 1),) if p > 1 else (),
+            forward_bytes=max(split.send_sizes) * row,
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,

@@ -82,6 +82,10 @@ class CostTerms:
     """The largest short-lived buffer of a layer's backward."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
+    forward_messages: tuple[tuple[str, float, float], ...] = ()
+    """The forward's share of ``messages``: what recomputing the layer (activation checkpointing) runs again."""
+    forward_bytes: float = 0.0
+    """The forward's share of ``bytes_sent``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,6 +56,11 @@ class DsgraphConfig:
     attention_dropout: float = 0.0
     """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed
     by global node id, so results stay independent of the rank count)."""
+    checkpoint_activations: bool = False
+    """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
+    in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
+    checkpoint_every_layers: int = 1
+    """With checkpoint_activations: checkpoint blocks 0, k, 2k, ... (1: every block)."""
     self_loops: bool = True
     """Let every node attend to itself (adds a self loop to rows that have none)."""
     partitions: str | None = None
@@ -103,7 +108,7 @@ class DsgraphConfig:
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
+        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:

@@ -38,12 +38,12 @@ def _spread(values: list[int]) -> str:
 class GraphOnRanks:
     """A graph split over the job's ranks by one strategy: its rank graph and attention."""
 
-    def __init__(self, cfg, pg, control, log, graph=None):
+    def __init__(self, cfg, pg, control, log, graph=None, heartbeat=lambda phase: None):
         """``graph``: the dataset when the caller has loaded it already (isolated mode)."""
         self.cfg, self.control, self.log = cfg, control, log
         self.spec = get_strategy(cfg.strategy)
         self.spec.check_feasible(cfg.heads, pg.world_size)
-        self.pg, self.graph = load_rank_graph(cfg, pg, control, self.spec, graph)
+        self.pg, self.graph = load_rank_graph(cfg, pg, control, self.spec, graph, heartbeat)
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
         shares = control.allgather((block.num_rows, block.num_edges, int(self.graph.nodes.train_mask.sum())))
@@ -75,7 +75,7 @@ class FullGraph(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg = cfg
         heartbeat("start-up: loading the graph")
-        self.ranks = GraphOnRanks(cfg, pg, control, log)
+        self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
 

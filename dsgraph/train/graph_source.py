@@ -52,19 +52,31 @@ def raise_if_any_rank_failed(control: ControlPlane, error: Exception | None) -> 
     raise cls(f"loading the graph failed on {len(failed)} of {control.world_size} rank(s):\n{lines}")
 
 
-def load_rank_graph(cfg, pg: GraphParallelGroup, control: ControlPlane, spec, graph: Graph | None = None) -> tuple[GraphParallelGroup, RankGraph]:
+def load_rank_graph(
+    cfg, pg: GraphParallelGroup, control: ControlPlane, spec, graph: Graph | None = None, heartbeat=lambda phase: None
+) -> tuple[GraphParallelGroup, RankGraph]:
     """This rank's graph for the strategy ``spec`` (what it needs, how it splits by default), and
-    ``pg`` with the run's row split. ``graph``: the dataset (self loops added as configured) when
-    the caller has loaded it already."""
-    needs = spec.needs
+    ``pg`` with the run's row split: from a partition store, from ``graph`` (the dataset, self loops
+    added as configured, when the caller holds it already), or else only this rank's rows read from
+    the dataset file (``file_source.py``)."""
+    from dsgraph.graph.rank_reader import DatasetFile
+    from dsgraph.train.file_source import dataset_path, from_file
+
+    needs, method = spec.needs, cfg.partition_method or spec.split_method
     if cfg.partitions is not None:
         if needs is Needs.WHOLE_GRAPH:
             raise ValueError(f"'partitions' loads one part per rank, but this strategy needs {needs.value}")
         return from_store(cfg.partitions, pg, control, cfg.self_loops)
-    if graph is None:
-        graph = load_dataset(cfg.dataset, seed=cfg.seed)
-        graph = graph.with_self_loops() if cfg.self_loops else graph
-    return from_graph(graph, pg, control, needs, cfg.partition_method or spec.split_method, cfg.seed)
+    if graph is not None:
+        return from_graph(graph, pg, control, needs, method, cfg.seed)
+    path = dataset_path(cfg.dataset, cfg.seed, control, heartbeat)  # collective: every rank has the file after it
+    error, data = None, None
+    try:
+        data = DatasetFile(path)
+    except (ValueError, FileNotFoundError) as err:
+        error = err
+    raise_if_any_rank_failed(control, error)
+    return from_file(data, pg, control, needs, method, cfg.self_loops, cfg.seed)
 
 
 def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, self_loops: bool) -> tuple[GraphParallelGroup, RankGraph]:
