@@ -105,6 +105,16 @@ class ModelShape:
     num_classes: int = 0
     checkpoint_every: int = 0
     """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
+    comm_dtype: str = "none"
+    """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel."""
+
+    def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
+        """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_grad_dtype if gradient else self.comm_dtype).wire_bytes(values_per_row, dtype_bytes)
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:

@@ -19,15 +19,15 @@ class AllToAllAttention(GraphAttention):
 
     name = "a2a"
 
-    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, backend: str):
+    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
-        self.pg, self.backend = pg, backend
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
         qkv_nH3D = torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
-        q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg).chunk(3, dim=2)
+        q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
         y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
-        return heads_to_nodes(y_NhD, self.pg)
+        return heads_to_nodes(y_NhD, self.pg, *self.codecs)
 
 
 class AllToAll(Strategy):
@@ -44,23 +44,34 @@ class AllToAll(Strategy):
 
     def build(self, graph, pg, ctx):
         self.check_feasible(ctx.heads, pg.world_size)
-        return AllToAllAttention(graph, pg, ctx.backend)
+        return AllToAllAttention(graph, pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         reason = self.infeasible(model.heads, p)
         if reason:
             return f"H % p != 0: {model.heads} heads do not split over {p} ranks"
         n_all, e_all, d, b = shape.num_nodes, shape.num_edges, model.hidden, dtype_bytes
-        n = shape.row_split(p).max_nodes
-        qkv, y = n * 3 * d * b, n * d * b
-        messages = (("all_to_all", qkv, 2), ("all_to_all", y, 2)) if p > 1 else ()
+        split = shape.row_split(p)
+        n = split.max_nodes
+        fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731 (one row of H/P heads on the wire)
+        bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
+        qkv, y = 3 * d // p, d // p  # values per exchanged row (H/P heads of q|k|v, of y)
+
+        def sent(rows: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with ``rows`` rows
+            if p == 1:
+                return 0.0, 0.0
+            return (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y), rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv))
+
+        forward, backward = max((sent(r) for r in (n, min(split.part_nodes))), key=sum)  # linear in rows: an end is the busiest
+        messages = (("all_to_all", n * p * fwd(qkv), 1), ("all_to_all", n * p * fwd(y), 1),
+                    ("all_to_all", n * p * bwd(qkv), 1), ("all_to_all", n * p * bwd(y), 1)) if p > 1 else ()  # fmt: skip
         return CostTerms(
-            forward_messages=(("all_to_all", qkv, 1), ("all_to_all", y, 1)) if p > 1 else (),
-            forward_bytes=(n * (p - 1) * 3 + (n_all - n) * 1) * d * b / p if p > 1 else 0.0,
+            forward_messages=messages[:2],
+            forward_bytes=forward,
             edge_heads=e_all * model.heads / p,
             rows=n,
             messages=messages,
-            bytes_sent=((p - 2) * n + n_all) * 4 * d * b / p if p > 1 else 0.0,
+            bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES),
             activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * 4,
             transient_bytes=2 * n_all * 3 * d / p * b,

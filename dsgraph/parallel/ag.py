@@ -20,12 +20,12 @@ class AllGatherAttention(GraphAttention):
 
     name = "ag"
 
-    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, backend: str):
+    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
-        self.pg, self.backend = pg, backend
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
-        k_MHD, v_MHD = gather_rows_padded(k_nHD, self.pg), gather_rows_padded(v_nHD, self.pg)
+        k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
         return sparse_attention(self.rowptr, self.col, q_nHD, k_MHD, v_MHD, backend=self.backend)
 
 
@@ -35,20 +35,21 @@ class AllGather(Strategy):
     needs = Needs.ROWS
 
     def build(self, graph, pg, ctx):
-        return AllGatherAttention(graph, pg, ctx.backend)
+        return AllGatherAttention(graph, pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.max_nodes, split.max_edges
-        kv = n * 2 * model.hidden * dtype_bytes  # per rank: K and V, each a padded [n_max, H, D] block
-        messages = (("all_gather", kv / 2, 2), ("reduce_scatter", kv / 2, 2)) if p > 1 else ()
+        k = n * model.wire_bytes(model.hidden, dtype_bytes)  # per rank: K (and then V), a padded [n_max, H, D] block
+        dk = n * model.wire_bytes(model.hidden, dtype_bytes, gradient=True)
+        messages = (("all_gather", k, 2), ("reduce_scatter", dk, 2)) if p > 1 else ()
         return CostTerms(
             forward_messages=messages[:1],
-            forward_bytes=kv * (p - 1),
+            forward_bytes=2 * k * (p - 1),
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
-            bytes_sent=2 * kv * (p - 1),
+            bytes_sent=2 * (k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
             activation_bytes=n_all * 2 * model.hidden * dtype_bytes + n * model.heads * 4,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,

@@ -103,6 +103,22 @@ class StrategyContext:
     """The activation dtype of the run ('float32' or 'bfloat16')."""
     log: Callable[[str], None] = print
     """Rank 0's log (other ranks get a no-op)."""
+    comm_dtype: str = "none"
+    """How activation rows travel: 'none' (as they are), 'bf16' or 'int8' (``comm/compress.py``)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel in backward (default: in the compute dtype)."""
+
+    @property
+    def codec(self):
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_dtype)
+
+    @property
+    def grad_codec(self):
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_grad_dtype)
 
     def control_plane(self):
         if self.control is None:

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 
 DEFAULT_STRATEGY = "ag"
@@ -56,6 +57,11 @@ class DsgraphConfig:
     attention_dropout: float = 0.0
     """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed
     by global node id, so results stay independent of the rank count)."""
+    comm_dtype: str = "none"
+    """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
+    or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel in backward: 'none' (the compute dtype), 'bf16' or 'int8'."""
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
@@ -114,6 +120,9 @@ class DsgraphConfig:
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
         _check_strategy_and_mode(self)
+        for name in ("comm_dtype", "comm_grad_dtype"):
+            if getattr(self, name) not in CODECS:
+                raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
         _check_agp(self)
         _check_sampled(self)
         _check_isolated(self)

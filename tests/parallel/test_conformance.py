@@ -23,10 +23,12 @@ SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneve
 CONFIG = DsgraphConfig(hidden=HIDDEN, heads=HEADS, layers=LAYERS)  # auto without a profile: its fallback
 
 
-def forward_backward(graph, pg, strategy, control=None, checkpointed=False):
+def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none")):
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
-    sum / global train count, the process group with its split, and the attention."""
-    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None)
+    sum / global train count, the process group with its split, and the attention. ``comm``:
+    how activation rows and their gradients travel (comm_dtype, comm_grad_dtype)."""
+    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None,
+                          comm_dtype=comm[0], comm_grad_dtype=comm[1])  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
