@@ -133,6 +133,8 @@ def predict(
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
+    hidden = model.layers * terms.forward_hidden * sum(t * fits.collectives[c](b) for c, b, t in terms.forward_messages)
+    comm -= min(hidden, FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     layers = max(attention, comm) if terms.overlapped else attention + comm
     total = layers + rest + calibration.overhead_s
     memory = _memory(terms, model, profile.dtype_bytes)

@@ -109,6 +109,8 @@ class ModelShape:
     """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
     comm_grad_dtype: str = "none"
     """How their gradients travel."""
+    comm_chunks: int = 1
+    """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
 
     def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
         """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""

@@ -2,7 +2,7 @@
 selected rows (a halo exchange), whose backward sends the gradients back along the same routes.
 
 - ``nodes_to_heads`` / ``heads_to_nodes``: node split [n_r, H, D] <-> head split [N, H/P, D];
-  each one's backward is the other.
+  each one's backward is the other (``start_*`` versions run asynchronously).
 - ``start_exchange_rows``: uneven all-to-all of rows x[send_index], started asynchronously so
   local work can run while they travel; ``wait()`` gives the received rows (in autograd: its
   backward returns the received rows' gradients and sums them into the rows that were sent).
@@ -40,18 +40,29 @@ def _all_to_all(x, send: list[int], recv: list[int], pg: GraphParallelGroup, cod
     return (out, work, payload) if async_op else out
 
 
-def _nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+def _head_split_send(x_nHD, pg: GraphParallelGroup):
+    """[n, H, D] -> the send buffer [P * n, H/P, D] (block r: the heads rank r gets), and its splits."""
     n, heads, dim = x_nHD.shape
     p = pg.world_size
-    send_PnhD = x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous().view(p * n, heads // p, dim)
-    return codec.decode(_all_to_all(send_PnhD, [n] * p, pg.counts, pg, codec), send_PnhD)
+    return x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous().view(p * n, heads // p, dim), [n] * p, pg.counts
+
+
+def _node_split(recv_PnhD, pg: GraphParallelGroup):
+    """The received [P * n, h, D] (block r: rank r's heads of this rank's rows) -> [n, P * h, D]."""
+    p, n = pg.world_size, pg.counts[pg.rank]
+    _, h, dim = recv_PnhD.shape
+    return recv_PnhD.view(p, n, h, dim).transpose(0, 1).reshape(n, p * h, dim)
+
+
+def _nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    send, splits, recv = _head_split_send(x_nHD, pg)
+    return codec.decode(_all_to_all(send, splits, recv, pg, codec), send)
 
 
 def _heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
-    p, n = pg.world_size, pg.counts[pg.rank]
-    recv = codec.decode(_all_to_all(y_NhD.contiguous(), pg.counts, [n] * p, pg, codec), y_NhD)  # [P * n, h, D]
-    _, h, dim = recv.shape
-    return recv.view(p, n, h, dim).transpose(0, 1).reshape(n, p * h, dim)
+    n = pg.counts[pg.rank]
+    recv = codec.decode(_all_to_all(y_NhD.contiguous(), pg.counts, [n] * pg.world_size, pg, codec), y_NhD)
+    return _node_split(recv, pg)
 
 
 class _NodesToHeads(torch.autograd.Function):
@@ -153,3 +164,38 @@ def exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int],
                   codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:  # fmt: skip
     """``start_exchange_rows`` waited for at once."""
     return start_exchange_rows(x, send_index, send_counts, recv_counts, pg, codec, grad_codec).wait()
+
+
+class _ReceivedSplit(torch.autograd.Function):
+    """The result of an asynchronous change of split (``to_heads``: node -> head split, else head ->
+    node split) as a function of its input; backward is the dual change, synchronously."""
+
+    @staticmethod
+    def forward(ctx, x, received, to_heads, pg, codec, grad_codec):
+        ctx.to_heads, ctx.pg, ctx.grad_codec = to_heads, pg, grad_codec
+        like = x[:1, : x.shape[1] // pg.world_size] if to_heads else x[:1]  # a row's shape and dtype
+        rows = codec.decode(received, like)
+        return rows if to_heads else _node_split(rows, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dual = _heads_to_nodes if ctx.to_heads else _nodes_to_heads
+        return dual(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None, None
+
+
+def start_nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:
+    """``nodes_to_heads`` started asynchronously (``wait()`` gives [N, H/P, D])."""
+    if pg.world_size == 1:
+        return PendingRows(lambda: x_nHD, None, None, pg)
+    send, splits, recv = _head_split_send(x_nHD.detach(), pg)
+    received, work, payload = _all_to_all(send, splits, recv, pg, codec, async_op=True)
+    return PendingRows(lambda: _ReceivedSplit.apply(x_nHD, received, True, pg, codec, grad_codec), work, payload, pg)
+
+
+def start_heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:
+    """``heads_to_nodes`` started asynchronously (``wait()`` gives [n, H, D])."""
+    if pg.world_size == 1:
+        return PendingRows(lambda: y_NhD, None, None, pg)
+    n = pg.counts[pg.rank]
+    received, work, payload = _all_to_all(y_NhD.detach().contiguous(), pg.counts, [n] * pg.world_size, pg, codec, async_op=True)
+    return PendingRows(lambda: _ReceivedSplit.apply(y_NhD, received, False, pg, codec, grad_codec), work, payload, pg)

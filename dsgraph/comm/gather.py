@@ -4,6 +4,7 @@ Rank r holds rows [start_r, end_r) of the group's row split. ``gather_rows_padde
 rank's rows in the layout the collective produces, [P * width, ...] with rank r's block at
 r * width (width = the largest count), so nothing is copied to close the gaps; ``padded_index``
 maps global row ids into it. ``gather_rows`` closes the gaps for callers that want [N, ...].
+``start_gather_rows_padded`` starts the same gather asynchronously, so work can run while it travels.
 
 With a codec (``compress.py``) the rows travel compressed and are restored on arrival (the rank's
 own rows stay exact); the gradients travel in the compute dtype through a reduce-scatter, or, with
@@ -13,6 +14,7 @@ different scales cannot be summed on the wire).
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import torch
@@ -27,21 +29,36 @@ warnings.filterwarnings("ignore", message=r".*`torch.distributed.(all_gather_int
 PLAIN = Codec()
 
 
-def _all_gather_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
-    """[n, ...] on each rank -> [P * width, ...] in x's dtype (the rest of each slot is zero)."""
-    width, rank = max(pg.counts), pg.rank
-    payload = codec.encode(x)
+def _launch_gather(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec, async_op: bool):
+    """Encodes and pads this rank's rows and all-gathers them: (payload rows [P * width, ...], the
+    work handle when ``async_op``, the send buffer)."""
+    width = max(pg.counts)
+    payload = codec.encode(x.detach()).contiguous()
     send = payload
     if payload.shape[0] != width:
         send = payload.new_zeros((width, *payload.shape[1:]))
         send[: payload.shape[0]] = payload
     out = send.new_empty((width * pg.world_size, *send.shape[1:]))
-    with pg.stats.record(x, nbytes(send) * (pg.world_size - 1), "all_gather"):
-        dist().all_gather_into_tensor(out, send, group=pg.group)
-    if codec is PLAIN or payload is x:
-        return out
-    rows = codec.decode(out, x)
-    rows[rank * width : rank * width + x.shape[0]] = x  # this rank's own rows stay exact
+    sent = nbytes(send) * (pg.world_size - 1)
+    if not async_op:
+        with pg.stats.record(x, sent, "all_gather"):
+            dist().all_gather_into_tensor(out, send, group=pg.group)
+        return out, None, send
+    began = time.perf_counter()  # no device synchronisation: the gather must not wait for itself
+    with torch.profiler.record_function("dsgraph/comm/all_gather"):
+        work = dist().all_gather_into_tensor(out, send, group=pg.group, async_op=True)
+    pg.stats.add_time(time.perf_counter() - began)
+    pg.stats.count(sent)
+    return out, work, send
+
+
+def _restore(x: torch.Tensor, received: torch.Tensor, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    """The gathered payload as rows in x's dtype; this rank's own rows stay exact."""
+    if received.dtype == x.dtype and codec.name in (PLAIN.name, "bf16"):
+        return received
+    rows = codec.decode(received, x)
+    width = max(pg.counts)
+    rows[pg.rank * width : pg.rank * width + x.shape[0]] = x.detach()
     return rows
 
 
@@ -62,15 +79,18 @@ def _reduce_scatter_padded(grad: torch.Tensor, pg: GraphParallelGroup, codec: Co
     return parts.sum(0)[:n]
 
 
-class _GatherRowsPadded(torch.autograd.Function):
+class _GatheredRows(torch.autograd.Function):
+    """The gathered rows as a function of this rank's: forward restores the received payload;
+    backward reduce-scatters the gradient in the padded layout."""
+
     @staticmethod
-    def forward(ctx, x, pg, codec, grad_codec):
+    def forward(ctx, x, received, pg, codec, grad_codec):
         ctx.pg, ctx.grad_codec = pg, grad_codec
-        return _all_gather_padded(x.contiguous(), pg, codec)
+        return _restore(x, received, pg, codec)
 
     @staticmethod
     def backward(ctx, grad):
-        return _reduce_scatter_padded(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None
+        return _reduce_scatter_padded(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None
 
 
 def gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
@@ -78,7 +98,19 @@ def gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = P
     ``padded_index``). Backward: reduce-scatter of the gradient in that layout. One rank: x itself."""
     if pg.world_size == 1:
         return x
-    return _GatherRowsPadded.apply(x, pg, codec, grad_codec)
+    received, _, _ = _launch_gather(x, pg, codec, async_op=False)
+    return _GatheredRows.apply(x, received, pg, codec, grad_codec)
+
+
+def start_gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN):
+    """``gather_rows_padded`` started asynchronously: returns a ``PendingRows`` whose ``wait()`` gives
+    the [P * width, ...] rows (in autograd: its backward reduce-scatters, synchronously)."""
+    from dsgraph.comm.alltoall import PendingRows
+
+    if pg.world_size == 1:
+        return PendingRows(lambda: x, None, None, pg)
+    received, work, send = _launch_gather(x, pg, codec, async_op=True)
+    return PendingRows(lambda: _GatheredRows.apply(x, received, pg, codec, grad_codec), work, send, pg)
 
 
 def padded_index(ids: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:

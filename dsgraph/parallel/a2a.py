@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from dsgraph.comm import GraphParallelGroup, heads_to_nodes, nodes_to_heads
+from dsgraph.comm.alltoall import start_heads_to_nodes, start_nodes_to_heads
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups
 
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
 
@@ -22,12 +23,34 @@ class AllToAllAttention(GraphAttention):
     def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
+        self.chunks = ctx.comm_chunks
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
         qkv_nH3D = torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
-        q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
-        y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
-        return heads_to_nodes(y_NhD, self.pg, *self.codecs)
+        p = self.pg.world_size
+        groups = head_groups(q_nHD.shape[1] // p, self.chunks if p > 1 else 1)
+        if len(groups) == 1:
+            q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
+            y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
+            return heads_to_nodes(y_NhD, self.pg, *self.codecs)
+        return self._pipelined(qkv_nH3D, groups)
+
+    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice]) -> torch.Tensor:
+        """Group g of every rank's heads goes to the head split while group g - 1's attention runs,
+        and its y comes back while group g + 1's runs."""
+        n, heads, dim3 = qkv_nH3D.shape
+        p = self.pg.world_size
+        qkv_nPh3D = qkv_nH3D.view(n, p, heads // p, dim3)
+        send = lambda g: start_nodes_to_heads(qkv_nPh3D[:, :, g].reshape(n, -1, dim3), self.pg, *self.codecs)  # noqa: E731
+        pending, back = send(groups[0]), []
+        for i, g in enumerate(groups):
+            q_NgD, k_NgD, v_NgD = pending.wait().chunk(3, dim=2)
+            if i + 1 < len(groups):
+                pending = send(groups[i + 1])
+            y_NgD = sparse_attention(self.rowptr, self.col, q_NgD, k_NgD, v_NgD, backend=self.backend)
+            back.append(start_heads_to_nodes(y_NgD, self.pg, *self.codecs))
+        ys = [b.wait().view(n, p, g.stop - g.start, dim3 // 3) for b, g in zip(back, groups)]
+        return torch.cat(ys, dim=2).view(n, heads, dim3 // 3)
 
 
 class AllToAll(Strategy):
@@ -55,18 +78,20 @@ class AllToAll(Strategy):
         n = split.max_nodes
         fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731 (one row of H/P heads on the wire)
         bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
-        qkv, y = 3 * d // p, d // p  # values per exchanged row (H/P heads of q|k|v, of y)
+        g = len(head_groups(model.heads // p, model.comm_chunks)) if p > 1 else 1  # head groups sent one after another
+        qkv, y = 3 * d // p // g, d // p // g  # values per exchanged row (a group of H/P heads of q|k|v, of y)
 
         def sent(rows: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with ``rows`` rows
             if p == 1:
                 return 0.0, 0.0
-            return (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y), rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv))
+            return (g * (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y)), g * (rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv)))
 
         forward, backward = max((sent(r) for r in (n, min(split.part_nodes))), key=sum)  # linear in rows: an end is the busiest
-        messages = (("all_to_all", n * p * fwd(qkv), 1), ("all_to_all", n * p * fwd(y), 1),
-                    ("all_to_all", n * p * bwd(qkv), 1), ("all_to_all", n * p * bwd(y), 1)) if p > 1 else ()  # fmt: skip
+        messages = (("all_to_all", n * p * fwd(qkv), g), ("all_to_all", n * p * fwd(y), g),
+                    ("all_to_all", n * p * bwd(qkv), g), ("all_to_all", n * p * bwd(y), g)) if p > 1 else ()  # fmt: skip
         return CostTerms(
             forward_messages=messages[:2],
+            forward_hidden=(g - 1) / g,
             forward_bytes=forward,
             edge_heads=e_all * model.heads / p,
             rows=n,

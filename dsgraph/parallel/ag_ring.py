@@ -11,7 +11,8 @@ Backward (FlashAttention-2 style, symmetric): the K/V blocks go around again; fo
 holds, a rank computes its rows' share of dq and its contribution to the block's dK, dV from the
 saved final y and lse; each block's dK/dV accumulator travels with the ring (in the activation
 dtype, summed in fp32) and is back with its owner after P steps. Per rank and layer this keeps its
-own K, V and two blocks in flight instead of all N rows, and sends about 1.5x GP-AG's bytes.
+own K, V and two blocks in flight instead of all N rows, and sends (3P - 2) / (2P - 2) times
+GP-AG's bytes (2x at 2 ranks, 1.67x at 4, towards 1.5x).
 """
 
 from __future__ import annotations

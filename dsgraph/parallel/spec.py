@@ -86,6 +86,8 @@ class CostTerms:
     """The forward's share of ``messages``: what recomputing the layer (activation checkpointing) runs again."""
     forward_bytes: float = 0.0
     """The forward's share of ``bytes_sent``."""
+    forward_hidden: float = 0.0
+    """The share of the forward messages' time spent while attention computes (0: none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +109,9 @@ class StrategyContext:
     """How activation rows travel: 'none' (as they are), 'bf16' or 'int8' (``comm/compress.py``)."""
     comm_grad_dtype: str = "none"
     """How their gradients travel in backward (default: in the compute dtype)."""
+    comm_chunks: int = 1
+    """Strategies that exchange whole heads' K/V may split the heads into this many groups and
+    exchange the next group while attention runs on the current one (1: one exchange)."""
 
     @property
     def codec(self):
@@ -163,3 +168,11 @@ class Strategy(ABC):
         reason = self.infeasible(heads, world_size)
         if reason:
             raise ValueError(f"strategy {self.name}: {reason}")
+
+
+def head_groups(heads: int, chunks: int) -> list[slice]:
+    """``heads`` split into g equal contiguous groups, g the largest divisor of ``heads`` not above
+    ``chunks`` (so every group's exchange has the same size), as slices."""
+    g = max(c for c in range(1, max(1, min(chunks, heads)) + 1) if heads % c == 0)
+    size = heads // g
+    return [slice(i * size, (i + 1) * size) for i in range(g)]

@@ -62,6 +62,9 @@ class DsgraphConfig:
     or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
     comm_grad_dtype: str = "none"
     """How their gradients travel in backward: 'none' (the compute dtype), 'bf16' or 'int8'."""
+    comm_chunks: int = 1
+    """ag and a2a: exchange the heads in this many groups, the next group travelling while attention
+    runs on the current one (1: one exchange, no overlap)."""
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
@@ -114,7 +117,7 @@ class DsgraphConfig:
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers"):
+        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers", "comm_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
