@@ -2,6 +2,7 @@
 layer's padded head dim and head average, feature normalisation, and rank independence of every
 option on 2 gloo ranks against the single-process model."""
 
+import glob
 import itertools
 
 import pytest
@@ -141,3 +142,28 @@ def _check_ranks(rank, world, tmp):
 
 def test_every_architecture_gives_the_same_logits_and_gradients_on_two_ranks(tmp_path):
     run(_check_ranks, 2, tmp_path)
+
+
+@pytest.mark.parametrize("config", sorted(glob.glob("ds_configs/*.json")))
+@pytest.mark.parametrize("num_classes", [3, 7, 40, 47])  # PubMed, Cora, ogbn-arxiv, ogbn-products
+def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_need(config, num_classes):
+    """Every attention layer of a shipped config's model (the output layer too) runs cfg.heads heads,
+    so GP-A2A's check of cfg.heads against the rank count holds for every layer, with a head dim the
+    CUDA kernels support (HEAD_DIMS), whatever the class count of the graph."""
+    from dsgraph.ops.cuda_source import HEAD_DIMS
+    from dsgraph.train.config import load_ds_config
+    from dsgraph.train.trainer import build_model
+
+    _, cfg = load_ds_config(config)
+    model = build_model(cfg, 100, num_classes).eval()
+    calls = []
+
+    def attention(q, k, v):
+        calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
+        return v
+
+    logits = model(torch.rand(6, 100), attention, torch.arange(6))
+    assert logits.shape == (6, num_classes) and len(calls) == cfg.layers
+    for q, k, v in calls:
+        assert q == k == v and q[0] == cfg.heads and q[1] in HEAD_DIMS, (config, calls)
+    assert cfg.heads % 2 == 0 and cfg.heads % 4 == 0, "the shipped head counts split over 2 and 4 ranks"
