@@ -3,7 +3,7 @@ backward and runs its forward again there (``torch.utils.checkpoint``, non-reent
 
 The recompute is exact: dropout masks are hashes of (seed, step, layer, site, node id), not draws
 from an RNG stream, and a strategy's collectives run again in the same order on every rank (every
-rank recomputes the same blocks in the same backward order). What it costs: one more forward of
+rank recomputes the same blocks in the same backward order, each in full). What it costs: one more forward of
 each checkpointed block (about a third of its forward-plus-backward time), and the bytes of the
 strategy's forward collectives again (GP-AG gathers K and V twice per layer).
 
@@ -33,4 +33,8 @@ def checkpoint_blocks(model: torch.nn.Module, every: int = 1) -> list[int]:
 def _recomputed(forward, *args, **kwargs):
     if not torch.is_grad_enabled():  # evaluation: nothing is kept for backward anyway
         return forward(*args, **kwargs)
-    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    # early_stop=False: the recompute runs the whole forward. torch would otherwise stop once the
+    # saved tensors backward needs exist, and skip a block's trailing collective when what follows
+    # it saves nothing (GP-A2A's heads-to-nodes exchange in the output attention layer, whose
+    # slice and head mean keep no tensors), so the bytes would no longer be what AGP declares.
+    return checkpoint(forward, *args, use_reentrant=False, early_stop=False, **kwargs)
