@@ -12,19 +12,15 @@ from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.full_graph import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
+from tests.train.helpers import dump_losses, load, write_random_graph
 
 HEADS = 4  # make_trainer's model
 
 
 def _steps(rank, world, tmp):
-    losses = {}
-    for strategy in (s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)):
-        for checkpointed in (False, True):
-            trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, layers=3, checkpoint_activations=checkpointed)
-            losses[f"{strategy}-{checkpointed}"] = [trainer.train_epoch(epoch)["loss"] for epoch in range(2)]
-    if rank == 0:
-        dump(tmp, f"ckpt_{world}.json", losses)
+    strategies = [s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)]
+    runs = {f"{s}-{c}": dict(strategy=s, layers=3, checkpoint_activations=c) for s in strategies for c in (False, True)}
+    dump_losses(rank, tmp, f"ckpt_{world}.json", runs, epochs=2)
 
 
 def test_checkpointed_training_takes_the_same_steps_on_1_2_and_4_ranks(tmp_path):
