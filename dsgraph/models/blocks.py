@@ -94,13 +94,24 @@ class TransformerBlock(nn.Module):
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.ffn_dropout = NodeDropout(dropout, site=2)
 
+    sublayers = ("attention_sublayer", "ffn_sublayer")
+    """What activation checkpointing recomputes one at a time (``checkpointing.py``): the backward
+    then holds one sublayer's activations, not the whole block's."""
+
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        h_nd = self.attention_sublayer(h_ni, attention, node_ids, seed, step, layer)
+        return self.ffn_sublayer(h_nd, node_ids, seed, step, layer)
+
+    def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
         q_nHD, k_nHD, v_nHD = _heads(self.qkv(self.attn_norm(h_ni) if pre else h_ni), 3, self.heads)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
         h_nd = self.residual(h_ni, self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer))
-        h_nd = self.attn_norm(h_nd) if post else h_nd
+        return self.attn_norm(h_nd) if post else h_nd
+
+    def ffn_sublayer(self, h_nd, node_ids, seed: int, step: int, layer: int):
+        pre, post = self.norm_at == "pre", self.norm_at == "post"
         h_nd = h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd) if pre else h_nd), node_ids, seed, step, layer)
         return self.ffn_norm(h_nd) if post else h_nd
 
