@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from bench_common import device_label, is_out_of_memory, process_peak_bytes, release, sync, write_json  # noqa: E402
+from dsgraph.models.options import TRANSFORMER  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 EPOCH_LINE = re.compile(r"^epoch\s+(\d+)\s+loss")
@@ -76,7 +77,8 @@ def dsgraph_config(args: argparse.Namespace, folder: Path) -> Path:
     config["tensorboard"] = {"enabled": False}
     config["optimizer"]["params"].update(lr=1e-3, weight_decay=0.0)
     config["dsgraph"].update(dataset=args.dataset, hidden=args.hidden, heads=args.heads, layers=args.layers, ffn_mult=args.ffn_mult,
-                             dropout=args.dropout, input_dropout=0.0, attention_dropout=0.0, checkpoint_dir=str(folder / "ckpt"))  # fmt: skip
+                             dropout=args.dropout, input_dropout=0.0, attention_dropout=0.0, checkpoint_dir=str(folder / "ckpt"),
+                             model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of PyG's TransformerConv model)
     path = folder / "bench_models.json"
     path.write_text(json.dumps(config, indent=1))
     return path

@@ -8,6 +8,7 @@ import torch
 
 from dsgraph.graph import load_dataset
 from dsgraph.models.graph_transformer import GraphTransformer
+from dsgraph.models.options import TRANSFORMER
 from dsgraph.train.config import load_ds_config
 from tests.tools.loader import load_tool
 
@@ -28,6 +29,7 @@ def test_dsgraph_config_and_command(tmp_path):
     args = _args(dtype="bf16")
     ds, cfg = load_ds_config(str(bench.dsgraph_config(args, tmp_path)))
     assert (cfg.hidden, cfg.heads, cfg.layers, cfg.ffn_mult, cfg.dataset) == (128, 8, 2, 2, "rmat:8")
+    assert cfg.model == TRANSFORMER  # PyG's TransformerConv model has this shape
     assert ds["bf16"]["enabled"] and ds["optimizer"]["params"]["torch_adam"]
     cmd = bench.dsgraph_command(bench.parse_args(["--steps", "4"]), tmp_path / "c.json", tmp_path / "m.jsonl")
     assert "--num_gpus" in cmd and cmd[cmd.index("--epochs") + 1] == "6" and cmd[cmd.index("--backend") + 1] == "cuda"
@@ -37,7 +39,7 @@ def test_pyg_model_has_the_graph_transformers_shape():
     """The same number of trained parameters (TransformerConv also builds lin_skip, unused without
     root_weight: it gets no gradient and is not counted)."""
     g = load_dataset("rmat:8")
-    ours = GraphTransformer(g.num_features, g.num_classes, hidden=128, heads=8, layers=2, ffn_mult=2)
+    ours = GraphTransformer(g.num_features, g.num_classes, hidden=128, heads=8, layers=2, ffn_mult=2, options=TRANSFORMER)
     theirs = bench.pyg_model(g.num_features, g.num_classes, _args())
     theirs(g.x, bench.pyg_edges(g)).sum().backward()
     trained = sum(p.numel() for p in theirs.parameters() if p.grad is not None)
