@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates ./.venv with everything dsgraph needs (idempotent; safe to run again).
-# torch is installed first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+# torch is installed first and pinned: an unpinned torch would pull a multi-GB CUDA build. On a
+# machine whose nvidia-smi lists GPUs the same pin takes PyPI's CUDA build of torch, and the [cuda]
+# extra adds CuPy for the fused CUDA kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,4 +10,6 @@ PY=${PYTHON:-python3}
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==${DSGRAPH_TORCH_VERSION:-2.13.0}"
 .venv/bin/pip install -q mpich  # an MPI library (and mpiexec) for mpi4py
-.venv/bin/pip install -q -e ".[dev]"
+extras=dev
+if command -v nvidia-smi >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -gt 0 ]; then extras=dev,cuda; fi
+.venv/bin/pip install -q -e ".[$extras]"

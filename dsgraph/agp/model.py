@@ -14,6 +14,10 @@ this module is one loop over them:
   strategy whose collectives overlap its attention costs the longer of the two;
 - rest: the profile's fit for the projections and FFN (node-MACs), over all layers, the input
   projection and the classifier;
+- activation checkpointing (``ModelShape.checkpoint_every``): each checkpointed layer runs its
+  forward again in backward: FORWARD_SHARE of its attention and projection time and its forward
+  collectives once more; it keeps only its input for backward, and one layer's activations exist
+  at a time during its backward;
 - gradient sync (``step=True``): ZeRO's gradient reduction, a reduce-scatter plus an all-gather of
   the fp32 parameters (the same for every strategy, so it only moves the choice of p); it is part of
   ``rest_s`` so that ``comm_s`` is exactly the strategy's own collectives (what CommStats measures).
@@ -81,13 +85,19 @@ def _infeasible(p: int, graph: GraphShape, profile: Profile) -> str:
     return ""
 
 
+FORWARD_SHARE = 1 / 3  # a layer's forward of its forward-plus-backward time (backward ~ 2x forward)
+
+
 def _memory(terms, model: ModelShape, dtype_bytes: int) -> float:
-    """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations."""
+    """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations
+    (a checkpointed layer keeps its input; the layer being recomputed holds its activations)."""
     b, d, f, L = dtype_bytes, model.hidden, model.ffn_mult, model.layers
     params = 16.0 * model.num_params  # fp32 weights, gradients, two Adam states
     features = terms.rows * model.in_dim * b
-    rest_act = terms.rows * d * b * (10 + 2 * f)  # norms, projections, FFN, dropout masks per layer
-    return params + features + terms.graph_bytes + L * (rest_act + terms.activation_bytes) + terms.transient_bytes
+    layer = terms.rows * d * b * (10 + 2 * f) + terms.activation_bytes  # norms, projections, FFN, masks; attention
+    kept = model.checkpointed_layers
+    saved = (L - kept) * layer + kept * terms.rows * d * b + (layer if kept else 0.0)
+    return params + features + terms.graph_bytes + saved + terms.transient_bytes
 
 
 def predict(
@@ -111,20 +121,24 @@ def predict(
         return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, terms)
     fits = profile.fits(p)
     d_scale = (fits.head_dim_knee + model.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
-    attention = model.layers * fits.attention(terms.edge_heads * d_scale)
+    layer_passes = model.layers + FORWARD_SHARE * model.checkpointed_layers  # recomputed forwards
+    attention = layer_passes * fits.attention(terms.edge_heads * d_scale)
     comm_layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
-    comm = model.layers * comm_layer * calibration.comm_scale.get(strategy, 1.0)
-    macs = terms.rows * model.layers * model.layer_macs_per_node
+    recompute = sum(times * fits.collectives[name](size) for name, size, times in terms.forward_messages)
+    comm = (model.layers * comm_layer + model.checkpointed_layers * recompute) * calibration.comm_scale.get(strategy, 1.0)
+    macs = terms.rows * layer_passes * model.layer_macs_per_node
     if step:
         macs += terms.rows * model.hidden * (model.in_dim + model.num_classes)
     rest = fits.rest(macs)
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
+    hidden = model.layers * terms.forward_hidden * sum(t * fits.collectives[c](b) for c, b, t in terms.forward_messages)
+    comm -= min(hidden, FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     layers = max(attention, comm) if terms.overlapped else attention + comm
     total = layers + rest + calibration.overhead_s
     memory = _memory(terms, model, profile.dtype_bytes)
-    sent = terms.bytes_sent * model.layers
+    sent = terms.bytes_sent * model.layers + terms.forward_bytes * model.checkpointed_layers
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:

@@ -9,6 +9,7 @@ import sys
 from dsgraph.agp.choose import choose
 from dsgraph.agp.model import GraphShape, ModelShape, Prediction, predict_all, scaling_test, strategy_names
 from dsgraph.agp.profile import load_profile
+from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 
 
@@ -36,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ffn-mult", type=int, default=2)
     m.add_argument("--in-dim", type=int, help="input feature width (default: the dataset's, else hidden)")
     m.add_argument("--classes", type=int, default=0, help="output classes (default: the dataset's)")
+    m.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                   help="activation checkpointing of blocks 0, K, 2K, ... (1: every block; default 0: none)")
+    m.add_argument("--comm-dtype", choices=CODECS, default="none", help="how activation rows travel (default none)")
+    m.add_argument("--comm-grad-dtype", choices=CODECS, default="none", help="how their gradients travel (default none)")
+    m.add_argument("--comm-chunks", type=int, default=1, help="head groups exchanged one after another (default 1)")
     p.add_argument("--backend", help="check that the profile was measured with this attention backend")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="check that the profile was measured in this dtype")
     p.add_argument("--json", dest="json_out", help="also write the table and the pick to this JSON file")
@@ -108,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         model = ModelShape(
             layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
             in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
+            checkpoint_every=args.checkpoint_every, comm_dtype=args.comm_dtype, comm_grad_dtype=args.comm_grad_dtype,
+            comm_chunks=args.comm_chunks,
         )  # fmt: skip
         predictions = predict_all(graph, model, profile, args.world_size)
         choice = choose(predictions)

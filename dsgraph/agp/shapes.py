@@ -76,18 +76,18 @@ class GraphShape:
         """Measures ``graph`` for every p in ``rank_counts``: the default row split, and (when
         ``partition_method`` is given) a partition with that method, relabelled."""
         from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
-        from dsgraph.graph.split import default_row_split
+        from dsgraph.graph.split import contiguous_split
 
         shape = cls(graph.num_nodes, graph.num_edges)
         for p in rank_counts:
             if p > graph.num_nodes:
                 continue
-            starts = default_row_split(graph.rowptr, p).starts
+            starts = contiguous_split("balanced", graph.in_degrees(), p).starts
             ranges = [(starts[r], starts[r + 1]) for r in range(p)]
             shape.rows[p] = SplitShape.from_quality(partition_quality(graph, ranges))
             if partition_method is None:
                 continue
-            parts = partition_nodes(graph, p, partition_method, seed=seed)
+            parts = partition_nodes(graph, p, partition_method, seed=seed, metis_balance="edges")
             relabelled, _, part_ranges = relabel(graph, parts, p)
             shape.partitions[p] = SplitShape.from_quality(partition_quality(relabelled, part_ranges))
         return shape
@@ -103,10 +103,30 @@ class ModelShape:
     ffn_mult: int = 2
     in_dim: int = 0
     num_classes: int = 0
+    checkpoint_every: int = 0
+    """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
+    comm_dtype: str = "none"
+    """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel."""
+    comm_chunks: int = 1
+    """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
+
+    def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
+        """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_grad_dtype if gradient else self.comm_dtype).wire_bytes(values_per_row, dtype_bytes)
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
+
+    @property
+    def checkpointed_layers(self) -> int:
+        return -(-self.layers // self.checkpoint_every) if self.checkpoint_every else 0
 
     @property
     def head_dim(self) -> int:

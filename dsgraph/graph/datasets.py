@@ -1,4 +1,9 @@
-"""Resolves a dataset name to a Graph: 'cora' (bundled), 'rmat:S[:EF]' (synthetic), or a .npz path."""
+"""Resolves a dataset name to a Graph: 'cora' (bundled), 'rmat:S[:EF]' (synthetic), or a .npz path;
+or to the .npz file that holds it, for readers that take only their rows (``rank_reader.py``).
+
+Synthetic graphs become files in the cache folder (``$DSGRAPH_CACHE``, default ~/.cache/dsgraph),
+written once and renamed into place, so later runs read rows instead of generating the graph again.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import os
 from importlib import resources
 
 from dsgraph.graph.graph import Graph
-from dsgraph.graph.npz import load_npz
-from dsgraph.graph.rmat import rmat_graph
+from dsgraph.graph.npz import load_npz, save_npz
+from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph
 
 BUNDLED = ("cora",)
 
@@ -23,4 +28,37 @@ def load_dataset(spec: str, seed: int = 0) -> Graph:
         return rmat_graph(spec, seed=seed)
     if spec.endswith(".npz") or os.path.exists(spec):
         return load_npz(spec)
-    raise ValueError(f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, rmat:SCALE[:EDGE_FACTOR] or a path to a .npz file")
+    raise _unknown(spec)
+
+
+def _unknown(spec: str) -> ValueError:
+    return ValueError(f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, rmat:SCALE[:EDGE_FACTOR] or a path to a .npz file")
+
+
+def cache_dir() -> str:
+    return os.environ.get("DSGRAPH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dsgraph")
+
+
+def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
+    """(the .npz that holds dataset ``spec``, whether it exists). Synthetic graphs live in the cache
+    under a name with their parameters, seed and generator version (``write_synthetic`` makes it)."""
+    if spec in BUNDLED:
+        return bundled_path(spec), True
+    if spec.startswith("rmat:"):
+        scale, edge_factor = parse_rmat_spec(spec)
+        path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}_seed{seed}_v{GENERATOR_VERSION}.npz")
+        return path, os.path.isfile(path)
+    if spec.endswith(".npz") or os.path.exists(spec):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"{spec}: no such dataset file")
+        return spec, True
+    raise _unknown(spec)
+
+
+def write_synthetic(spec: str, seed: int, path: str) -> None:
+    """Generates ``spec`` and writes it to ``path`` (uncompressed, so readers can memory-map it),
+    under a temporary name renamed at the end: a reader never sees half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    save_npz(rmat_graph(spec, seed=seed), tmp)
+    os.replace(tmp, path)

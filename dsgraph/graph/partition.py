@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from dsgraph.graph.graph import Graph
+from dsgraph.graph.split import balanced_bounds
 
 METHODS = ("metis", "random", "contiguous", "balanced")
 METIS_BALANCE = ("nodes", "edges")
@@ -62,7 +63,7 @@ def partition_nodes(
         return parts
     if method == "contiguous":
         return np.arange(n, dtype=np.int64) * num_parts // n
-    return _ranges_to_parts(_balanced_bounds(graph.in_degrees().numpy(), num_parts), n)
+    return _ranges_to_parts(balanced_bounds(graph.in_degrees().numpy(), num_parts), n)
 
 
 def symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -117,24 +118,6 @@ def _metis_parts(graph: Graph, num_parts: int, seed: int, balance: str, log: Cal
     result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights, options=options)
     del xadj, adjncy
     return np.asarray(result.vertex_part, dtype=np.int64)
-
-
-def _balanced_bounds(degree: np.ndarray, num_parts: int) -> np.ndarray:
-    """Range boundaries [P+1] placing each cut where the in-edges before it are nearest to r/P of all.
-
-    No range is left empty, so a hub heavier than 1/P of the edges makes its part the largest.
-    """
-    n = degree.size
-    before = np.zeros(n + 1, dtype=np.int64)  # before[c] = in-edges of nodes [0, c)
-    np.cumsum(degree, out=before[1:])
-    targets = np.arange(1, num_parts, dtype=np.float64) * before[-1] / num_parts
-    upper = np.clip(np.searchsorted(before, targets, side="left"), 1, n)  # first cut at or past the target
-    lower = upper - 1
-    nearer_lower = np.abs(before[lower] - targets) <= np.abs(before[upper] - targets)
-    bounds = np.concatenate(([0], np.where(nearer_lower, lower, upper), [n])).astype(np.int64)
-    for r in range(1, num_parts):  # keep every range non-empty and leave room for the rest
-        bounds[r] = min(max(bounds[r], bounds[r - 1] + 1), n - (num_parts - r))
-    return bounds
 
 
 def _ranges_to_parts(bounds: np.ndarray, n: int) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 
 from dsgraph.graph.graph import Graph
 
+GENERATOR_VERSION = 1  # part of cached files' names (datasets.py): bump when the generated graph changes
 A, B, C = 0.57, 0.19, 0.19
 COMMUNITY_BITS = 2  # 4 classes
 NUM_FEATURES = 64

@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from dsgraph.comm import GraphParallelGroup, heads_to_nodes, nodes_to_heads
+from dsgraph.comm.alltoall import start_heads_to_nodes, start_nodes_to_heads
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups
 
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
 
@@ -19,21 +20,44 @@ class AllToAllAttention(GraphAttention):
 
     name = "a2a"
 
-    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, backend: str):
+    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
-        self.pg, self.backend = pg, backend
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
+        self.chunks = ctx.comm_chunks
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
         qkv_nH3D = torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
-        q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg).chunk(3, dim=2)
-        y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
-        return heads_to_nodes(y_NhD, self.pg)
+        p = self.pg.world_size
+        groups = head_groups(q_nHD.shape[1] // p, self.chunks if p > 1 else 1)
+        if len(groups) == 1:
+            q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
+            y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
+            return heads_to_nodes(y_NhD, self.pg, *self.codecs)
+        return self._pipelined(qkv_nH3D, groups)
+
+    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice]) -> torch.Tensor:
+        """Group g of every rank's heads goes to the head split while group g - 1's attention runs,
+        and its y comes back while group g + 1's runs."""
+        n, heads, dim3 = qkv_nH3D.shape
+        p = self.pg.world_size
+        qkv_nPh3D = qkv_nH3D.view(n, p, heads // p, dim3)
+        send = lambda g: start_nodes_to_heads(qkv_nPh3D[:, :, g].reshape(n, -1, dim3), self.pg, *self.codecs)  # noqa: E731
+        pending, back = send(groups[0]), []
+        for i, g in enumerate(groups):
+            q_NgD, k_NgD, v_NgD = pending.wait().chunk(3, dim=2)
+            if i + 1 < len(groups):
+                pending = send(groups[i + 1])
+            y_NgD = sparse_attention(self.rowptr, self.col, q_NgD, k_NgD, v_NgD, backend=self.backend)
+            back.append(start_heads_to_nodes(y_NgD, self.pg, *self.codecs))
+        ys = [b.wait().view(n, p, g.stop - g.start, dim3 // 3) for b, g in zip(back, groups)]
+        return torch.cat(ys, dim=2).view(n, heads, dim3 // 3)
 
 
 class AllToAll(Strategy):
     name = "a2a"
     summary = "all-to-all to a head split, attention over the whole graph for H/P heads; needs H divisible by the ranks"
     needs = Needs.WHOLE_GRAPH
+    split_method = "contiguous"  # every rank runs all edges for H/P heads: only node counts matter
 
     def infeasible(self, heads, world_size):
         if heads % world_size:
@@ -43,21 +67,36 @@ class AllToAll(Strategy):
 
     def build(self, graph, pg, ctx):
         self.check_feasible(ctx.heads, pg.world_size)
-        return AllToAllAttention(graph, pg, ctx.backend)
+        return AllToAllAttention(graph, pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         reason = self.infeasible(model.heads, p)
         if reason:
             return f"H % p != 0: {model.heads} heads do not split over {p} ranks"
         n_all, e_all, d, b = shape.num_nodes, shape.num_edges, model.hidden, dtype_bytes
-        n = shape.row_split(p).max_nodes
-        qkv, y = n * 3 * d * b, n * d * b
-        messages = (("all_to_all", qkv, 2), ("all_to_all", y, 2)) if p > 1 else ()
+        split = shape.row_split(p)
+        n = split.max_nodes
+        fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731 (one row of H/P heads on the wire)
+        bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
+        g = len(head_groups(model.heads // p, model.comm_chunks)) if p > 1 else 1  # head groups sent one after another
+        qkv, y = 3 * d // p // g, d // p // g  # values per exchanged row (a group of H/P heads of q|k|v, of y)
+
+        def sent(rows: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with ``rows`` rows
+            if p == 1:
+                return 0.0, 0.0
+            return (g * (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y)), g * (rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv)))
+
+        forward, backward = max((sent(r) for r in (n, min(split.part_nodes))), key=sum)  # linear in rows: an end is the busiest
+        messages = (("all_to_all", n * p * fwd(qkv), g), ("all_to_all", n * p * fwd(y), g),
+                    ("all_to_all", n * p * bwd(qkv), g), ("all_to_all", n * p * bwd(y), g)) if p > 1 else ()  # fmt: skip
         return CostTerms(
+            forward_messages=messages[:2],
+            forward_hidden=(g - 1) / g,
+            forward_bytes=forward,
             edge_heads=e_all * model.heads / p,
             rows=n,
             messages=messages,
-            bytes_sent=((p - 2) * n + n_all) * 4 * d * b / p if p > 1 else 0.0,
+            bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES),
             activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * 4,
             transient_bytes=2 * n_all * 3 * d / p * b,

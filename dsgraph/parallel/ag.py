@@ -4,27 +4,45 @@ from __future__ import annotations
 
 import torch
 
-from dsgraph.comm import GraphParallelGroup, gather_rows
+from dsgraph.comm import GraphParallelGroup, gather_rows_padded, padded_index
+from dsgraph.comm.gather import start_gather_rows_padded
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups
 
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
 
 
 class AllGatherAttention(GraphAttention):
-    """K and V of all N nodes gathered in one collective ([n, 2, H, D] -> [N, 2, H, D]); the backward
-    reduce-scatters their gradient. Per rank: q, k, v [n, H, D] -> y [n, H, D] over its CSR block."""
+    """K and V of all N nodes gathered to every rank (two collectives, so each arrives as one
+    contiguous [P * width, H, D] tensor the kernels read in place); the backward reduce-scatters their
+    gradients. Per rank: q, k, v [n, H, D] -> y [n, H, D] over its CSR block, whose sources are
+    mapped once into the gathered (padded) layout.
+
+    With ``comm_chunks`` = G > 1 the heads go in G groups: the K/V of group g + 1 travel while
+    attention runs on group g (heads are independent, so the result is the same)."""
 
     name = "ag"
 
-    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, backend: str):
-        self.rowptr, self.col = graph.block.rowptr, graph.block.col
-        self.pg, self.backend = pg, backend
+    def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
+        self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
+        self.chunks = ctx.comm_chunks
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
-        kv_N2HD = gather_rows(torch.stack([k_nHD, v_nHD], dim=1), self.pg)
-        return sparse_attention(self.rowptr, self.col, q_nHD, kv_N2HD[:, 0], kv_N2HD[:, 1], backend=self.backend)
+        groups = head_groups(q_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
+        if len(groups) == 1:
+            k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
+            return sparse_attention(self.rowptr, self.col, q_nHD, k_MHD, v_MHD, backend=self.backend)
+        start = lambda g: [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]  # noqa: E731
+        pending, ys = start(groups[0]), []
+        for i, g in enumerate(groups):
+            k_MhD, v_MhD = (p.wait() for p in pending)
+            if i + 1 < len(groups):
+                pending = start(groups[i + 1])  # in flight while this group's attention runs
+            ys.append(sparse_attention(self.rowptr, self.col, q_nHD[:, g], k_MhD, v_MhD, backend=self.backend))
+        return torch.cat(ys, dim=1)
+
 
 
 class AllGather(Strategy):
@@ -33,19 +51,24 @@ class AllGather(Strategy):
     needs = Needs.ROWS
 
     def build(self, graph, pg, ctx):
-        return AllGatherAttention(graph, pg, ctx.backend)
+        return AllGatherAttention(graph, pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.max_nodes, split.max_edges
-        kv = n * 2 * model.hidden * dtype_bytes  # per-rank message: the padded [n_max, 2, H, D] block
-        messages = (("all_gather", kv, 1), ("reduce_scatter", kv, 1)) if p > 1 else ()
+        g = len(head_groups(model.heads, model.comm_chunks))  # head groups gathered one after another
+        k = n * model.wire_bytes(model.hidden // g, dtype_bytes)  # per rank and group: K (and V), padded [n_max, H/g, D]
+        dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)
+        messages = (("all_gather", k, 2 * g), ("reduce_scatter", dk, 2 * g)) if p > 1 else ()
         return CostTerms(
+            forward_messages=messages[:1],
+            forward_hidden=(g - 1) / g,
+            forward_bytes=2 * g * k * (p - 1),
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
-            bytes_sent=2 * kv * (p - 1),
-            graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
+            bytes_sent=2 * g * (k + dk) * (p - 1),
+            graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
             activation_bytes=n_all * 2 * model.hidden * dtype_bytes + n * model.heads * 4,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

@@ -11,7 +11,8 @@ Backward (FlashAttention-2 style, symmetric): the K/V blocks go around again; fo
 holds, a rank computes its rows' share of dq and its contribution to the block's dK, dV from the
 saved final y and lse; each block's dK/dV accumulator travels with the ring (in the activation
 dtype, summed in fp32) and is back with its owner after P steps. Per rank and layer this keeps its
-own K, V and two blocks in flight instead of all N rows, and sends about 1.5x GP-AG's bytes.
+own K, V and two blocks in flight instead of all N rows, and sends (3P - 2) / (2P - 2) times
+GP-AG's bytes (2x at 2 ranks, 1.67x at 4, towards 1.5x).
 """
 
 from __future__ import annotations
@@ -80,18 +81,24 @@ def merge(y_a, lse_a, y_b, lse_b):
 
 
 class _Ring(torch.autograd.Function):
+    """K/V blocks travel as rows [2 n_s, H, D] (K rows, then V rows), encoded once by their owner
+    (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``."""
+
     @staticmethod
     def forward(ctx, q, k, v, att: "RingAttention"):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        held = torch.stack([k, v]).detach()  # [2, n_s, H, D]: the block this rank holds now
+        own = torch.stack([k, v]).detach().view(-1, *k.shape[1:])  # [2 n, H, D]
+        payload, held = att.codec.encode(own), own  # what travels, and the block it stands for
         y = lse = None
         for t in range(p):
             s = (rank - t) % p
-            pending = start_ring_shift(held, att.block_shape(s - 1, held), pg) if t < p - 1 else None
-            rowptr, col = att.blocks[s]
-            y_b, lse_b = attention_forward(rowptr, col, q, held[0], held[1], backend=att.backend)
+            pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
+            k_s, v_s = held.view(2, -1, *k.shape[1:])
+            y_b, lse_b = attention_forward(*att.blocks[s], q, k_s, v_s, backend=att.backend)
             y, lse = (y_b, lse_b) if y is None else merge(y, lse, y_b, lse_b)
-            held = pending.wait() if pending is not None else held
+            if pending is not None:
+                payload = pending.wait()
+                held = att.codec.decode(payload, own)
         ctx.save_for_backward(q, k, v, y, lse)
         ctx.att = att
         return y.to(q.dtype)
@@ -102,24 +109,29 @@ class _Ring(torch.autograd.Function):
         q, k, v, y, lse = (t.detach() for t in ctx.saved_tensors)
         att = ctx.att
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        held = torch.stack([k, v])
+        own = torch.stack([k, v]).view(-1, *k.shape[1:])
+        payload, held = att.codec.encode(own), own  # the same encoding as in forward: the same K/V
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
         for t in range(p):
             s = (rank - t) % p
-            pending = start_ring_shift(held, att.block_shape(s - 1, held), pg) if t < p - 1 else None
-            rowptr, col = att.blocks[s]
-            dq_b, dk_b, dv_b = attention_backward(rowptr, col, q, held[0], held[1], y, lse, dy, backend=att.backend)
+            pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
+            k_s, v_s = held.view(2, -1, *k.shape[1:])
+            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, y, lse, dy, backend=att.backend)
             dq += dq_b
-            acc = torch.stack([dk_b, dv_b]).float()
+            acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
             if arriving is not None:
-                acc += arriving.wait().float()
-            arriving = start_ring_shift(acc.to(k.dtype), att.block_shape(s - 1, held), pg) if p > 1 else None
-            held = pending.wait() if pending is not None else held
-        own = arriving.wait().float() if arriving is not None else acc  # block r's dK, dV, back with its owner
+                acc += att.grad_codec.decode(arriving.wait(), acc).float()
+            send = att.grad_codec.encode(acc.to(k.dtype))
+            arriving = start_ring_shift(send, att.rows_shape(s - 1, send), pg) if p > 1 else None
+            if pending is not None:
+                payload = pending.wait()
+                held = att.codec.decode(payload, own)
+        grads = att.grad_codec.decode(arriving.wait(), own).float() if arriving is not None else acc
+        grads = grads.view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
-        return (dq.to(q.dtype) if need[0] else None, own[0].to(k.dtype) if need[1] else None,
-                own[1].to(v.dtype) if need[2] else None, None)  # fmt: skip
+        return (dq.to(q.dtype) if need[0] else None, grads[0].to(k.dtype) if need[1] else None,
+                grads[1].to(v.dtype) if need[2] else None, None)  # fmt: skip
 
 
 class RingAttention(GraphAttention):
@@ -128,13 +140,14 @@ class RingAttention(GraphAttention):
 
     name = "ag_ring"
 
-    def __init__(self, plan: RingPlan, pg: GraphParallelGroup, backend: str):
-        self.plan, self.pg, self.backend = plan, pg, backend
+    def __init__(self, plan: RingPlan, pg: GraphParallelGroup, ctx):
+        self.plan, self.pg, self.backend = plan, pg, ctx.backend
+        self.codec, self.grad_codec = ctx.codec, ctx.grad_codec
         self.blocks = plan.blocks()
 
-    def block_shape(self, s: int, held: torch.Tensor) -> tuple[int, ...]:
-        """The shape of source rank s's K/V block (s taken mod P)."""
-        return (2, self.plan.counts[s % len(self.plan.counts)], *held.shape[2:])
+    def rows_shape(self, s: int, like: torch.Tensor) -> tuple[int, ...]:
+        """The shape of source rank s's block of 2 n_s rows (s taken mod P), rows like ``like``'s."""
+        return (2 * self.plan.counts[s % len(self.plan.counts)], *like.shape[1:])
 
     def __call__(self, q_nHD, k_nHD, v_nHD):
         return _Ring.apply(q_nHD, k_nHD, v_nHD, self)
@@ -151,20 +164,23 @@ class AllGatherRing(Strategy):
     def build(self, graph, pg, ctx):
         if PLAN not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
-        return RingAttention(graph.derived[PLAN], pg, ctx.backend)
+        return RingAttention(graph.derived[PLAN], pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)
         n, e, n_all = split.max_nodes, split.max_edges, shape.num_nodes
         d, b = model.hidden, dtype_bytes
-        row = 2 * d * b  # one K/V row (and one dK/dV row)
+        row, grad_row = 2 * model.wire_bytes(d, b), 2 * model.wire_bytes(d, b, gradient=True)  # a node's K and V rows
         # a ring step costs 1/(P-1) of a ring all-gather: the K/V go round twice (forward, backward), dK/dV P steps
-        messages = (("all_gather", n * row, 2 + p / (p - 1)),) if p > 1 else ()
+        messages = (("all_gather", n * row, 2), ("all_gather", n * grad_row, p / (p - 1))) if p > 1 else ()
+        kv_sent = (n_all - min(split.part_nodes)) * row if p > 1 else 0.0  # every block but the next rank's
         return CostTerms(
+            forward_messages=(("all_gather", n * row, 1),) if p > 1 else (),
+            forward_bytes=kv_sent,
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
-            bytes_sent=(3 * n_all - 2 * min(split.part_nodes)) * row if p > 1 else 0.0,
+            bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
             activation_bytes=n * row + n * d * 4 + n * model.heads * 4,  # own K, V; y and lse in fp32
             transient_bytes=4 * n * row + n * d * 4,  # two K/V blocks and two dK/dV blocks in flight, dq

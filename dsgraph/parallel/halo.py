@@ -30,13 +30,13 @@ class HaloAttention(GraphAttention):
 
     name = "halo"
 
-    def __init__(self, plan: HaloPlan, pg: GraphParallelGroup, backend: str):
-        self.plan, self.pg, self.backend = plan, pg, backend
+    def __init__(self, plan: HaloPlan, pg: GraphParallelGroup, ctx):
+        self.plan, self.pg, self.backend, self.codecs = plan, pg, ctx.backend, (ctx.codec, ctx.grad_codec)
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
         plan = self.plan
         kv_n2HD = torch.stack([k_nHD, v_nHD], dim=1)
-        pending = start_exchange_rows(kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg)
+        pending = start_exchange_rows(kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg, *self.codecs)
         y_parts = []
         if plan.interior_rows.numel():  # overlaps the exchange: these rows read local K/V only
             q_iHD = q_nHD.index_select(0, plan.interior_rows)
@@ -57,6 +57,7 @@ class Halo(Strategy):
     name = "halo"
     summary = "exchange only the K/V rows other parts read (uneven all-to-all), overlapped with interior rows; rows follow a partition"
     needs = Needs.PARTITION
+    split_method = "metis"
 
     def prepare(self, graph, pg, ctx):
         """The halo plan: every rank's halo ids travel once through the control plane."""
@@ -69,7 +70,7 @@ class Halo(Strategy):
     def build(self, graph, pg, ctx):
         if PLAN not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
-        return HaloAttention(graph.derived[PLAN], pg, ctx.backend)
+        return HaloAttention(graph.derived[PLAN], pg, ctx)
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.partitions.get(p)
@@ -78,14 +79,16 @@ class Halo(Strategy):
         d, b = model.hidden, dtype_bytes
         n, e = split.max_nodes, split.max_edges
         halo = max(split.halo_sizes)
-        row = 2 * d * b  # one K/V row
-        messages = (("all_to_all_uneven", halo * row, 2),) if p > 1 else ()
+        row, grad_row = model.wire_bytes(2 * d, b), model.wire_bytes(2 * d, b, gradient=True)  # one node's K and V
+        messages = (("all_to_all_uneven", halo * row, 1), ("all_to_all_uneven", halo * grad_row, 1)) if p > 1 else ()
         remote = n + halo
         return CostTerms(
+            forward_messages=messages[:1],
+            forward_bytes=max(split.send_sizes) * row,
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
-            bytes_sent=max(s + h for s, h in zip(split.send_sizes, split.halo_sizes)) * row,
+            bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
             activation_bytes=remote * 2 * d * b + n * model.heads * 4,
             transient_bytes=2 * remote * 2 * d * b,

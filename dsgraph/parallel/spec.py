@@ -82,6 +82,12 @@ class CostTerms:
     """The largest short-lived buffer of a layer's backward."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
+    forward_messages: tuple[tuple[str, float, float], ...] = ()
+    """The forward's share of ``messages``: what recomputing the layer (activation checkpointing) runs again."""
+    forward_bytes: float = 0.0
+    """The forward's share of ``bytes_sent``."""
+    forward_hidden: float = 0.0
+    """The share of the forward messages' time spent while attention computes (0: none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +105,25 @@ class StrategyContext:
     """The activation dtype of the run ('float32' or 'bfloat16')."""
     log: Callable[[str], None] = print
     """Rank 0's log (other ranks get a no-op)."""
+    comm_dtype: str = "none"
+    """How activation rows travel: 'none' (as they are), 'bf16' or 'int8' (``comm/compress.py``)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel in backward (default: in the compute dtype)."""
+    comm_chunks: int = 1
+    """Strategies that exchange whole heads' K/V may split the heads into this many groups and
+    exchange the next group while attention runs on the current one (1: one exchange)."""
+
+    @property
+    def codec(self):
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_dtype)
+
+    @property
+    def grad_codec(self):
+        from dsgraph.comm.compress import get_codec
+
+        return get_codec(self.comm_grad_dtype)
 
     def control_plane(self):
         if self.control is None:
@@ -115,6 +140,10 @@ class Strategy(ABC):
     summary: str = ""
     """One line for --help and the docs."""
     needs: Needs = Needs.ROWS
+    split_method: str = "balanced"
+    """How the loader splits the rows when the config's 'partition_method' does not choose: a
+    contiguous split ('balanced': equal in-edges, the attention work; 'contiguous': equal node
+    counts) or a partition that relabels nodes ('metis', 'random')."""
     auto_candidate: bool = True
     """Whether ``auto`` may pick it (on the contiguous row split that auto uses)."""
 
@@ -139,3 +168,11 @@ class Strategy(ABC):
         reason = self.infeasible(heads, world_size)
         if reason:
             raise ValueError(f"strategy {self.name}: {reason}")
+
+
+def head_groups(heads: int, chunks: int) -> list[slice]:
+    """``heads`` split into g equal contiguous groups, g the largest divisor of ``heads`` not above
+    ``chunks`` (so every group's exchange has the same size), as slices."""
+    g = max(c for c in range(1, max(1, min(chunks, heads)) + 1) if heads % c == 0)
+    size = heads // g
+    return [slice(i * size, (i + 1) * size) for i in range(g)]

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 
 DEFAULT_STRATEGY = "ag"
@@ -56,14 +57,29 @@ class DsgraphConfig:
     attention_dropout: float = 0.0
     """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed
     by global node id, so results stay independent of the rank count)."""
+    comm_dtype: str = "none"
+    """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
+    or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel in backward: 'none' (the compute dtype), 'bf16' or 'int8'."""
+    comm_chunks: int = 1
+    """ag and a2a: exchange the heads in this many groups, the next group travelling while attention
+    runs on the current one (1: one exchange, no overlap)."""
+    checkpoint_activations: bool = False
+    """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
+    in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
+    checkpoint_every_layers: int = 1
+    """With checkpoint_activations: checkpoint blocks 0, k, 2k, ... (1: every block)."""
     self_loops: bool = True
     """Let every node attend to itself (adds a self loop to rows that have none)."""
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
     part. null: load the whole dataset on every rank. Not with strategies that need the whole graph."""
-    partition_method: str = "metis"
-    """For strategies that need a partition, without 'partitions': how the graph is partitioned in
-    memory (metis, random, contiguous, balanced)."""
+    partition_method: str | None = None
+    """Without 'partitions': how the rows are split over the ranks. 'balanced' (contiguous ranges
+    with equal in-edges), 'contiguous' (equal node counts), or a partition that relabels nodes:
+    'metis' (few cut edges, in-edges balanced) or 'random'. null: the strategy's own default
+    (balanced for ag, ag_ring and auto; contiguous for a2a; metis for halo)."""
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
@@ -111,16 +127,19 @@ class DsgraphConfig:
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every"):
+        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers", "comm_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
         _check_strategy_and_mode(self)
+        for name in ("comm_dtype", "comm_grad_dtype"):
+            if getattr(self, name) not in CODECS:
+                raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
         _check_agp(self)
         _check_sampled(self)
         _check_isolated(self)
-        if self.partition_method not in METHODS:
+        if self.partition_method is not None and self.partition_method not in METHODS:
             raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
         if not self.timeout_s > 0:
             raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")

@@ -14,40 +14,51 @@ def dtype_name(dtype: torch.dtype) -> str:
     return "bfloat16" if dtype == torch.bfloat16 else "float32"
 
 
-def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method="metis", seed=0):
-    """A graph every rank holds in memory, split over ``pg`` for ``strategy``: returns (pg with the
-    split, this rank's RankGraph on ``device``, its attention). For tools and tests; training goes
-    through ``GraphOnRanks``, which runs the same steps."""
-    from dsgraph.parallel.spec import Needs
+def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method=None, seed=0):
+    """A graph every rank holds in memory, split over ``pg`` for ``strategy`` (``pg``'s own split if
+    it has one, else ``partition_method``, else the strategy's default): returns (pg with the split,
+    this rank's RankGraph on ``device``, its attention). For tools and tests; training goes through
+    ``GraphOnRanks``, which runs the same steps."""
     from dsgraph.train.graph_source import from_graph
 
     spec = get_strategy(strategy)
     spec.check_feasible(ctx.heads, pg.world_size)
-    method = partition_method if spec.needs is Needs.PARTITION else None
-    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), spec.needs, method, seed)
+    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), spec.needs, partition_method or spec.split_method, seed)
     spec.prepare(rank_graph, pg, ctx)
     rank_graph = rank_graph.to(device, dtype)
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
 
 
+def _spread(values: list[int]) -> str:
+    """'min..max (max/mean 1.02)' of the per-rank counts."""
+    mean = sum(values) / len(values)
+    return f"{min(values):,}..{max(values):,} (max/mean {max(values) / mean if mean else 1.0:.3f})"
+
+
 class GraphOnRanks:
     """A graph split over the job's ranks by one strategy: its rank graph and attention."""
 
-    def __init__(self, cfg, pg, control, log, graph=None):
+    def __init__(self, cfg, pg, control, log, graph=None, heartbeat=lambda phase: None):
         """``graph``: the dataset when the caller has loaded it already (isolated mode)."""
         self.cfg, self.control, self.log = cfg, control, log
         self.spec = get_strategy(cfg.strategy)
         self.spec.check_feasible(cfg.heads, pg.world_size)
-        self.pg, self.graph = load_rank_graph(cfg, pg, control, self.spec.needs, graph)
+        self.pg, self.graph = load_rank_graph(cfg, pg, control, self.spec, graph, heartbeat)
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
-        self.train_count = sum(control.allgather(int(self.graph.nodes.train_mask.sum())))  # before the data moves
+        block = self.graph.block
+        shares = control.allgather((block.num_rows, block.num_edges, int(self.graph.nodes.train_mask.sum())))
+        self.train_count = sum(train for _, _, train in shares)  # counted before the data moves
         if self.train_count == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        log(f"rows over {self.pg.world_size} rank(s) ({cfg.partition_method or self.spec.split_method} split): "
+            f"nodes {_spread([n for n, _, _ in shares])}, in-edges {_spread([e for _, e, _ in shares])}")  # fmt: skip
         self.attention = None
 
     def _context(self, dtype: str) -> StrategyContext:
         cfg = self.cfg
-        return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, config=cfg, dtype=dtype, log=self.log)
+        return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, config=cfg, dtype=dtype,
+                               log=self.log, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
+                               comm_chunks=cfg.comm_chunks)  # fmt: skip
 
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
         """The one place this rank's graph, derived plans and node data move to ``device``."""
@@ -66,7 +77,7 @@ class FullGraph(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg = cfg
         heartbeat("start-up: loading the graph")
-        self.ranks = GraphOnRanks(cfg, pg, control, log)
+        self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
 

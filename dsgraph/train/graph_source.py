@@ -19,7 +19,7 @@ from dsgraph.comm.control import ControlPlane
 from dsgraph.graph import Graph, load_dataset
 from dsgraph.graph.partition import partition_nodes, relabel
 from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph
-from dsgraph.graph.split import RowSplit, default_row_split
+from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
 from dsgraph.graph.store import load_part, load_permutation
 from dsgraph.parallel.spec import Needs
 
@@ -53,19 +53,30 @@ def raise_if_any_rank_failed(control: ControlPlane, error: Exception | None) -> 
 
 
 def load_rank_graph(
-    cfg, pg: GraphParallelGroup, control: ControlPlane, needs: Needs, graph: Graph | None = None
+    cfg, pg: GraphParallelGroup, control: ControlPlane, spec, graph: Graph | None = None, heartbeat=lambda phase: None
 ) -> tuple[GraphParallelGroup, RankGraph]:
-    """This rank's graph for a strategy with ``needs``, and ``pg`` with the run's row split.
-    ``graph``: the dataset (self loops added as configured) when the caller has loaded it already."""
+    """This rank's graph for the strategy ``spec`` (what it needs, how it splits by default), and
+    ``pg`` with the run's row split: from a partition store, from ``graph`` (the dataset, self loops
+    added as configured, when the caller holds it already), or else only this rank's rows read from
+    the dataset file (``file_source.py``)."""
+    from dsgraph.graph.rank_reader import DatasetFile
+    from dsgraph.train.file_source import dataset_path, from_file
+
+    needs, method = spec.needs, cfg.partition_method or spec.split_method
     if cfg.partitions is not None:
         if needs is Needs.WHOLE_GRAPH:
             raise ValueError(f"'partitions' loads one part per rank, but this strategy needs {needs.value}")
         return from_store(cfg.partitions, pg, control, cfg.self_loops)
-    if graph is None:
-        graph = load_dataset(cfg.dataset, seed=cfg.seed)
-        graph = graph.with_self_loops() if cfg.self_loops else graph
-    method = cfg.partition_method if needs is Needs.PARTITION else None
-    return from_graph(graph, pg, control, needs, method, cfg.seed)
+    if graph is not None:
+        return from_graph(graph, pg, control, needs, method, cfg.seed)
+    path = dataset_path(cfg.dataset, cfg.seed, control, heartbeat)  # collective: every rank has the file after it
+    error, data = None, None
+    try:
+        data = DatasetFile(path)
+    except (ValueError, FileNotFoundError) as err:
+        error = err
+    raise_if_any_rank_failed(control, error)
+    return from_file(data, pg, control, needs, method, cfg.self_loops, cfg.seed)
 
 
 def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, self_loops: bool) -> tuple[GraphParallelGroup, RankGraph]:
@@ -99,21 +110,23 @@ def from_store(store_dir: str, pg: GraphParallelGroup, control: ControlPlane, se
 
 
 def from_graph(
-    graph: Graph, pg: GraphParallelGroup, control: ControlPlane, needs: Needs, partition_method: str | None, seed: int
+    graph: Graph, pg: GraphParallelGroup, control: ControlPlane, needs: Needs, method: str | None, seed: int
 ) -> tuple[GraphParallelGroup, RankGraph]:
-    """This rank's share of a graph every rank holds. With ``partition_method``, rank 0 partitions
-    it, the part ids reach the others through the control plane, and every rank relabels the graph
-    so each part is one contiguous row range; otherwise ``pg``'s split applies if it has one (the
-    caller chose it), else the run's default row split."""
+    """This rank's share of a graph every rank holds, split by ``pg``'s split if it has one (the
+    caller chose it), else by ``method`` (None: 'balanced'). A contiguous method ('balanced',
+    'contiguous') keeps the node order; a partition ('metis', 'random') is computed on rank 0, its
+    part ids reach the others through the control plane, and every rank relabels the graph so that
+    each part is one contiguous row range."""
     num_classes = graph.num_classes
     perm = None
-    if partition_method is not None and pg.world_size > 1:
-        parts = partition_nodes(graph, pg.world_size, partition_method, seed=seed) if pg.rank == 0 else None
+    method = method or "balanced"
+    if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
+        parts = partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges") if pg.rank == 0 else None
         parts = control.bcast(parts, root=0)
         graph, perm, ranges = relabel(graph, parts, pg.world_size)
         pg = pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
     elif pg.split is None:
-        pg = pg.with_split(default_row_split(graph.rowptr, pg.world_size))
+        pg = pg.with_split(contiguous_split(method if method in CONTIGUOUS_METHODS else "balanced", graph.in_degrees(), pg.world_size))
     if pg.num_rows != graph.num_nodes:
         raise ValueError(f"row split {pg.counts} does not cover the graph's {graph.num_nodes} nodes")
     start, end = pg.rows

@@ -2,7 +2,9 @@
 
 Each rank writes one trace file through ``tensorboard_trace_handler`` (``worker_name=rank<r>``)
 into the trace folder. Named regions: ``dsgraph/step``, ``dsgraph/comm/<collective>`` (all_gather,
-reduce_scatter, all_to_all, exchange_rows) and ``dsgraph/attention/<backend>`` (the local kernel).
+reduce_scatter, all_to_all, ring_shift, and ``wait`` where an asynchronous exchange is waited for)
+and ``dsgraph/attention/<backend>`` (the local kernel; ``<backend>_forward`` / ``<backend>_backward``
+for the separate passes of blockwise strategies).
 Open a ``*.pt.trace.json`` file in https://ui.perfetto.dev (or chrome://tracing), or point
 TensorBoard with the torch-tb-profiler plugin at the folder.
 """

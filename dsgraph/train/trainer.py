@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
+from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.train import checkpoint
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
@@ -76,7 +77,11 @@ class Trainer:
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
         self.pg = self.mode.pg
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
+        host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
+        rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
         model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        if cfg.checkpoint_activations:
+            checkpoint_blocks(model, cfg.checkpoint_every_layers)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
         ds_config = self.sync.engine_config(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
@@ -101,6 +106,8 @@ class Trainer:
         self.sync.before_step(step)
         engine.step()
         sync_bytes = self.sync.after_step(step)
+        if self.device.type == "cuda":  # kernels run asynchronously: the step ends when the device is done
+            torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - start
         sums = [float(losses.detach().sum()), float((logits.argmax(1) == step.labels).sum()), *step.summed.values()]
         count = step.global_count
@@ -130,6 +137,8 @@ class Trainer:
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
         logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step).float()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
         pred = logits.argmax(1)
         sums = []

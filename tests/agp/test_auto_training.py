@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dsgraph.agp.synthetic import linear_profile
-from dsgraph.parallel import auto_candidates
+from dsgraph.parallel import auto_candidates, get_strategy
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
@@ -40,7 +40,7 @@ def _auto_vs_hand_and_switch(rank, world, tmp):
     auto = _trainer(tmp, "auto")
     assert _decision(auto).current == "a2a"
     auto_rows = [auto.train_epoch(e) for e in range(STEPS)]
-    hand = _trainer(tmp, "a2a")
+    hand = _trainer(tmp, "a2a", partition_method=get_strategy("auto").split_method)  # auto's row split
     hand_losses = [hand.train_epoch(e)["loss"] for e in range(STEPS)]
     switched = _trainer(tmp, "auto")
     losses = []
@@ -72,7 +72,7 @@ def _fit_with_metrics(rank, world, tmp, dataset):
                        epochs=3, eval_every=3, self_loops=True)  # fmt: skip
     trainer.fit(log=lambda line: None)
     pick = _decision(trainer).current
-    hand = _trainer(tmp, pick, dataset=dataset, self_loops=True)
+    hand = _trainer(tmp, pick, dataset=dataset, self_loops=True, partition_method=get_strategy("auto").split_method)
     losses = [hand.train_epoch(e)["loss"] for e in range(3)]
     if rank == 0:
         dump(tmp, "hand.json", {"pick": pick, "losses": losses})

@@ -11,6 +11,7 @@ from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
+from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
 from dsgraph.train.config import DEFAULT_STRATEGY, DsgraphConfig
 from dsgraph.train.full_graph import rank_attention
@@ -22,10 +23,13 @@ SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneve
 CONFIG = DsgraphConfig(hidden=HIDDEN, heads=HEADS, layers=LAYERS)  # auto without a profile: its fallback
 
 
-def forward_backward(graph, pg, strategy, control=None):
+def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1):
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
-    sum / global train count, the process group with its split, and the attention."""
-    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None)
+    sum / global train count, the process group with its split, and the attention. ``comm``:
+    how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
+    head groups exchanged one after another."""
+    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None,
+                          comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
@@ -33,6 +37,8 @@ def forward_backward(graph, pg, strategy, control=None):
     outputs = []
     for block in model.blocks:
         block.register_forward_hook(lambda mod, inp, out: outputs.append(out))
+    if checkpointed:
+        checkpoint_blocks(model)
     nodes = rank_graph.nodes
     logits = model(nodes.x, attention, nodes.node_ids, step=3)
     train = nodes.train_mask
@@ -41,14 +47,15 @@ def forward_backward(graph, pg, strategy, control=None):
     return [*outputs, logits], {name: p.grad for name, p in model.named_parameters()}, pg, attention
 
 
-def declared_bytes(strategy: str, graph, split: RowSplit) -> float:
-    """What the strategy's cost terms say the busiest rank sends for the whole model."""
+def declared_bytes(strategy: str, graph, split: RowSplit, checkpointed: bool = False, chunks: int = 1) -> float:
+    """What the strategy's cost terms say the busiest rank sends for the whole model (with every
+    block checkpointed, the forward's collectives run once more per layer)."""
     starts = split.starts
     shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
-    terms = get_strategy(strategy).cost(p, shape, ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS), 4)
-    return terms.bytes_sent * LAYERS
+    terms = get_strategy(strategy).cost(p, shape, ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, comm_chunks=chunks), 4)
+    return (terms.bytes_sent + (terms.forward_bytes if checkpointed else 0.0)) * LAYERS
 
 
 def rel_err(a, b):
@@ -74,6 +81,22 @@ def _check_strategy(rank, world, tmp, strategy):
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
     assert sent.item() == declared_bytes(attention.name, graph, split), (strategy, sent.item())
     assert pg.stats.calls > 0
+    _, grads_ckpt, pg, _ = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), strategy, checkpointed=True)
+    for name, grad in grads_ckpt.items():  # a recompute re-runs the collectives and gives the same gradients
+        dist.all_reduce(grad)
+        assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, "checkpointed", name)
+    sent = torch.tensor([float(pg.stats.bytes_sent)])
+    dist.all_reduce(sent, op=dist.ReduceOp.MAX)
+    assert sent.item() == declared_bytes(attention.name, graph, split, checkpointed=True), (strategy, "checkpointed", sent.item())
+    outs, grads, pg, _ = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), strategy, chunks=2)
+    for out, ref in zip(outs, ref_outs):  # heads exchanged in two groups, the second during the first's attention
+        assert rel_err(out, ref[start:end]) < 1e-5, (strategy, "chunks")
+    for name, grad in grads.items():
+        dist.all_reduce(grad)
+        assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, "chunks", name)
+    sent = torch.tensor([float(pg.stats.bytes_sent)])
+    dist.all_reduce(sent, op=dist.ReduceOp.MAX)
+    assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2), (strategy, "chunks", sent.item())
 
 
 @pytest.mark.parametrize("world", [2, 4])

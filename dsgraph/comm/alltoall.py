@@ -1,0 +1,201 @@
+"""All-to-alls as autograd pairs: between the node split and the head split (GP-A2A), and of
+selected rows (a halo exchange), whose backward sends the gradients back along the same routes.
+
+- ``nodes_to_heads`` / ``heads_to_nodes``: node split [n_r, H, D] <-> head split [N, H/P, D];
+  each one's backward is the other (``start_*`` versions run asynchronously).
+- ``start_exchange_rows``: uneven all-to-all of rows x[send_index], started asynchronously so
+  local work can run while they travel; ``wait()`` gives the received rows (in autograd: its
+  backward returns the received rows' gradients and sums them into the rows that were sent).
+  ``exchange_rows`` is the same, waited for at once.
+
+With a codec (``compress.py``) the forward rows travel compressed and are restored on arrival;
+gradients travel in the compute dtype unless a gradient codec is given.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from dsgraph.comm.compress import Codec
+from dsgraph.comm.group import GraphParallelGroup
+from dsgraph.comm.util import dist, nbytes
+
+PLAIN = Codec()
+
+
+def _all_to_all(x, send: list[int], recv: list[int], pg: GraphParallelGroup, codec: Codec = PLAIN, async_op=False):
+    """Uneven all-to-all along dim 0: rows [sum(send), ...] -> [sum(recv), ...] payload rows (decode
+    them with the codec); with ``async_op`` also returns the work handle."""
+    payload = codec.encode(x).contiguous()
+    out = payload.new_empty((sum(recv), *payload.shape[1:]))
+    row_bytes = nbytes(payload) // max(payload.shape[0], 1)
+    began = time.perf_counter()  # no device synchronisation: an async exchange must not wait for itself
+    with torch.profiler.record_function("dsgraph/comm/all_to_all"):
+        work = dist().all_to_all_single(out, payload, output_split_sizes=recv, input_split_sizes=send, group=pg.group,
+                                        async_op=async_op)  # fmt: skip
+    pg.stats.add_time(time.perf_counter() - began)
+    pg.stats.count(row_bytes * (sum(send) - send[pg.rank]))
+    return (out, work, payload) if async_op else out
+
+
+def _head_split_send(x_nHD, pg: GraphParallelGroup):
+    """[n, H, D] -> the send buffer [P * n, H/P, D] (block r: the heads rank r gets), and its splits."""
+    n, heads, dim = x_nHD.shape
+    p = pg.world_size
+    return x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous().view(p * n, heads // p, dim), [n] * p, pg.counts
+
+
+def _node_split(recv_PnhD, pg: GraphParallelGroup):
+    """The received [P * n, h, D] (block r: rank r's heads of this rank's rows) -> [n, P * h, D]."""
+    p, n = pg.world_size, pg.counts[pg.rank]
+    _, h, dim = recv_PnhD.shape
+    return recv_PnhD.view(p, n, h, dim).transpose(0, 1).reshape(n, p * h, dim)
+
+
+def _nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    send, splits, recv = _head_split_send(x_nHD, pg)
+    return codec.decode(_all_to_all(send, splits, recv, pg, codec), send)
+
+
+def _heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    n = pg.counts[pg.rank]
+    recv = codec.decode(_all_to_all(y_NhD.contiguous(), pg.counts, [n] * pg.world_size, pg, codec), y_NhD)
+    return _node_split(recv, pg)
+
+
+class _NodesToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pg, codec, grad_codec):
+        ctx.pg, ctx.grad_codec = pg, grad_codec
+        return _nodes_to_heads(x, pg, codec)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _heads_to_nodes(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None
+
+
+class _HeadsToNodes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, pg, codec, grad_codec):
+        ctx.pg, ctx.grad_codec = pg, grad_codec
+        return _heads_to_nodes(y, pg, codec)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _nodes_to_heads(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None
+
+
+def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+    """All-to-all: node split [n, H, D] -> head split [N, H/P, D] (rank r gets heads
+    [r*H/P, (r+1)*H/P) of every node). Backward: ``heads_to_nodes`` of the gradient."""
+    if pg.world_size == 1:
+        return x_nHD
+    if x_nHD.shape[1] % pg.world_size:
+        raise ValueError(f"nodes_to_heads: {x_nHD.shape[1]} heads do not split over {pg.world_size} ranks")
+    return _NodesToHeads.apply(x_nHD, pg, codec, grad_codec)
+
+
+def heads_to_nodes(y_NhD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+    """All-to-all: head split [N, H/P, D] -> node split [n, H, D]. Backward: ``nodes_to_heads``."""
+    if pg.world_size == 1:
+        return y_NhD
+    return _HeadsToNodes.apply(y_NhD, pg, codec, grad_codec)
+
+
+class _ReceivedRows(torch.autograd.Function):
+    """The received rows as a function of the sent ones: forward restores the payload; backward
+    sends the gradients back and sums them into the rows that were sent."""
+
+    @staticmethod
+    def forward(ctx, x, received, send_index, plan, pg):
+        ctx.save_for_backward(send_index)
+        ctx.num_rows, ctx.plan, ctx.pg = x.shape[0], plan, pg
+        return plan.codec.decode(received, x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (send_index,) = ctx.saved_tensors
+        plan = ctx.plan
+        back = plan.grad_codec.decode(_all_to_all(grad.contiguous(), plan.recv_counts, plan.send_counts, ctx.pg, plan.grad_codec), grad)
+        grad_x = grad.new_zeros((ctx.num_rows, *grad.shape[1:])).index_add_(0, send_index, back)
+        return grad_x, None, None, None, None
+
+
+class _Routes:
+    def __init__(self, send_counts, recv_counts, codec, grad_codec):
+        self.send_counts, self.recv_counts, self.codec, self.grad_codec = send_counts, recv_counts, codec, grad_codec
+
+
+class PendingRows:
+    """An exchange in flight: ``wait()`` returns the received rows [sum(recv_counts), ...]."""
+
+    def __init__(self, finish, work, keep_alive, pg: GraphParallelGroup):
+        self._finish, self._work, self._keep_alive, self._pg = finish, work, keep_alive, pg
+        self._rows = None
+
+    def wait(self) -> torch.Tensor:
+        if self._rows is None:
+            if self._work is not None:
+                began = time.perf_counter()
+                with torch.profiler.record_function("dsgraph/comm/wait"):
+                    self._work.wait()
+                self._pg.stats.add_time(time.perf_counter() - began)
+            self._rows, self._work, self._keep_alive = self._finish(), None, None
+        return self._rows
+
+
+def start_exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup,
+                        codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:  # fmt: skip
+    """Sends x[send_index] (grouped by destination rank, sizes ``send_counts``), asynchronously; the
+    ``PendingRows``' ``wait()`` gives the [sum(recv_counts), ...] rows received, grouped by source
+    rank. Issue no other collective on ``pg`` between the start and the wait."""
+    if pg.world_size == 1:
+        rows = x.index_select(0, send_index)
+        return PendingRows(lambda: rows, None, None, pg)
+    sent = x.detach().index_select(0, send_index)
+    received, work, payload = _all_to_all(sent, send_counts, recv_counts, pg, codec, async_op=True)
+    routes = _Routes(send_counts, recv_counts, codec, grad_codec)
+    return PendingRows(lambda: _ReceivedRows.apply(x, received, send_index, routes, pg), work, payload, pg)
+
+
+def exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup,
+                  codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:  # fmt: skip
+    """``start_exchange_rows`` waited for at once."""
+    return start_exchange_rows(x, send_index, send_counts, recv_counts, pg, codec, grad_codec).wait()
+
+
+class _ReceivedSplit(torch.autograd.Function):
+    """The result of an asynchronous change of split (``to_heads``: node -> head split, else head ->
+    node split) as a function of its input; backward is the dual change, synchronously."""
+
+    @staticmethod
+    def forward(ctx, x, received, to_heads, pg, codec, grad_codec):
+        ctx.to_heads, ctx.pg, ctx.grad_codec = to_heads, pg, grad_codec
+        like = x[:1, : x.shape[1] // pg.world_size] if to_heads else x[:1]  # a row's shape and dtype
+        rows = codec.decode(received, like)
+        return rows if to_heads else _node_split(rows, pg)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dual = _heads_to_nodes if ctx.to_heads else _nodes_to_heads
+        return dual(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None, None
+
+
+def start_nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:
+    """``nodes_to_heads`` started asynchronously (``wait()`` gives [N, H/P, D])."""
+    if pg.world_size == 1:
+        return PendingRows(lambda: x_nHD, None, None, pg)
+    send, splits, recv = _head_split_send(x_nHD.detach(), pg)
+    received, work, payload = _all_to_all(send, splits, recv, pg, codec, async_op=True)
+    return PendingRows(lambda: _ReceivedSplit.apply(x_nHD, received, True, pg, codec, grad_codec), work, payload, pg)
+
+
+def start_heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:
+    """``heads_to_nodes`` started asynchronously (``wait()`` gives [n, H, D])."""
+    if pg.world_size == 1:
+        return PendingRows(lambda: y_NhD, None, None, pg)
+    n = pg.counts[pg.rank]
+    received, work, payload = _all_to_all(y_NhD.detach().contiguous(), pg.counts, [n] * pg.world_size, pg, codec, async_op=True)
+    return PendingRows(lambda: _ReceivedSplit.apply(y_NhD, received, False, pg, codec, grad_codec), work, payload, pg)

@@ -1,0 +1,132 @@
+"""All-gather of row blocks and its dual, the reduce-scatter of their gradients (an autograd pair).
+
+Rank r holds rows [start_r, end_r) of the group's row split. ``gather_rows_padded`` delivers every
+rank's rows in the layout the collective produces, [P * width, ...] with rank r's block at
+r * width (width = the largest count), so nothing is copied to close the gaps; ``padded_index``
+maps global row ids into it. ``gather_rows`` closes the gaps for callers that want [N, ...].
+``start_gather_rows_padded`` starts the same gather asynchronously, so work can run while it travels.
+
+With a codec (``compress.py``) the rows travel compressed and are restored on arrival (the rank's
+own rows stay exact); the gradients travel in the compute dtype through a reduce-scatter, or, with
+a gradient codec, compressed through an all-to-all and summed on arrival (compressed values of
+different scales cannot be summed on the wire).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+
+from dsgraph.comm.compress import Codec
+from dsgraph.comm.group import GraphParallelGroup
+from dsgraph.comm.util import dist, nbytes
+
+# torch 2.13 prefers all_gather_single / reduce_scatter_single, which deepspeed.comm does not wrap yet.
+warnings.filterwarnings("ignore", message=r".*`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+
+PLAIN = Codec()
+
+
+def _launch_gather(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec, async_op: bool):
+    """Encodes and pads this rank's rows and all-gathers them: (payload rows [P * width, ...], the
+    work handle when ``async_op``, the send buffer)."""
+    width = max(pg.counts)
+    payload = codec.encode(x.detach()).contiguous()
+    send = payload
+    if payload.shape[0] != width:
+        send = payload.new_zeros((width, *payload.shape[1:]))
+        send[: payload.shape[0]] = payload
+    out = send.new_empty((width * pg.world_size, *send.shape[1:]))
+    sent = nbytes(send) * (pg.world_size - 1)
+    if not async_op:
+        with pg.stats.record(x, sent, "all_gather"):
+            dist().all_gather_into_tensor(out, send, group=pg.group)
+        return out, None, send
+    began = time.perf_counter()  # no device synchronisation: the gather must not wait for itself
+    with torch.profiler.record_function("dsgraph/comm/all_gather"):
+        work = dist().all_gather_into_tensor(out, send, group=pg.group, async_op=True)
+    pg.stats.add_time(time.perf_counter() - began)
+    pg.stats.count(sent)
+    return out, work, send
+
+
+def _restore(x: torch.Tensor, received: torch.Tensor, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    """The gathered payload as rows in x's dtype; this rank's own rows stay exact."""
+    if received.dtype == x.dtype and codec.name in (PLAIN.name, "bf16"):
+        return received
+    rows = codec.decode(received, x)
+    width = max(pg.counts)
+    rows[pg.rank * width : pg.rank * width + x.shape[0]] = x.detach()
+    return rows
+
+
+def _reduce_scatter_padded(grad: torch.Tensor, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
+    """[P * width, ...] (the padded layout) on each rank -> the sum over ranks of this rank's rows [n, ...]."""
+    width, p, n = max(pg.counts), pg.world_size, pg.counts[pg.rank]
+    if codec.name == PLAIN.name:
+        out = grad.new_empty((width, *grad.shape[1:]))
+        with pg.stats.record(grad, nbytes(out) * (p - 1), "reduce_scatter"):
+            dist().reduce_scatter_tensor(out, grad, group=pg.group)
+        return out[:n]
+    payload = codec.encode(grad)  # block r of the padded layout goes to rank r
+    received = payload.new_empty(payload.shape)
+    with pg.stats.record(grad, nbytes(payload) // p * (p - 1), "reduce_scatter_compressed"):
+        dist().all_to_all_single(received, payload, group=pg.group)
+    parts = codec.decode(received, grad).view(p, width, *grad.shape[1:])
+    parts[pg.rank] = grad[pg.rank * width : (pg.rank + 1) * width]  # this rank's own share, exact
+    return parts.sum(0)[:n]
+
+
+class _GatheredRows(torch.autograd.Function):
+    """The gathered rows as a function of this rank's: forward restores the received payload;
+    backward reduce-scatters the gradient in the padded layout."""
+
+    @staticmethod
+    def forward(ctx, x, received, pg, codec, grad_codec):
+        ctx.pg, ctx.grad_codec = pg, grad_codec
+        return _restore(x, received, pg, codec)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_padded(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None
+
+
+def gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+    """All-gather into the padded layout [P * width, ...] (rank r's rows start at r * width; see
+    ``padded_index``). Backward: reduce-scatter of the gradient in that layout. One rank: x itself."""
+    if pg.world_size == 1:
+        return x
+    received, _, _ = _launch_gather(x, pg, codec, async_op=False)
+    return _GatheredRows.apply(x, received, pg, codec, grad_codec)
+
+
+def start_gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN):
+    """``gather_rows_padded`` started asynchronously: returns a ``PendingRows`` whose ``wait()`` gives
+    the [P * width, ...] rows (in autograd: its backward reduce-scatters, synchronously)."""
+    from dsgraph.comm.alltoall import PendingRows
+
+    if pg.world_size == 1:
+        return PendingRows(lambda: x, None, None, pg)
+    received, work, send = _launch_gather(x, pg, codec, async_op=True)
+    return PendingRows(lambda: _GatheredRows.apply(x, received, pg, codec, grad_codec), work, send, pg)
+
+
+def padded_index(ids: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """Global row ids -> their rows in ``gather_rows_padded``'s layout (int64, ids' device)."""
+    if pg.world_size == 1:
+        return ids.long()
+    starts = torch.tensor(pg.starts, dtype=torch.int64, device=ids.device)
+    owner = torch.searchsorted(starts[1:], ids.long(), right=True)
+    return ids.long() - starts[owner] + owner * max(pg.counts)
+
+
+def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
+    """All-gather: local rows [n, ...] (n = pg.counts[rank]) -> all rows [N, ...] in rank order.
+    Backward: reduce-scatter of the full gradient back to [n, ...]."""
+    if pg.world_size == 1:
+        return x
+    padded = gather_rows_padded(x, pg)
+    blocks = padded.view(pg.world_size, max(pg.counts), *padded.shape[1:])
+    return torch.cat([blocks[r, :c] for r, c in enumerate(pg.counts)])
