@@ -48,8 +48,9 @@ class _EpochPlan:
     batches: int  # mini-batches per epoch, the same on every rank
     counts: list[int]  # training nodes of every rank in this super-epoch
     boundary: bool  # the epoch ends a super-epoch (or the run)
-    stall_s: float  # the switch's wait, if the epoch starts a super-epoch
-    halo_bytes: int  # what the switch's halo exchange sent
+    stall_s: float  # the switch's wait for the load, if the epoch starts a super-epoch
+    halo_time_s: float  # the switch's halo exchange
+    halo_bytes: int  # what the halo exchange sent
 
 
 class Isolated(Mode):
@@ -112,20 +113,21 @@ class Isolated(Mode):
         self.loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
         self.chunks = ChunkPrefetcher(self.loader, cfg.isolated_prefetch)
 
-    def _switch(self, super_epoch: int) -> tuple[float, int]:
+    def _switch(self, super_epoch: int) -> tuple[float, float, int]:
         """Makes ``super_epoch``'s data current (its halo filled), starts loading the next one;
-        returns the stall (seconds waiting for the load and the halo exchange) and the halo bytes
-        this rank sent."""
-        start, previous = time.perf_counter(), self.data
+        returns the stall (seconds waiting for the load), the halo exchange's seconds (with the
+        wait for the other ranks to arrive) and the halo bytes this rank sent."""
+        previous = self.data
         reuse = previous is not None and previous.super_epoch == super_epoch - 1
-        self.data, _ = self.chunks.get(super_epoch, reuse)
+        self.data, stall = self.chunks.get(super_epoch, reuse)
         if (super_epoch + 1) * self.cfg.repart_every < self.cfg.epochs:
             self.chunks.prefetch(super_epoch + 1, reuse=True)
+        start = time.perf_counter()
         halo_bytes = exchange_halo(self.data, previous, self.pg, COMM_DTYPES[self.cfg.isolated_comm_dtype])
-        stall = time.perf_counter() - start
+        halo_time = time.perf_counter() - start
         self.attention = local_attention(self.data.graph, self.cfg.backend)
         self.switch_times.append((super_epoch, stall, self.data.load_time_s))
-        return stall, halo_bytes
+        return stall, halo_time, halo_bytes
 
     def _batches(self, super_epoch: int) -> tuple[int, list[int]]:
         """(mini-batches per epoch, training nodes of every rank) in ``super_epoch``."""
@@ -149,10 +151,10 @@ class Isolated(Mode):
         """The epoch's mini-batch steps; the first one after a switch carries the halo bytes."""
         r = self.cfg.repart_every
         s = super_epoch_of(epoch, r)
-        stall, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0)
+        stall, halo_time, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
         batches, counts = self._batches(s)
         plan = _EpochPlan(epoch=epoch, batches=batches, counts=counts, boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
-                          stall_s=stall, halo_bytes=halo_bytes)  # fmt: skip
+                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes)  # fmt: skip
         rows = self.data.orders[epoch - s * r].tensor_split(batches)
         return [self._step(plan, j, rows[j], first_step + j) for j in range(batches)]
 
@@ -163,7 +165,8 @@ class Isolated(Mode):
                   "coverage": data.coverage, "local_nodes": graph.num_nodes, "local_edges": graph.block.num_edges,
                   "halo_nodes": data.halo_nodes, "halo_reused": halo.reuse_dst.numel(), "halo_hits": data.halo_hits,
                   "halo_misses": data.halo_misses, "halo_hit_rate": data.halo_hits / max(data.halo_hits + data.halo_misses, 1),
-                  "halo_bytes": plan.halo_bytes if first else 0, "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
+                  "halo_bytes": plan.halo_bytes if first else 0, "halo_time_s": plan.halo_time_s if first else 0.0,
+                  "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
         total = sum(plan.counts)
         count = len(rows) if self.local else sum(batch_sizes(c, plan.batches)[j] for c in plan.counts)
         return Step(epoch=plan.epoch, x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,

@@ -2,7 +2,8 @@
 (DeepSpeed's comms logger sees no collective) until the super-epoch boundary, where the parameter
 average is the only one and the ranks' parameters agree again; the chunks rotate round-robin; the
 halo cache holds the right features and its bytes are what the peer needed; the batch-level
-correction gives the seed's gradient; evaluation covers the full graph; prefetching changes nothing;
+correction gives the seed's gradient, and with per-step sync the global-batch
+gradient DeepSpeed reduces every step; evaluation covers the full graph; prefetching changes nothing;
 and every step row's ``sync_bytes`` equals what DeepSpeed's reduction sent, for ZeRO 0-3."""
 
 import json
@@ -124,26 +125,56 @@ def test_local_steps_send_nothing_until_the_boundary(tmp_path):
     assert len(on) > 6 and on == off  # loading ahead in a thread changes nothing but the timing
 
 
-def _correction_gradient(rank, world, tmp):
-    """A local step with SGD (lr 1, no clipping, no dropout) moves the parameters by minus the
-    seed's batch-level corrected gradient (1/|B|) sum_i c_i grad l_i, computed node by node."""
-    ds = ds_config(stage=0, optimizer={"type": "SGD", "params": {"lr": 1.0}}, gradient_clipping=0.0)
-    trainer = _trainer(tmp, ds, dropout=0.0, input_dropout=0.0, isolated_correction="resample")
-    step = next(iter(trainer.mode.steps(0)))
+def _seed_gradient(trainer, step, count: int) -> list[torch.Tensor]:
+    """(1/count) sum_i c_i grad l_i over the step's loss rows, node by node, in float64."""
     module, params = trainer.engine.module, list(trainer.engine.module.parameters())
     c, rows = step.weights.double(), step.loss_rows
-    assert step.local and step.global_count == rows.numel() > 1 and (c >= 1).all() and c.max() > c.min()
     logits = module(step.x, step.attention, step.node_ids, step.dropout_step)[rows]
     reference = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     for i in range(rows.numel()):
         grads = torch.autograd.grad(torch.nn.functional.cross_entropy(logits[i : i + 1], step.labels[i : i + 1]), params,
                                     retain_graph=True, allow_unused=True)  # fmt: skip
         for acc, g in zip(reference, grads):
-            acc += 0 if g is None else c[i] * g.double() / rows.numel()
+            acc += 0 if g is None else c[i] * g.double() / count
+    return reference
+
+
+def _moved_by(trainer, step, expected: list[torch.Tensor]) -> dict:
+    """Takes the step (SGD, lr 1) and checks the parameters moved by minus ``expected``; returns the row."""
+    params = list(trainer.engine.module.parameters())
     before = [p.detach().double().clone() for p in params]
-    trainer.train_step(step)
-    for b, p, g in zip(before, params, reference):
+    row, ops = _logged(trainer.train_step, step)
+    for b, p, g in zip(before, params, expected):
         assert torch.allclose(b - p.detach().double(), g, atol=1e-6, rtol=1e-4)
+    return {**row, "ops": ops}
+
+
+SGD = ds_config(stage=0, optimizer={"type": "SGD", "params": {"lr": 1.0}}, gradient_clipping=0.0)
+
+
+def _correction_gradient(rank, world, tmp):
+    """A local step with SGD (lr 1, no clipping, no dropout) moves the parameters by minus the
+    seed's batch-level corrected gradient (1/|B|) sum_i c_i grad l_i, computed node by node.
+    With ``isolated_sync: "step"`` (today's: one step of all the rank's training nodes per epoch, no
+    halo) DeepSpeed reduces the gradients every step: the move is the same sum over both ranks'
+    nodes divided by the global count, and the ranks agree after every step."""
+    trainer = _trainer(tmp, SGD, dropout=0.0, input_dropout=0.0, isolated_correction="resample")
+    step = next(iter(trainer.mode.steps(0)))
+    c = step.weights
+    assert step.local and step.global_count == step.loss_rows.numel() > 1 and (c >= 1).all() and c.max() > c.min()
+    _moved_by(trainer, step, _seed_gradient(trainer, step, step.loss_rows.numel()))
+    trainer.close()
+    trainer = _trainer(tmp, SGD, dropout=0.0, input_dropout=0.0, isolated_sync="step", isolated_batch_size=0, isolated_halo_fraction=0.0)
+    steps = list(trainer.mode.steps(0))
+    assert len(steps) == SETTINGS["epochs"] and not any(s.local or s.sync for s in steps)  # one step per epoch, all reduced
+    counts = _all_ranks(steps[0].loss_rows.numel())
+    assert steps[0].global_count == sum(counts) and steps[0].fields["halo_nodes"] == 0
+    mine = _seed_gradient(trainer, steps[0], sum(counts))
+    total = [sum(g) for g in zip(*_all_ranks(mine))]
+    row = _moved_by(trainer, steps[0], total)
+    assert "all_reduce" in row["ops"] and row["sync_bytes"] > 0 and row["comm_bytes"] == 0
+    flats = _all_ranks(_flat(trainer))
+    assert torch.equal(flats[0], flats[1])
     trainer.close()
 
 
