@@ -10,7 +10,12 @@ loss on the batch: ``sum_i c_i * loss_i / |B|`` (the seed's batch-level correcti
 ``isolated_correction``).
 
 - ``isolated_sync: "super_epoch"`` (the default, Grappa's): the steps are local (no collective) and
-  the ranks average their parameters after the last step of each super-epoch (``sync.LocalSteps``).
+  the ranks average their parameters after the last step of each super-epoch (``sync.LocalSteps``:
+  weighted by training nodes, the change since the last boundary sent in ``isolated_comm_dtype``).
+  Adam's moments are not averaged: each rank keeps its own (they describe its own gradients), so a
+  boundary sends the parameters once and nothing else. Gradient clipping uses the rank's own norm.
+  This needs ZeRO stage 0 in fp32 (the rank holds the whole optimizer state); other engines are
+  refused with a message naming the fix.
 - ``isolated_sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
   ``sum_i c_i * loss_i * W / sum_r |B_r|``, the mean over the global batch.
 
