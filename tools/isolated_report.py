@@ -1,15 +1,28 @@
 #!/usr/bin/env python
-"""Isolated (Grappa) training vs full-graph GP-AG on Cora: mean test accuracy over seeds for 2- and
-4-layer models on 2 and 4 ranks, bytes per epoch, and the super-epoch switch time with and without
-prefetch. Prints markdown tables.
+"""Isolated (Grappa) training beside full-graph GP-AG: bytes and synchronisations per epoch (Cora
+and rmat graphs), and test accuracy at several depths per correction method and seed (Cora).
+Prints markdown tables.
 
-    .venv/bin/python tools/isolated_report.py [--ranks 2 4] [--seeds 0 1 2] [--layers 2 4] [--epochs 100]
+    .venv/bin/python tools/isolated_report.py --part bytes --datasets cora rmat:16 --results runs/isolated_report.json
+    .venv/bin/python tools/isolated_report.py --part accuracy --layers 2 --results runs/isolated_report.json
+    .venv/bin/python tools/isolated_report.py --part tables --results runs/isolated_report.json
 
-Each rank count is one `deepspeed` launch that trains every (layers, strategy, seed) in turn with
-the same model, optimizer and epochs (from --config, default ds_configs/cpu_isolated.json; its strategy key is overridden per run).
-Bytes per epoch and rank: dsgraph's measured activation traffic (CommStats, forward and backward
-of every layer) plus DeepSpeed's gradient reduction, counted as a ring all-reduce of every
-parameter in the engine's communication dtype: params * bytes * 2 * (W - 1) / W.
+Every run uses --config (default ds_configs/cpu_isolated.json: ZeRO-0, fp32) with the overrides of
+its variant. Runs already in --results are not repeated, so a long report can be made in parts.
+
+Bytes per epoch and rank come from the step rows: the sum over an epoch's rows of
+``comm_bytes`` (activations, and halo features in isolated mode) and ``sync_bytes`` (DeepSpeed's
+gradient reduction as counted by ``dsgraph.train.sync``, or the parameter average at super-epoch
+boundaries), averaged over the run's epochs; a synchronisation is a step with ``sync_bytes`` > 0.
+Variants of the bytes part:
+
+- ``ag``: full-graph GP-AG, one step per epoch;
+- ``isolated``: the config's isolated training (the seed's: local steps, sync per super-epoch);
+- ``isolated-fp32``: the same, sending fp32 instead of bf16;
+- ``isolated-step``: today's behaviour before the super-epoch sync: DeepSpeed reduces gradients in
+  every step, one step of all the rank's training nodes per epoch, no halo cache;
+- ``isolated-step-zero2-bf16``: the same under the ZeRO-2 bf16 engine that isolated mode shipped with;
+- ``isolated-no-prefetch``: ``isolated`` loading each super-epoch's chunks at the switch (its stall).
 """
 
 from __future__ import annotations
@@ -26,54 +39,66 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+CORRECTIONS = ("resample", "uniform", "coverage", "none")
+TODAY = {"isolated_sync": "step", "isolated_batch_size": 0, "isolated_halo_fraction": 0.0}
+VARIANTS = {  # name -> (dsgraph overrides, DeepSpeed overrides)
+    "ag": ({"mode": "full", "strategy": "ag"}, {}),
+    "isolated": ({}, {}),
+    "isolated-fp32": ({"isolated_comm_dtype": "float32"}, {}),
+    "isolated-step": (TODAY, {}),
+    "isolated-step-zero2-bf16": (TODAY, {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}),
+    "isolated-no-prefetch": ({"isolated_prefetch": False}, {}),
+    **{f"isolated/{c}": ({"isolated_correction": c}, {}) for c in CORRECTIONS},
+}
+BYTES_VARIANTS = ("ag", "isolated", "isolated-fp32", "isolated-step", "isolated-step-zero2-bf16", "isolated-no-prefetch")
 
-def _rows(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+
+def run_key(run: dict) -> str:
+    return f"{run['part']}|{run['ranks']}|{run['dataset']}|{run['variant']}|L{run['layers']}|s{run['seed']}|e{run['epochs']}"
 
 
-def _train(base, ds_config: dict, device, tmp: str, **overrides) -> dict:
-    """One run on every rank; rank 0 returns its summary (others return {})."""
+def _summary(rows: list[dict], epochs: int) -> dict:
+    """Per-epoch bytes and synchronisations, accuracy and timing from one run's metrics rows."""
+    steps = [r for r in rows if r["kind"] == "step"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    per_epoch = lambda key: sum(r.get(key, 0) for r in steps) / epochs  # noqa: E731
+    switches = [r for a, r in zip(steps, steps[1:]) if "super_epoch" in r and r["super_epoch"] != a["super_epoch"]]  # not the cold start
+    return {
+        "test_last": evals[-1]["test_acc"], "test_at_best_val": evals[-1]["test_acc_at_best_val"],
+        "comm_per_epoch": per_epoch("comm_bytes"), "sync_per_epoch": per_epoch("sync_bytes"),
+        "halo_per_epoch": per_epoch("halo_bytes"), "steps_per_epoch": len(steps) / epochs,
+        "syncs_per_epoch": sum(r["sync_bytes"] > 0 for r in steps) / epochs,
+        "step_time_s": statistics.median(r["step_time_s"] for r in steps),
+        "halo_hit_rate": statistics.mean(r["halo_hit_rate"] for r in steps) if "halo_hit_rate" in steps[0] else None,
+        "stall_s": [r["switch_time_s"] for r in switches], "halo_time_s": [r["halo_time_s"] for r in switches],
+    }  # fmt: skip
+
+
+def _train(base, ds_config: dict, device, tmp: str, run: dict) -> dict:
+    """One run on every rank; rank 0 returns its summary (the others {})."""
     import deepspeed.comm as dist
-    import torch.distributed
 
     from dsgraph.train.trainer import Trainer
 
+    overrides, ds_overrides = VARIANTS[run["variant"]]
     metrics = os.path.join(tmp, "metrics.jsonl")
-    mode = "isolated" if overrides.get("strategy") == "isolated" else "full"  # 'isolated' spells the mode
-    cfg = dataclasses.replace(base, metrics_out=metrics, checkpoint_every=0, mode=mode, **overrides)
-    trainer = Trainer(cfg, ds_config, device, log=lambda line: None)
+    fields = {"mode": "isolated", **overrides}
+    cfg = dataclasses.replace(base, dataset=run["dataset"], layers=run["layers"], seed=run["seed"], epochs=run["epochs"],
+                              eval_every=min(base.eval_every, run["epochs"]), metrics_out=metrics, checkpoint_every=0, **fields)  # fmt: skip
+    trainer = Trainer(cfg, {**ds_config, **ds_overrides}, device, log=lambda line: None)
     trainer.fit(log=lambda line: None)
-    gathered = [None] * dist.get_world_size()
-    torch.distributed.all_gather_object(gathered, getattr(trainer.mode, "switch_times", []))
-    engine = trainer.engine
-    params = sum(p.numel() for p in engine.module.parameters())
-    comm_dtype = getattr(engine, "communication_data_type", None)
-    elem = comm_dtype.itemsize if comm_dtype is not None else next(engine.module.parameters()).element_size()
     out = {}
     if dist.get_rank() == 0:
-        rows = _rows(metrics)
-        steps = [r for r in rows if r["kind"] == "step"]
-        evals = [r for r in rows if r["kind"] == "eval"]
-        w = dist.get_world_size()
-        out = {
-            "test_last": evals[-1]["test_acc"],
-            "test_at_best_val": evals[-1]["test_acc_at_best_val"],
-            "activation_bytes": statistics.mean(r["comm_bytes"] for r in steps),
-            "grad_bytes": params * elem * 2 * (w - 1) / w,
-            "params": params,
-            "grad_elem_bytes": elem,
-            "step_time_s": statistics.median(r["step_time_s"] for r in steps),
-            # (super_epoch, stall, load) of every rank; super-epoch 0 is a cold start either way
-            "switches": [t for per_rank in gathered for t in per_rank if t[0] > 0],
-        }
-    del trainer, engine
+        with open(metrics) as f:
+            out = _summary([json.loads(line) for line in f], run["epochs"])
+        out["params"] = sum(p.numel() for p in trainer.engine.module.parameters())
+    del trainer
     gc.collect()
     return out
 
 
 def worker(args) -> int:
-    """Runs inside the deepspeed launcher: all runs for this rank count; rank 0 writes --out."""
+    """Runs inside the deepspeed launcher: every run of --runs; rank 0 writes --out."""
     import deepspeed.comm as dist
 
     from dsgraph.train.config import load_ds_config
@@ -81,37 +106,52 @@ def worker(args) -> int:
 
     ds_config, base = load_ds_config(args.config)
     ds_config.pop("tensorboard", None)
-    base = dataclasses.replace(base, dataset="cora", epochs=args.epochs, eval_every=args.eval_every,
-                               isolated_chunks=args.chunks if args.chunks is not None else base.isolated_chunks)  # fmt: skip
     device = init_distributed()
-    results = []
+    with open(args.runs) as f:
+        runs = json.load(f)
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [("ag", base.isolated_correction, base.chunk_method)] * (not args.skip_ag)
-        runs += [("isolated", c, m) for m in args.chunk_methods or [base.chunk_method]
-                 for c in args.corrections or [base.isolated_correction]]  # fmt: skip
-        for layers in args.layers:
-            for strategy, correction, method in runs:
-                for seed in args.seeds:
-                    r = _train(base, ds_config, device, tmp, strategy=strategy, seed=seed, layers=layers,
-                               isolated_correction=correction, chunk_method=method)  # fmt: skip
-                    chunks = f"C={base.isolated_chunks}" if base.isolated_chunks else "C=2W"
-                    label = strategy if strategy == "ag" else f"isolated/{chunks} {method}/{correction}"
-                    results.append({"layers": layers, "strategy": strategy, "variant": label, "seed": seed, "prefetch": True, **r})
-                    if dist.get_rank() == 0:
-                        print(f"ranks {dist.get_world_size()} layers {layers} {label} seed {seed}: "
-                              f"test {100 * r['test_last']:.1f}%", flush=True)  # fmt: skip
-        # switch stalls without prefetch: a short run with a few switches
-        short = args.repart_every * 5
-        for prefetch in (False, True) if not args.skip_switch else ():
-            r = _train(base, ds_config, device, tmp, strategy="isolated", seed=args.seeds[0], layers=args.layers[0],
-                       epochs=short, eval_every=short, repart_every=args.repart_every, isolated_prefetch=prefetch)  # fmt: skip
-            results.append({"layers": args.layers[0], "strategy": "isolated-switch", "seed": args.seeds[0], "prefetch": prefetch, **r})
-    if dist.get_rank() == 0:
-        with open(args.out, "w") as f:
-            json.dump(results, f)
+        for run in runs:
+            summary = _train(base, ds_config, device, tmp, run)
+            if dist.get_rank() == 0:
+                results[run_key(run)] = {**run, **summary}
+                print(f"{run_key(run)}: test {100 * summary['test_last']:.1f}%, "
+                      f"{(summary['comm_per_epoch'] + summary['sync_per_epoch']) / 1e3:.1f} kB/epoch", flush=True)  # fmt: skip
+                with open(args.out, "w") as f:  # after every run, so a stopped report keeps what it made
+                    json.dump(results, f)
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def planned_runs(args) -> list[dict]:
+    """The runs the chosen part needs, for every rank count."""
+    runs = []
+    for w in args.ranks:
+        if args.part == "bytes":
+            runs += [dict(part="bytes", ranks=w, dataset=d, variant=v, layers=args.layers[0], seed=args.seeds[0], epochs=args.bytes_epochs)
+                     for d in args.datasets for v in args.variants]  # fmt: skip
+        elif args.part == "accuracy":
+            variants = ["ag", *(f"isolated/{c}" for c in args.corrections), *args.extra]
+            runs += [dict(part="accuracy", ranks=w, dataset="cora", variant=v, layers=layers, seed=s, epochs=args.epochs)
+                     for layers in args.layers for v in variants for s in args.seeds]  # fmt: skip
+    return runs
+
+
+def launch(runs: list[dict], ranks: int, args) -> dict:
+    """One deepspeed launch on ``ranks`` ranks that trains ``runs`` in turn; returns their results."""
+    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = os.path.join(tmp, "runs.json"), os.path.join(tmp, "out.json")
+        with open(spec, "w") as f:
+            json.dump(runs, f)
+        cmd = [launcher, f"--num_accelerators={ranks}", os.path.abspath(__file__), "--worker", "--runs", spec, "--out", out,
+               "--config", args.config]  # fmt: skip
+        done = subprocess.run(cmd)
+        results = json.load(open(out)) if os.path.exists(out) else {}
+    if done.returncode:
+        print(f"isolated_report: the launch on {ranks} ranks exited with {done.returncode}; kept {len(results)} runs", file=sys.stderr)
+    return results
 
 
 def _mean(values) -> float:
@@ -119,96 +159,118 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _variant(row: dict) -> str:
-    return row.get("variant", "isolated/C=2W random/coverage").replace("/random/", "/C=2W random/").replace("/metis/", "/C=2W metis/")
+def _kb(value: float) -> str:
+    return f"{value / 1e3:,.1f} kB"
 
 
-def report(results: dict[int, list[dict]], args) -> None:
-    print(f"\nCora, {args.epochs} epochs, seeds {args.seeds}, config {args.config}; isolated variants: chunk count "
-          f"(C), chunk method / correction; repart_every from the config (default 5)\n")  # fmt: skip
-    print("| ranks | layers | isolated variant (chunks/correction) | GP-AG test acc (last) | isolated test acc (last) | gap (pts) "
-          "| GP-AG at best val | isolated at best val | gap (pts) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for w, rows in sorted(results.items()):
-        for layers in args.layers:
-            ag = [r for r in rows if r["layers"] == layers and r["strategy"] == "ag"]
-            variants = sorted({_variant(r) for r in rows if r["strategy"] == "isolated"})
-            for variant in variants:
-                iso = [r for r in rows if r["layers"] == layers and r["strategy"] == "isolated" and _variant(r) == variant]
-                a, i = _mean(r["test_last"] for r in ag), _mean(r["test_last"] for r in iso)
-                ab, ib = _mean(r["test_at_best_val"] for r in ag), _mean(r["test_at_best_val"] for r in iso)
-                print(f"| {w} | {layers} | {variant.split('/', 1)[1]} | {100 * a:.2f}% | {100 * i:.2f}% | {100 * (i - a):+.2f} "
-                      f"| {100 * ab:.2f}% | {100 * ib:.2f}% | {100 * (ib - ab):+.2f} |")
-    print("\n| ranks | layers | GP-AG activations / epoch / rank | gradients / epoch / rank | GP-AG total | isolated total | median step GP-AG | median step isolated |")
+def bytes_table(results: dict) -> None:
+    rows = [r for r in results.values() if r["part"] == "bytes"]
+    if not rows:
+        return
+    print("\n| ranks | dataset | run | steps / epoch | syncs / epoch | comm_bytes / epoch (halo) | sync_bytes / epoch "
+          "| total / epoch | vs isolated-step | vs isolated-step-zero2-bf16 | vs ag |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (w, d) in sorted({(r["ranks"], r["dataset"]) for r in rows}):
+        group = {r["variant"]: r for r in rows if r["ranks"] == w and r["dataset"] == d}
+        total = {v: r["comm_per_epoch"] + r["sync_per_epoch"] for v, r in group.items()}
+        ratio = lambda v, base: f"{total[v] / total[base]:.3f}" if base in total and total[base] else "-"  # noqa: E731
+        for v in BYTES_VARIANTS[:-1]:  # the last one differs only in its stall
+            if v in group:
+                r = group[v]
+                print(f"| {w} | {d} | {v} | {r['steps_per_epoch']:.1f} | {r['syncs_per_epoch']:.2f} | {_kb(r['comm_per_epoch'])} "
+                      f"({_kb(r['halo_per_epoch'])}) | {_kb(r['sync_per_epoch'])} | {_kb(total[v])} | {ratio(v, 'isolated-step')} "
+                      f"| {ratio(v, 'isolated-step-zero2-bf16')} | {ratio(v, 'ag')} |")  # fmt: skip
+    print("\n| ranks | dataset | run | params | median step | halo hit rate | switch stall, mean / max | halo exchange, mean / max |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for w, rows in sorted(results.items()):
-        for layers in args.layers:
-            ag = [r for r in rows if r["layers"] == layers and r["strategy"] == "ag"]
-            iso = [r for r in rows if r["layers"] == layers and r["strategy"] == "isolated"]
-            if not ag or not iso:
-                continue
-            act, grad = _mean(r["activation_bytes"] for r in ag), ag[0]["grad_bytes"]
-            print(f"| {w} | {layers} | {act / 2**20:.2f} MiB | {grad / 2**20:.2f} MiB ({ag[0]['params']:,} params x "
-                  f"{ag[0]['grad_elem_bytes']} B) | {(act + grad) / 2**20:.2f} MiB | "
-                  f"{(_mean(r['activation_bytes'] for r in iso) + grad) / 2**20:.2f} MiB | "
-                  f"{1e3 * _mean(r['step_time_s'] for r in ag):.0f} ms | {1e3 * _mean(r['step_time_s'] for r in iso):.0f} ms |")  # fmt: skip
-    print("\n| ranks | prefetch | switches | mean stall | max stall | mean load time |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for w, rows in sorted(results.items()):
-        for prefetch in (False, True):
-            sw = [t for r in rows if r["strategy"] == "isolated-switch" and r["prefetch"] == prefetch for t in r["switches"]]
-            if sw:
-                print(f"| {w} | {'on' if prefetch else 'off'} | {len(sw)} | {1e3 * _mean(t[1] for t in sw):.1f} ms | "
-                      f"{1e3 * max(t[1] for t in sw):.1f} ms | {1e3 * _mean(t[2] for t in sw):.1f} ms |")
+    for r in sorted(rows, key=lambda r: (r["ranks"], r["dataset"], BYTES_VARIANTS.index(r["variant"]))):
+        times = [f"{1e3 * _mean(r[k]):.1f} / {1e3 * max(r[k]):.1f} ms" if r.get(k) else "-" for k in ("stall_s", "halo_time_s")]
+        hit = f"{100 * r['halo_hit_rate']:.1f}%" if r["halo_hit_rate"] is not None and r["halo_per_epoch"] else "-"
+        print(f"| {r['ranks']} | {r['dataset']} | {r['variant']} | {r['params']:,} | {1e3 * r['step_time_s']:.0f} ms | {hit} | "
+              f"{times[0]} | {times[1]} |")  # fmt: skip
+
+
+def accuracy_table(results: dict) -> None:
+    rows = [r for r in results.values() if r["part"] == "accuracy"]
+    if not rows:
+        return
+    for metric, title in (("test_last", "test accuracy after the last epoch"), ("test_at_best_val", "test accuracy at the best validation accuracy")):
+        print(f"\nCora, {title} (%), mean over seeds and each seed; gap to GP-AG at the same depth in points\n")
+        print("| ranks | layers | run | mean | gap to ag | seeds |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for (w, layers) in sorted({(r["ranks"], r["layers"]) for r in rows}):
+            group = [r for r in rows if r["ranks"] == w and r["layers"] == layers]
+            ag = _mean(r[metric] for r in group if r["variant"] == "ag")
+            for v in sorted({r["variant"] for r in group}, key=lambda v: (v != "ag", v)):
+                runs = sorted((r for r in group if r["variant"] == v), key=lambda r: r["seed"])
+                m = _mean(r[metric] for r in runs)
+                seeds = ", ".join(f"{r['seed']}: {100 * r[metric]:.1f}" for r in runs)
+                print(f"| {w} | {layers} | {v} | {100 * m:.2f} | {100 * (m - ag):+.2f} | {seeds} |")
+
+
+def acceptance(results: dict, repart_every: int) -> None:
+    """The figures of issue 16's acceptance criteria, each with its bound and whether it holds."""
+    lines = []
+    bytes_rows = [r for r in results.values() if r["part"] == "bytes"]
+    for (w, d) in sorted({(r["ranks"], r["dataset"]) for r in bytes_rows}):
+        total = {r["variant"]: r["comm_per_epoch"] + r["sync_per_epoch"] for r in bytes_rows if r["ranks"] == w and r["dataset"] == d}
+        for base, bound in (("isolated-step", 1 / repart_every), ("ag", 0.10)):
+            if "isolated" in total and total.get(base):
+                ratio = total["isolated"] / total[base]
+                lines.append(f"| {w} ranks, {d}: bytes / epoch, isolated / {base} | {ratio:.3f} | <= {bound:.3f} | {'yes' if ratio <= bound else 'NO'} |")
+    acc_rows = [r for r in results.values() if r["part"] == "accuracy"]
+    for (w, layers) in sorted({(r["ranks"], r["layers"]) for r in acc_rows}):
+        group = [r for r in acc_rows if r["ranks"] == w and r["layers"] == layers]
+        ag = [r["test_last"] for r in group if r["variant"] == "ag"]
+        iso = [r["test_last"] for r in group if r["variant"] == "isolated/resample"]
+        if ag and iso:
+            gap = 100 * (_mean(iso) - _mean(ag))
+            ok = abs(gap) <= 2.0 if layers <= 2 else gap >= -1.0
+            bound = "within 2 points" if layers <= 2 else ">= -1 point"
+            lines.append(f"| {w} ranks, Cora {layers} layers: test acc, isolated/resample - ag (mean of {len(iso)} / {len(ag)} seeds) "
+                         f"| {gap:+.2f} pts ({100 * _mean(iso):.2f}% vs {100 * _mean(ag):.2f}%) | {bound} | {'yes' if ok else 'NO'} |")  # fmt: skip
+    if lines:
+        print(f"\nAcceptance (issue 16; repart_every {repart_every})\n\n| figure | value | bound | met |\n| --- | --- | --- | --- |")
+        print("\n".join(lines))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--part", choices=["bytes", "accuracy", "tables"], default="tables",
+                   help="which runs to make (tables: none, print what --results holds)")
     p.add_argument("--config", default="ds_configs/cpu_isolated.json")
-    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--ranks", type=int, nargs="+", default=[2])
+    p.add_argument("--datasets", nargs="+", default=["cora", "rmat:16"], help="bytes part")
+    p.add_argument("--bytes-epochs", type=int, default=50, dest="bytes_epochs", help="epochs of a bytes run (a multiple of repart_every)")
+    p.add_argument("--variants", nargs="+", default=list(BYTES_VARIANTS), choices=BYTES_VARIANTS, help="runs of the bytes part")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--layers", type=int, nargs="+", default=[2, 4])
-    p.add_argument("--epochs", type=int, default=100, help="epochs per run (the quickstart config has 200)")
-    p.add_argument("--eval-every", type=int, default=10, dest="eval_every")
-    p.add_argument("--repart-every", type=int, default=5, dest="repart_every", help="for the switch-time runs")
-    p.add_argument("--corrections", nargs="+", help="isolated corrections to compare (default: the config's)")
-    p.add_argument("--chunk-methods", nargs="+", dest="chunk_methods", help="isolated chunk methods (default: the config's)")
-    p.add_argument("--chunks", type=int, help="isolated_chunks for the isolated runs (default: the config's; 0 = 2 x ranks)")
-    p.add_argument("--skip-ag", action="store_true", dest="skip_ag", help="isolated runs only (with --results of an earlier run)")
-    p.add_argument("--skip-switch", action="store_true", dest="skip_switch", help="no switch-time runs")
-    p.add_argument("--results", help="reuse or keep the raw results in this JSON file (one key per rank count)")
+    p.add_argument("--layers", type=int, nargs="+", default=[2, 3, 4])
+    p.add_argument("--epochs", type=int, default=200, help="epochs of an accuracy run")
+    p.add_argument("--corrections", nargs="+", default=list(CORRECTIONS), choices=CORRECTIONS)
+    p.add_argument("--extra", nargs="*", default=[], choices=[v for v in VARIANTS if v != "ag"],
+                   help="more variants for the accuracy part (e.g. isolated-step)")
+    p.add_argument("--results", default="runs/isolated_report.json", help="raw results, kept and extended across calls")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--runs", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return worker(args)
-    results: dict[int, list[dict]] = {}
-    if args.results and os.path.exists(args.results):
-        with open(args.results) as f:
-            results = {int(k): v for k, v in json.load(f).items()}
-    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    results = json.load(open(args.results)) if os.path.exists(args.results) else {}
     for w in args.ranks:
-        if w in results:
-            continue
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-            out = f.name
-        cmd = [launcher, f"--num_accelerators={w}", os.path.abspath(__file__), "--worker", "--out", out,
-               "--config", args.config, "--epochs", str(args.epochs), "--eval-every", str(args.eval_every),
-               "--repart-every", str(args.repart_every), "--seeds", *map(str, args.seeds),
-               "--layers", *map(str, args.layers)]  # fmt: skip
-        for flag, values in (("--corrections", args.corrections), ("--chunk-methods", args.chunk_methods)):
-            cmd += [flag, *values] if values else []
-        cmd += ["--chunks", str(args.chunks)] if args.chunks is not None else []
-        cmd += ["--skip-ag"] * args.skip_ag + ["--skip-switch"] * args.skip_switch
-        subprocess.run(cmd, check=True)
-        with open(out) as f:
-            results[w] = json.load(f)
-        os.unlink(out)
-        if args.results:
+        todo = [r for r in planned_runs(args) if r["ranks"] == w and run_key(r) not in results]
+        if todo:
+            results.update(launch(todo, w, args))
+            os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
             with open(args.results, "w") as f:
-                json.dump(results, f)
-    report(results, args)
+                json.dump(results, f, indent=1)
+    print(f"config {args.config}; {len(results)} runs in {args.results}")
+    bytes_table(results)
+    accuracy_table(results)
+    from dsgraph.train.config import load_ds_config
+
+    acceptance(results, load_ds_config(args.config)[1].repart_every)
     return 0
 
 

@@ -1,24 +1,31 @@
-"""Isolated (Grappa-style) training, the pure part: chunks, the rotation schedule, the local
-subgraph of a set of chunks, and the gradient-correction weights. No files, no processes.
+"""Isolated (Grappa-style) training, the pure part: chunks, the round-robin schedule, the halo
+cache's choice of nodes, a rank's local subgraph, the correction weights and the local mini-batches.
+No files, no processes.
 
-Scheme (C chunks, W ranks, C a multiple of W, k = C / W):
+Scheme (C chunks, W ranks, k = C / W chunks per rank, k even when W > 1):
 
 - The nodes are split into C chunks (``assign_chunks``) and relabelled so every chunk is one id range.
-- Rank r owns the k *primary* chunks ``[r*k, (r+1)*k)`` for the whole run; the loss of a training
-  node is computed only by the rank that owns its chunk, so every training node counts exactly once
-  per epoch.
-- In super-epoch s, rank r also holds one *neighbour* chunk ``((r+1)*k + s mod (C-k)) mod C``: the
-  neighbour walks through the C - k chunks owned by other ranks, one per super-epoch.
-- Rank r trains on the subgraph induced by its primary chunks plus the neighbour chunk (their own
-  edges and the bridging edges between them); the neighbour's rows only feed attention.
-
-Over one rotation cycle of C - k super-epochs every rank has met every chunk, so every in-edge of
-every node (its destination is some rank's primary node) was in that rank's training subgraph.
-A rank holds (k + 1) / C = 1/W + 1/C of the nodes: more chunks mean less memory and a longer cycle.
+- Round-robin rotation (seed section 2.4). Super-epoch s plays round s mod (C - 1) of a round-robin
+  tournament of the chunks (the circle method): the chunks form C / 2 pairs, and over the C - 1
+  rounds of a cycle every two chunks are paired exactly once. A rank holds k / 2 pairs, and which
+  rank holds which pairs shifts by one every super-epoch, so the chunks (and the work) travel over
+  all ranks: W and C - 1 are coprime, so over W (C - 1) super-epochs each rank holds each chunk
+  C - 1 times.
+- A chunk is held by exactly one rank in a super-epoch, so every training node's loss counts once
+  per epoch, and over one cycle every edge lies inside the chunks of the rank that holds its
+  destination (the chunks of its two ends are paired in some round).
+- Halo cache (seed section 2.2). A rank also keeps the features of up to ``halo_fraction * n`` nodes
+  outside its chunks (n: its rows), those feeding the most of its in-edges (``select_halo``). They
+  arrive at the start of the super-epoch from the rank that holds them; in the local subgraph
+  (``local_subgraph``) a halo row feeds its edges into the rank's rows and attends only to itself.
+- Correction (seed section 3.1). In a super-epoch a node keeps ``kept`` of its ``degree`` in-edges;
+  averaged over a cycle it keeps E[kept] (``cycle_plan``). Its loss weight is the seed's resampling
+  factor (``resampling_correction``) or one of the variants of ``correction_weights``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -29,7 +36,7 @@ from dsgraph.graph import Graph
 from dsgraph.graph.partition import partition_nodes
 
 CHUNK_METHODS = ("random", "metis")
-CORRECTIONS = ("coverage", "resample", "uniform", "none")
+CORRECTIONS = ("resample", "uniform", "coverage", "none")
 
 
 def assign_chunks(graph: Graph, num_chunks: int, method: str = "random", seed: int = 0) -> np.ndarray:
@@ -47,18 +54,25 @@ def default_num_chunks(num_chunks: int, world_size: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RotationSchedule:
-    """Which chunks rank r trains on in super-epoch s (see the module docstring)."""
+    """Which chunks rank r holds in super-epoch s (see the module docstring)."""
 
     num_chunks: int
     world_size: int
 
     def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ValueError(f"world size must be >= 1, got {self.world_size}")
-        if self.num_chunks < self.world_size or self.num_chunks % self.world_size:
+        w, c = self.world_size, self.num_chunks
+        if w < 1:
+            raise ValueError(f"world size must be >= 1, got {w}")
+        if c < w or c % w:
             raise ValueError(
-                f"isolated training needs a chunk count that is a positive multiple of the {self.world_size} "
-                f"ranks, got {self.num_chunks}; set 'isolated_chunks' to e.g. {2 * self.world_size} (or 0 for 2 x ranks)"
+                f"isolated training needs a chunk count that is a positive multiple of the {w} ranks, got {c}; "
+                f"set 'isolated_chunks' to e.g. {2 * w} (or 0 for 2 x ranks)"
+            )
+        if w > 1 and (c // w) % 2:
+            raise ValueError(
+                f"the round-robin rotation moves chunks in pairs, so each of the {w} ranks needs an even number "
+                f"of chunks; got {c} chunks ({c // w} per rank): set 'isolated_chunks' to a multiple of {2 * w} "
+                f"(or 0 for {2 * w})"
             )
 
     @property
@@ -67,34 +81,57 @@ class RotationSchedule:
 
     @property
     def cycle_length(self) -> int:
-        """Super-epochs until the neighbour chunk returns to its first value (1 on one rank)."""
-        return max(self.num_chunks - self.chunks_per_rank, 1)
+        """Super-epochs until the pairs repeat: C - 1 (1 on one rank, which holds every chunk)."""
+        return self.num_chunks - 1 if self.world_size > 1 else 1
 
-    def primary_chunks(self, rank: int) -> list[int]:
-        k = self.chunks_per_rank
-        return list(range(rank * k, (rank + 1) * k))
+    def pairs(self, super_epoch: int) -> list[tuple[int, int]]:
+        """The C / 2 chunk pairs of round ``super_epoch mod (C - 1)``: chunk 0 stays in place and
+        the other chunks turn one position per round (the circle method)."""
+        c = self.num_chunks
+        t = super_epoch % (c - 1)
+        ring = [0] + [1 + (i + t) % (c - 1) for i in range(c - 1)]
+        return [(ring[j], ring[c - 1 - j]) for j in range(c // 2)]
 
-    def neighbour_chunk(self, rank: int, super_epoch: int) -> int | None:
-        """The chunk rank ``rank`` borrows in ``super_epoch``; None on one rank (it owns every chunk)."""
+    def group(self, rank: int, super_epoch: int) -> int:
+        """The group of pairs ``rank`` holds: group g is pairs [g k/2, (g+1) k/2), and the groups
+        shift by one rank every super-epoch."""
+        return (rank - super_epoch) % self.world_size
+
+    def group_chunks(self, group: int, super_epoch: int) -> list[int]:
+        """The chunks of ``group`` in ``super_epoch``, sorted."""
         if self.world_size == 1:
-            return None
-        k = self.chunks_per_rank
-        return ((rank + 1) * k + super_epoch % self.cycle_length) % self.num_chunks
+            return list(range(self.num_chunks))
+        half = self.chunks_per_rank // 2
+        return sorted(c for pair in self.pairs(super_epoch)[group * half : (group + 1) * half] for c in pair)
 
     def chunks(self, rank: int, super_epoch: int) -> list[int]:
-        """Primary chunks first, then the neighbour chunk."""
-        neighbour = self.neighbour_chunk(rank, super_epoch)
-        return self.primary_chunks(rank) + ([] if neighbour is None else [neighbour])
+        """The chunks ``rank`` holds (and whose training nodes it computes the loss of), sorted."""
+        return self.group_chunks(self.group(rank, super_epoch), super_epoch)
 
-    @property
-    def expected_coverage(self) -> float:
-        """Fraction of a node's in-edges present locally when chunks are uniformly random: (k + 1) / C."""
-        return min(self.chunks_per_rank + 1, self.num_chunks) / self.num_chunks
+    def holders(self, super_epoch: int) -> np.ndarray:
+        """int64 [C]: the rank that holds each chunk in ``super_epoch``."""
+        out = np.empty(self.num_chunks, dtype=np.int64)
+        for rank in range(self.world_size):
+            out[self.chunks(rank, super_epoch)] = rank
+        return out
 
 
 def super_epoch_of(epoch: int, repart_every: int) -> int:
-    """Super-epoch index of ``epoch`` when the neighbour chunk rotates every ``repart_every`` epochs."""
+    """Super-epoch index of ``epoch`` when the chunks rotate every ``repart_every`` epochs."""
     return epoch // repart_every
+
+
+def num_batches(counts: Sequence[int], batch_size: int) -> int:
+    """Local mini-batches per epoch, the same on every rank: enough for the rank with the most
+    training nodes (``counts``, one per rank) at ``batch_size`` (0: one batch of everything)."""
+    if batch_size <= 0:
+        return 1
+    return max(1, math.ceil(max(counts, default=0) / batch_size))
+
+
+def batch_sizes(count: int, batches: int) -> list[int]:
+    """Sizes of the ``batches`` near-equal parts of ``count`` rows (as ``torch.tensor_split`` cuts)."""
+    return [count // batches + (1 if j < count % batches else 0) for j in range(batches)]
 
 
 class RowBlock(Protocol):
@@ -137,130 +174,210 @@ def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
     )  # fmt: skip
 
 
+class BlockRows:
+    """Where the rows of disjoint row blocks sit locally: block b's rows follow blocks 0..b-1."""
+
+    def __init__(self, blocks: Sequence[RowBlock]):
+        if not blocks:
+            raise ValueError("a local subgraph needs at least one row block")
+        self.starts = np.array([b.start for b in blocks], dtype=np.int64)
+        self.ends = np.array([b.end for b in blocks], dtype=np.int64)
+        sizes = self.ends - self.starts
+        self.offsets = np.concatenate(([0], np.cumsum(sizes)))  # [B+1] local id of each block's first row
+        self.order = np.argsort(self.starts)
+        if (sizes < 0).any() or (self.starts[self.order][1:] < self.ends[self.order][:-1]).any():
+            raise ValueError(f"row blocks must be disjoint ranges, got {list(zip(self.starts.tolist(), self.ends.tolist()))}")
+        self.degree = np.concatenate([np.diff(np.asarray(b.rowptr)) for b in blocks])  # [n] full in-degree
+        self.src = np.concatenate([np.asarray(b.col, dtype=np.int64) for b in blocks])  # [E_all] global ids
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def local(self, ids: np.ndarray) -> np.ndarray:
+        """int64: the local row of each global id, -1 where it lies in no block."""
+        which = np.searchsorted(self.starts[self.order], ids, side="right") - 1
+        block = self.order[np.clip(which, 0, None)]
+        inside = (which >= 0) & (ids < self.ends[block])
+        return np.where(inside, ids - self.starts[block] + self.offsets[block], -1)
+
+    def node_ids(self) -> np.ndarray:
+        return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in zip(self.starts, self.ends)])
+
+
+def halo_budget(num_rows: int, fraction: float) -> int:
+    """Halo cache capacity in nodes: ``fraction`` of the rank's rows, rounded down."""
+    return int(fraction * num_rows)
+
+
+def select_halo(blocks: Sequence[RowBlock], budget: int) -> np.ndarray:
+    """The halo cache of a rank holding ``blocks``: up to ``budget`` source ids outside the blocks,
+    those with the most in-edges into the blocks' rows (ties: the smaller id). Sorted int64."""
+    rows = BlockRows(blocks)
+    outside = rows.src[rows.local(rows.src) < 0]
+    ids, counts = np.unique(outside, return_counts=True)
+    if budget <= 0:
+        return ids[:0]
+    if ids.size > budget:
+        ids = np.sort(ids[np.lexsort((ids, -counts))[:budget]])
+    return ids
+
+
+def _edges(rows: BlockRows, halo_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dst, src, kept, from_halo) over every in-edge of the blocks' rows: local destination and
+    source (halo row h at num_rows + h), whether the edge is in the local subgraph and whether
+    its source is a halo row."""
+    dst = np.repeat(np.arange(rows.num_rows, dtype=np.int64), rows.degree)
+    src = rows.local(rows.src)
+    from_halo = np.zeros(src.shape, dtype=bool)
+    if halo_ids.size:
+        order = np.argsort(halo_ids, kind="stable")
+        pos = np.clip(np.searchsorted(halo_ids[order], rows.src), 0, halo_ids.size - 1)
+        from_halo = (src < 0) & (halo_ids[order][pos] == rows.src)
+        src = np.where(from_halo, rows.num_rows + order[pos], src)
+    return dst, src, src >= 0, from_halo
+
+
 @dataclass(kw_only=True)
 class LocalSubgraph:
-    """The subgraph induced by some row blocks, relabelled to local ids 0..n-1 in block order."""
+    """A rank's chunks and halo as one graph with local ids: the blocks' rows first (in block
+    order), then one row per halo node."""
 
     graph: Graph
-    """Local CSR by destination (sources are local ids), features, labels and masks."""
+    """Local CSR by destination, features (zeros in halo rows until the halo arrives), labels and
+    masks (halo rows unlabelled, in no split)."""
     node_ids: torch.Tensor
-    """int64 [n]: the id of each local node in the blocks' (relabelled global) numbering."""
-    primary: torch.Tensor
-    """bool [n]: rows whose loss this rank owns (the primary blocks)."""
-    coverage: torch.Tensor
-    """float64 [n]: in-edges present locally / in-edges in the whole graph (1.0 for a row without any)."""
+    """int64 [n]: the relabelled global id of every local row."""
+    num_own: int
+    """Rows of the blocks (the rank's chunks); the halo rows follow."""
+    degree: np.ndarray
+    """int64 [num_own]: in-degree of each own row in the whole graph."""
+    kept: np.ndarray
+    """int64 [num_own]: its in-edges present locally (source in the blocks or in the halo)."""
+    halo_hits: int
+    """In-edges of own rows whose source is a halo row (cross-chunk edges the cache keeps)."""
     chunks: tuple[int, ...] = ()
-    """The chunk ids of the blocks, primary first."""
 
     @property
     def num_edges(self) -> int:
         return self.graph.num_edges
 
+    @property
+    def halo_misses(self) -> int:
+        """Cross-chunk in-edges of own rows that are not in the local subgraph."""
+        return int(self.degree.sum() - self.kept.sum())
 
-def induced_subgraph(blocks: Sequence[RowBlock], num_primary: int, chunks: Sequence[int] = ()) -> LocalSubgraph:
-    """Keeps the in-edges of the blocks' rows whose source lies in one of the blocks, relabelled
-    to local ids (block b's rows come after blocks 0..b-1). The first ``num_primary`` blocks are primary.
 
-    Block row ranges must be disjoint. Copies out of memory-mapped blocks.
-    """
-    if not blocks:
-        raise ValueError("induced_subgraph needs at least one row block")
-    starts = np.array([b.start for b in blocks], dtype=np.int64)
-    ends = np.array([b.end for b in blocks], dtype=np.int64)
-    sizes = ends - starts
-    offsets = np.concatenate(([0], np.cumsum(sizes)))  # [B+1] local id of each block's first row
-    order = np.argsort(starts)
-    if (sizes < 0).any() or (starts[order][1:] < ends[order][:-1]).any():
-        raise ValueError(f"row blocks must be disjoint ranges, got {list(zip(starts.tolist(), ends.tolist()))}")
+def local_subgraph(
+    blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = ()
+) -> LocalSubgraph:
+    """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
+    outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
+    self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps."""
+    rows = BlockRows(blocks)
+    halo_ids = np.asarray(halo_ids, dtype=np.int64)
+    if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
+        raise ValueError("halo ids must be distinct and lie outside the row blocks")
+    dst, src, kept_edge, from_halo = _edges(rows, halo_ids)
+    n, h = rows.num_rows, halo_ids.size
+    kept = np.bincount(dst[kept_edge], minlength=n)
+    loops = np.arange(n, n + h, dtype=np.int64) if halo_self_loops else np.zeros(0, dtype=np.int64)
+    rowptr = np.zeros(n + h + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([kept, np.full(h, int(halo_self_loops))]), out=rowptr[1:])
+    col = np.concatenate([src[kept_edge], loops]).astype(np.int32)
 
-    degree = np.concatenate([np.diff(np.asarray(b.rowptr)) for b in blocks])  # [n] full in-degree
-    src = np.concatenate([np.asarray(b.col, dtype=np.int64) for b in blocks])  # [E_all] global ids
-    dst = np.repeat(np.arange(offsets[-1], dtype=np.int64), degree)  # [E_all] local ids
-    which = np.searchsorted(starts[order], src, side="right") - 1  # index into the sorted blocks
-    inside = which >= 0
-    which = order[np.clip(which, 0, None)]  # block index of each source (valid where inside)
-    inside &= src < ends[which]
-    local_src = (src - starts[which] + offsets[which])[inside]
-    kept = np.bincount(dst[inside], minlength=offsets[-1])  # [n] in-edges present locally
-    rowptr = np.zeros(offsets[-1] + 1, dtype=np.int64)
-    np.cumsum(kept, out=rowptr[1:])
-    coverage = np.where(degree > 0, kept / np.maximum(degree, 1), 1.0)
-
-    def cat(name: str, dtype=None) -> torch.Tensor:
-        return torch.from_numpy(np.concatenate([np.asarray(getattr(b, name), dtype=dtype) for b in blocks]))
+    def cat(name: str, dtype, halo_value) -> torch.Tensor:
+        own = [np.asarray(getattr(b, name), dtype=dtype) for b in blocks]
+        shape = (h, *own[0].shape[1:])
+        return torch.from_numpy(np.concatenate(own + [np.full(shape, halo_value, dtype=dtype)]))
 
     graph = Graph(
-        rowptr=torch.from_numpy(rowptr),
-        col=torch.from_numpy(local_src.astype(np.int32)),
-        x=cat("x", np.float32),
-        y=cat("y", np.int64),
-        train_mask=cat("train_mask", bool),
-        val_mask=cat("val_mask", bool),
-        test_mask=cat("test_mask", bool),
-        name="isolated",
-    )
-    primary = torch.zeros(int(offsets[-1]), dtype=torch.bool)
-    primary[: int(offsets[min(num_primary, len(blocks))])] = True
-    node_ids = torch.from_numpy(np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in zip(starts, ends)]))
-    return LocalSubgraph(graph=graph, node_ids=node_ids, primary=primary, coverage=torch.from_numpy(coverage),
-                         chunks=tuple(chunks))
+        rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
+        y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
+        test_mask=cat("test_mask", bool, False), name="isolated",
+    )  # fmt: skip
+    node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
+    return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
+                         halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
 
 
+@dataclass(kw_only=True)
+class CyclePlan:
+    """The halo cache of every group of chunks in every round of a rotation cycle, and what every
+    node keeps on average over the cycle. A pure function of the graph, so every rank builds the
+    same plan and knows, without asking, which of its rows another rank's halo needs."""
 
-def cycle_coverage(blocks: Sequence[RowBlock], chunk_ranges: np.ndarray, schedule: RotationSchedule, rank: int) -> np.ndarray:
-    """Coverage of ``rank``'s primary rows (``blocks``, its primary chunks in order) in every
-    super-epoch of the rotation cycle: float64 [cycle_length, n], 1.0 for rows without in-edges.
+    halo: list[list[np.ndarray]]
+    """[round][group]: the halo ids (sorted) of that group's chunks in that round."""
+    degree: np.ndarray
+    """int64 [N]: in-degree of every node (relabelled ids)."""
+    expected_kept: np.ndarray
+    """float64 [N]: in-edges of a node present in its local subgraph, averaged over the cycle."""
+    uniform_share: float
+    """Share of the training nodes' in-edges kept on average: sum E[kept] / sum degree over them."""
 
-    ``chunk_ranges`` int64 [C, 2] holds each chunk's relabelled id range (contiguous, in chunk order).
-    An in-edge is present when its source lies in a primary chunk or in that super-epoch's neighbour.
-    """
-    chunk_ranges = np.asarray(chunk_ranges, dtype=np.int64).reshape(-1, 2)
-    if chunk_ranges.shape[0] != schedule.num_chunks:
-        raise ValueError(f"{chunk_ranges.shape[0]} chunk ranges for a schedule of {schedule.num_chunks} chunks")
-    degree = np.concatenate([np.diff(np.asarray(b.rowptr)) for b in blocks])  # [n]
-    src = np.concatenate([np.asarray(b.col, dtype=np.int64) for b in blocks])  # [E]
-    dst = np.repeat(np.arange(degree.size, dtype=np.int64), degree)  # [E]
-    src_chunk = np.searchsorted(chunk_ranges[:, 1], src, side="right")  # [E] chunk of each source
-    own = (src_chunk // schedule.chunks_per_rank) == rank  # [E]
-    base = np.bincount(dst[own], minlength=degree.size)  # [n] in-edges from the primary chunks
-    per_chunk = np.zeros((schedule.num_chunks, degree.size), dtype=np.int64)  # [C, n] the other in-edges
-    np.add.at(per_chunk, (src_chunk[~own], dst[~own]), 1)
-    out = np.empty((schedule.cycle_length, degree.size))
-    for s in range(schedule.cycle_length):
-        neighbour = schedule.neighbour_chunk(rank, s)
-        present = base + (per_chunk[neighbour] if neighbour is not None else 0)
-        out[s] = np.where(degree > 0, present / np.maximum(degree, 1), 1.0)
-    return out
+    def halo_of(self, schedule: RotationSchedule, rank: int, super_epoch: int) -> np.ndarray:
+        return self.halo[super_epoch % schedule.cycle_length][schedule.group(rank, super_epoch)]
+
+
+def cycle_plan(parts: Sequence[RowBlock], schedule: RotationSchedule, halo_fraction: float) -> CyclePlan:
+    """``parts``: one row block per chunk, in chunk order, covering ids 0..N-1 contiguously."""
+    if len(parts) != schedule.num_chunks:
+        raise ValueError(f"{len(parts)} chunks for a schedule of {schedule.num_chunks}")
+    degree = np.concatenate([np.diff(np.asarray(p.rowptr)) for p in parts])
+    train = np.concatenate([np.asarray(p.train_mask, dtype=bool) for p in parts])
+    expected = np.zeros(degree.size)
+    halo = []
+    for t in range(schedule.cycle_length):
+        halo.append([])
+        for g in range(schedule.world_size):
+            blocks = [parts[c] for c in schedule.group_chunks(g, t)]
+            rows = BlockRows(blocks)
+            ids = select_halo(blocks, halo_budget(rows.num_rows, halo_fraction))
+            dst, _, kept_edge, _ = _edges(rows, ids)
+            expected[rows.node_ids()] += np.bincount(dst[kept_edge], minlength=rows.num_rows)
+            halo[-1].append(ids)
+    expected /= schedule.cycle_length
+    share = float(expected[train].sum() / max(degree[train].sum(), 1))
+    return CyclePlan(halo=halo, degree=degree, expected_kept=expected, uniform_share=share if share > 0 else 1.0)
+
+
+def resampling_correction(expected: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """The seed's resampling factor c(v) = 1 / prod_l (E[|N_l(v)|] / |N_l(v)|), float64 [n].
+
+    ``expected`` and ``full`` are [L, n]: the expected size of node v's layer-l neighbourhood in
+    the local subgraph, and its size in the whole graph. A node without neighbours gets 1."""
+    expected, full = np.asarray(expected, dtype=np.float64), np.asarray(full, dtype=np.float64)
+    ratio = np.where(full > 0, expected / np.maximum(full, 1.0), 1.0)
+    return 1.0 / np.prod(ratio, axis=0)
 
 
 def correction_weights(
-    coverage: torch.Tensor, cycle: torch.Tensor, method: str, layers: int, expected_coverage: float
+    method: str, *, degree: np.ndarray, kept: np.ndarray, expected: np.ndarray, layers: int, uniform_share: float
 ) -> torch.Tensor:
-    """Loss weight of each of this rank's training nodes in this super-epoch, float32 [n].
+    """Loss weight of each training node in this super-epoch, float32 [n].
 
-    ``coverage`` [n] is each node's fraction f of in-edges present in the local subgraph now;
-    ``cycle`` [S, n] the same fraction in every super-epoch of the rotation cycle (``cycle_coverage``).
+    Every layer attends over a node's in-edges, so its layer-l neighbourhood is its in-edges at
+    every l: |N_l(v)| = ``degree`` in the whole graph, and E[|N_l(v)|] = ``expected``, its in-edges
+    present locally averaged over the rotation cycle. ``kept`` is what it has in this super-epoch.
 
-    - ``coverage``: w = f / mean_cycle(f). Over a cycle every node keeps its full-graph weight (the
-      weights of a node sum to the cycle length), but the super-epochs in which it sees more of its
-      neighbourhood, where its gradient is closer to the full-graph one, count more.
-    - ``resample``: w = f^L / mean_cycle(f^L), Grappa's resampling ratio: with L attention layers
-      about f^L of a node's L-hop paths survive the isolation.
-    - ``uniform``: w = 1 / ``expected_coverage`` for every node, the inverse inclusion probability of
-      an in-edge under uniformly random chunks ((k + 1) / C): a constant scale, which acts through
-      gradient clipping and the optimizer's epsilon only.
+    - ``resample`` (the seed's): c = 1 / prod_l (E[|N_l|] / |N_l|) = (degree / expected)^L, >= 1 and
+      larger for nodes that keep less of their neighbourhood; the same in every super-epoch.
+    - ``uniform``: c = uniform_share^-L for every node, as if every node kept the graph's average
+      share of its in-edges (a constant: it acts through clipping and the optimizer's epsilon only).
+    - ``coverage``: w = kept / expected, the node's share now over its average share; over a cycle a
+      node's weights sum to the cycle length (the weights of earlier releases).
     - ``none``: w = 1.
-
-    Every weight uses only this rank's own rows, so no rank needs another rank's numbers.
     """
     if method not in CORRECTIONS:
         raise ValueError(f"unknown isolated correction '{method}'; choose from {', '.join(CORRECTIONS)}")
-    f = coverage.to(torch.float64)
-    if method == "none":
-        w = torch.ones_like(f)
+    degree, kept, expected = (np.asarray(a, dtype=np.float64) for a in (degree, kept, expected))
+    if method == "resample":
+        w = resampling_correction(np.broadcast_to(expected, (layers, expected.size)), np.broadcast_to(degree, (layers, degree.size)))
     elif method == "uniform":
-        w = torch.full_like(f, 1.0 / expected_coverage)
+        w = np.full(degree.size, uniform_share ** -layers)
+    elif method == "coverage":
+        w = np.where(expected > 0, kept / np.maximum(expected, 1e-12), 1.0)
     else:
-        power = 1 if method == "coverage" else layers
-        w = f.pow(power) / cycle.to(torch.float64).pow(power).mean(0).clamp_min(1e-12)
-    return w.to(torch.float32)
+        w = np.ones(degree.size)
+    return torch.from_numpy(w.astype(np.float32))

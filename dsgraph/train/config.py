@@ -99,11 +99,21 @@ class DsgraphConfig:
     feature_dtype: str = "float32"
     """Mode 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
     isolated_chunks: int = 0
-    """Mode 'isolated': chunks C the graph is split into, a multiple of the rank count (0: 2 x ranks)."""
+    """Mode 'isolated': chunks C the graph is split into, a multiple of 2 x ranks (0: 2 x ranks)."""
     repart_every: int = 5
-    """Mode 'isolated': epochs per super-epoch; the neighbour chunk rotates after each one."""
-    isolated_correction: str = "coverage"
-    """Mode 'isolated': loss weights from coverage: 'coverage', 'resample', 'uniform' or 'none'."""
+    """Mode 'isolated': epochs per super-epoch; the chunks rotate (round-robin) after each one."""
+    isolated_sync: str = "super_epoch"
+    """Mode 'isolated': 'super_epoch' (local steps, parameters averaged at super-epoch boundaries, as
+    Grappa does) or 'step' (DeepSpeed reduces gradients in every step)."""
+    isolated_batch_size: int = 1000
+    """Mode 'isolated': training nodes per local mini-batch on each rank (0: all of them in one step)."""
+    isolated_correction: str = "resample"
+    """Mode 'isolated': loss weights: 'resample' (the seed's), 'uniform', 'coverage' or 'none'."""
+    isolated_halo_fraction: float = 0.05
+    """Mode 'isolated': halo cache size as a share of a rank's rows (0: no cache)."""
+    isolated_comm_dtype: str = "bfloat16"
+    """Mode 'isolated': dtype of what isolated training sends: parameter changes at boundaries and
+    halo features, 'bfloat16' or 'float32'."""
     chunk_method: str = "random"
     """Mode 'isolated': how nodes are split into chunks, 'random' or 'metis'."""
     isolated_prefetch: bool = True
@@ -241,8 +251,21 @@ def _check_isolated(cfg: DsgraphConfig) -> None:
         raise ValueError(f"dsgraph config: 'isolated_correction' must be one of {', '.join(CORRECTIONS)}; got '{cfg.isolated_correction}'")
     if cfg.chunk_method not in CHUNK_METHODS:
         raise ValueError(f"dsgraph config: 'chunk_method' must be one of {', '.join(CHUNK_METHODS)}; got '{cfg.chunk_method}'")
+    if cfg.isolated_sync not in ("super_epoch", "step"):
+        raise ValueError(f"dsgraph config: 'isolated_sync' must be 'super_epoch' or 'step'; got '{cfg.isolated_sync}'")
+    if cfg.isolated_batch_size < 0 or not 0.0 <= cfg.isolated_halo_fraction <= 1.0:
+        raise ValueError("dsgraph config: 'isolated_batch_size' must be >= 0 (0: one batch) and 'isolated_halo_fraction' in [0, 1]")
+    if cfg.isolated_comm_dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"dsgraph config: 'isolated_comm_dtype' must be 'bfloat16' or 'float32'; got '{cfg.isolated_comm_dtype}'")
     if cfg.mode == "isolated" and cfg.partitions is not None:
         raise ValueError("dsgraph config: mode 'isolated' writes its own chunk store; drop 'partitions'")
+    if cfg.mode == "isolated" and cfg.isolated_sync == "super_epoch":
+        for name in ("eval_every", "checkpoint_every"):
+            if getattr(cfg, name) % cfg.repart_every:
+                raise ValueError(
+                    f"dsgraph config: with 'isolated_sync' 'super_epoch' the ranks' parameters agree only at super-epoch "
+                    f"boundaries, so '{name}' ({getattr(cfg, name)}) must be a multiple of 'repart_every' ({cfg.repart_every})"
+                )
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),

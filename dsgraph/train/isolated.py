@@ -1,31 +1,61 @@
-"""Isolated (Grappa-style) training, mode 'isolated': every rank trains on its own chunks' induced
-subgraph with one-rank attention, so a training step moves no activations; the only traffic is
-DeepSpeed's gradient reduction. The neighbour chunk rotates every ``repart_every`` epochs (a
-super-epoch; see ``dsgraph.parallel.isolated``), loaded ahead by a background thread.
+"""Isolated (Grappa-style) training, mode 'isolated': every rank trains on its chunks' local
+subgraph (plus a halo cache) with one-rank attention, so a training step moves no activations.
+The chunks rotate round-robin every ``repart_every`` epochs (a super-epoch; see
+``dsgraph.parallel.isolated``); the next super-epoch is loaded ahead by a background thread and its
+halo features arrive at the switch.
 
-The loss on rank r is ``sum_i w_i * loss_i * W / global_count`` over its primary training nodes,
-with ``w`` the coverage correction, so DeepSpeed's average over W ranks is the weighted mean over
-all training nodes. Evaluation is the normal full-graph path (the configured strategy over all
-ranks, on the same loaded dataset), so accuracy compares directly with the other modes.
+Each epoch is a pass over the rank's training nodes in ``isolated_batch_size`` mini-batches (the
+same number of batches on every rank), each one optimizer step on the whole local subgraph with the
+loss on the batch: ``sum_i c_i * loss_i / |B|`` (the seed's batch-level correction, c from
+``isolated_correction``).
 
-A step row's ``loss`` and ``train_acc`` cover this rank's primary training nodes only (a global
-value would need a collective in the step); evaluation rows are global as usual.
+- ``isolated_sync: "super_epoch"`` (the default, Grappa's): the steps are local (no collective) and
+  the ranks average their parameters after the last step of each super-epoch (``sync.LocalSteps``:
+  weighted by training nodes, the change since the last boundary sent in ``isolated_comm_dtype``).
+  Adam's moments are not averaged: each rank keeps its own (they describe its own gradients), so a
+  boundary sends the parameters once and nothing else. Gradient clipping uses the rank's own norm.
+  This needs ZeRO stage 0 in fp32 (the rank holds the whole optimizer state); other engines are
+  refused with a message naming the fix.
+- ``isolated_sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
+  ``sum_i c_i * loss_i * W / sum_r |B_r|``, the mean over the global batch.
+
+Evaluation is the normal full-graph path (the configured strategy over all ranks, on the same loaded
+dataset), so accuracy compares directly with the other modes; with local steps it runs only at
+super-epoch boundaries, where the ranks' parameters agree. A step row's ``loss`` and ``train_acc``
+cover this rank's batch only (a global value would need a collective in the step).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-
-import torch
+import time
+from dataclasses import dataclass
 
 from dsgraph.graph import load_dataset
-from dsgraph.parallel.isolated import RotationSchedule, assign_chunks, default_num_chunks, super_epoch_of
-from dsgraph.train.chunk_store import ChunkLoader, ChunkPrefetcher, SuperEpochData, write_chunk_store
+from dsgraph.parallel.isolated import (
+    RotationSchedule, assign_chunks, batch_sizes, default_num_chunks, num_batches, super_epoch_of,
+)  # fmt: skip
+from dsgraph.train.chunk_store import (
+    COMM_DTYPES, ChunkLoader, ChunkPrefetcher, LoadSettings, SuperEpochData, exchange_halo, write_chunk_store,
+)  # fmt: skip
 from dsgraph.train.full_graph import GraphOnRanks
 from dsgraph.train.graph_source import raise_if_any_rank_failed
 from dsgraph.train.mode import Mode, Step
 from dsgraph.train.sampled import local_attention
+
+
+@dataclass(frozen=True, slots=True)
+class _EpochPlan:
+    """What the mini-batch steps of one epoch share."""
+
+    epoch: int
+    batches: int  # mini-batches per epoch, the same on every rank
+    counts: list[int]  # training nodes of every rank in this super-epoch
+    boundary: bool  # the epoch ends a super-epoch (or the run)
+    stall_s: float  # the switch's wait for the load, if the epoch starts a super-epoch
+    halo_time_s: float  # the switch's halo exchange
+    halo_bytes: int  # what the halo exchange sent
 
 
 class Isolated(Mode):
@@ -46,11 +76,13 @@ class Isolated(Mode):
         self.store_dir = self._write_store(graph)
         self.data: SuperEpochData | None = None
         self.switch_times: list[tuple[int, float, float]] = []
+        self.local = cfg.isolated_sync == "super_epoch"
         s = self.schedule
-        log(f"isolated: {s.num_chunks} {cfg.chunk_method} chunks, {s.chunks_per_rank} primary per rank, "
-            f"neighbour rotates every {cfg.repart_every} epochs (cycle {s.cycle_length} super-epochs), "
-            f"correction '{cfg.isolated_correction}', prefetch {'on' if cfg.isolated_prefetch else 'off'}, "
-            f"store {self.store_dir}")  # fmt: skip
+        log(f"isolated: {s.num_chunks} {cfg.chunk_method} chunks, {s.chunks_per_rank} per rank, rotating round-robin "
+            f"every {cfg.repart_every} epochs (cycle {s.cycle_length} super-epochs), sync every "
+            f"{'super-epoch' if self.local else 'step'}, batches of {cfg.isolated_batch_size or 'all'}, "
+            f"halo cache {cfg.isolated_halo_fraction:.0%}, correction '{cfg.isolated_correction}', "
+            f"prefetch {'on' if cfg.isolated_prefetch else 'off'}, store {self.store_dir}")  # fmt: skip
 
     def _write_store(self, graph) -> str:
         """Rank 0 chooses the chunks; with ``isolated_store`` rank 0 writes the store there, otherwise
@@ -73,35 +105,80 @@ class Isolated(Mode):
         raise_if_any_rank_failed(self.control, error)  # also makes the other ranks wait for rank 0's store
         return store_dir
 
+    def sync(self):
+        from dsgraph.train.sync import EveryStep, LocalSteps
+
+        return LocalSteps(COMM_DTYPES[self.cfg.isolated_comm_dtype]) if self.local else EveryStep()
+
     def attach(self, device, dtype):
         cfg = self.cfg
         self.eval_ranks.attach(device, dtype)
-        loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, correction=cfg.isolated_correction,
-                             layers=cfg.layers, device=device, dtype=dtype)  # fmt: skip
-        self.chunks = ChunkPrefetcher(loader, cfg.isolated_prefetch)
+        settings = LoadSettings(correction=cfg.isolated_correction, layers=cfg.layers, halo_fraction=cfg.isolated_halo_fraction,
+                                halo_self_loops=cfg.self_loops, repart_every=cfg.repart_every, epochs=cfg.epochs, seed=cfg.seed)  # fmt: skip
+        self.loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
+        self.chunks = ChunkPrefetcher(self.loader, cfg.isolated_prefetch)
 
-    def _switch(self, super_epoch: int) -> float:
-        """Makes ``super_epoch``'s data current and starts loading the next one; returns the stall."""
-        self.data, stall = self.chunks.get(super_epoch)
-        self.switch_times.append((super_epoch, stall, self.data.load_time_s))
+    def _switch(self, super_epoch: int) -> tuple[float, float, int]:
+        """Makes ``super_epoch``'s data current (its halo filled), starts loading the next one;
+        returns the stall (seconds waiting for the load), the halo exchange's seconds (with the
+        wait for the other ranks to arrive) and the halo bytes this rank sent."""
+        previous = self.data
+        reuse = previous is not None and previous.super_epoch == super_epoch - 1
+        self.data, stall = self.chunks.get(super_epoch, reuse)
         if (super_epoch + 1) * self.cfg.repart_every < self.cfg.epochs:
-            self.chunks.prefetch(super_epoch + 1)
-        return stall
+            self.chunks.prefetch(super_epoch + 1, reuse=True)
+        start = time.perf_counter()
+        halo_bytes = exchange_halo(self.data, previous, self.pg, COMM_DTYPES[self.cfg.isolated_comm_dtype])
+        halo_time = time.perf_counter() - start
+        self.attention = local_attention(self.data.graph, self.cfg.backend)
+        self.switch_times.append((super_epoch, stall, self.data.load_time_s))
+        return stall, halo_time, halo_bytes
+
+    def _batches(self, super_epoch: int) -> tuple[int, list[int]]:
+        """(mini-batches per epoch, training nodes of every rank) in ``super_epoch``."""
+        counts = self.loader.rank_train_counts(super_epoch)
+        return num_batches(counts, self.cfg.isolated_batch_size), counts
+
+    def _first_step(self, epoch: int) -> int:
+        """Steps before ``epoch`` (the same on every rank): the dropout masks' step key."""
+        r = self.cfg.repart_every
+        before = sum(self._batches(s)[0] * r for s in range(super_epoch_of(epoch, r)))
+        return before + (epoch % r) * self._batches(super_epoch_of(epoch, r))[0]
 
     def steps(self, start_epoch, end_epoch=None):
+        first = self._first_step(start_epoch)
         for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
-            yield self.step(epoch)
+            steps = list(self.epoch_steps(epoch, first))
+            first += len(steps)
+            yield from steps
 
-    def step(self, epoch: int) -> Step:
-        super_epoch = super_epoch_of(epoch, self.cfg.repart_every)
-        stall = self._switch(super_epoch) if self.data is None or self.data.super_epoch != super_epoch else 0.0
-        data = self.data
-        graph, nodes = data.graph, data.graph.nodes
-        fields = {"super_epoch": super_epoch, "chunks": list(data.chunks), "coverage": data.coverage,
-                  "local_nodes": graph.num_nodes, "local_edges": graph.block.num_edges, "switch_time_s": stall}  # fmt: skip
-        return Step(epoch=epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
-                    loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], weights=data.weights,
-                    global_count=self.eval_ranks.train_count, dropout_step=epoch, reduce=False, fields=fields)  # fmt: skip
+    def epoch_steps(self, epoch: int, first_step: int) -> list[Step]:
+        """The epoch's mini-batch steps; the first one after a switch carries the halo bytes."""
+        r = self.cfg.repart_every
+        s = super_epoch_of(epoch, r)
+        stall, halo_time, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
+        batches, counts = self._batches(s)
+        plan = _EpochPlan(epoch=epoch, batches=batches, counts=counts, boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
+                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes)  # fmt: skip
+        rows = self.data.orders[epoch - s * r].tensor_split(batches)
+        return [self._step(plan, j, rows[j], first_step + j) for j in range(batches)]
+
+    def _step(self, plan: "_EpochPlan", j: int, rows, dropout_step: int) -> Step:
+        data, last, first = self.data, j == plan.batches - 1, j == 0
+        graph, nodes, halo = data.graph, data.graph.nodes, data.halo
+        fields = {"super_epoch": data.super_epoch, "chunks": list(data.chunks), "batch": j, "batches": plan.batches,
+                  "coverage": data.coverage, "local_nodes": graph.num_nodes, "local_edges": graph.block.num_edges,
+                  "halo_nodes": data.halo_nodes, "halo_reused": halo.reuse_dst.numel(), "halo_hits": data.halo_hits,
+                  "halo_misses": data.halo_misses, "halo_hit_rate": data.halo_hits / max(data.halo_hits + data.halo_misses, 1),
+                  "halo_bytes": plan.halo_bytes if first else 0, "halo_time_s": plan.halo_time_s if first else 0.0,
+                  "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
+        total = sum(plan.counts)
+        count = len(rows) if self.local else sum(batch_sizes(c, plan.batches)[j] for c in plan.counts)
+        return Step(epoch=plan.epoch, x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
+                    labels=nodes.y[rows], weights=data.row_weights[rows], global_count=max(count, 1), dropout_step=dropout_step,
+                    reduce=False, fields=fields, ends_epoch=last, local=self.local, sync=self.local and plan.boundary and last,
+                    sync_weight=plan.counts[self.pg.rank] / total if total else 1.0 / len(plan.counts),
+                    input_bytes=plan.halo_bytes if first else 0)  # fmt: skip
 
     def eval_batch(self):
         return self.eval_ranks.eval_batch()

@@ -15,7 +15,7 @@ import torch
 
 STEP_KEYS = (
     "kind", "epoch", "step", "loss", "train_acc", "val_acc", "test_acc", "strategy", "world_size",
-    "step_time_s", "comm_time_s", "comm_bytes", "peak_mem_mb",
+    "step_time_s", "comm_time_s", "comm_bytes", "sync_bytes", "peak_mem_mb",
 )  # fmt: skip
 
 
@@ -37,6 +37,9 @@ class Row:
     step_time_s: float
     comm_time_s: float
     comm_bytes: int
+    """Bytes this rank sent for activations (and a step's input, e.g. halo features)."""
+    sync_bytes: int
+    """Bytes this rank sent to synchronise the model: gradient reduction or parameter averaging."""
     peak_mem_mb: float
     extra: dict = field(default_factory=dict)
 

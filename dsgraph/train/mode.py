@@ -25,7 +25,8 @@ class Step:
     loss_rows: torch.Tensor | slice  # which rows carry the loss
     labels: torch.Tensor  # int64 [m], their labels
     global_count: float
-    """The loss is sum(weights * losses) * W / global_count on every rank (ZeRO averages over W)."""
+    """The loss is sum(weights * losses) * W / global_count on every rank (ZeRO averages over W);
+    sum(weights * losses) / global_count in a ``local`` step."""
     weights: torch.Tensor | None = None  # float32 [m]: per-row loss weights
     dropout_step: int | None = None  # the dropout key's step (None: the optimizer step count)
     reduce: bool = True
@@ -35,6 +36,14 @@ class Step:
     fields: dict = field(default_factory=dict)
     """Columns of this mode's own for the step's metrics row."""
     ends_epoch: bool = True
+    local: bool = False
+    """No gradient reduction: the rank steps on its own gradients (needs the mode's ``LocalSteps``)."""
+    sync: bool = False
+    """After this local step the ranks average their parameters (a super-epoch boundary)."""
+    sync_weight: float = 0.0
+    """This rank's weight in that average; the weights sum to 1 over the ranks."""
+    input_bytes: int = 0
+    """Bytes this rank sent to build the step's input (halo features), counted in ``comm_bytes``."""
 
 
 @dataclass(kw_only=True)
@@ -81,6 +90,12 @@ class Mode(ABC):
     def train_attention(self):
         """The attention whose hooks (after_step, row_fields, drain_events) the loop calls."""
         return None
+
+    def sync(self):
+        """How the ranks keep one model during this mode's steps (``dsgraph.train.sync``)."""
+        from dsgraph.train.sync import EveryStep
+
+        return EveryStep()
 
     def step_fields(self, step: Step, summed: dict[str, float]) -> dict:
         """The row's columns from ``summed`` (already summed over ranks when the step reduces)."""

@@ -2,7 +2,8 @@
 
 Every rank holds the same parameters (DeepSpeed's data-parallel group is the whole job) and its own
 rows. The loss on rank r is ``sum(w_i * loss_i) * W / global_count``: ZeRO averages gradients over
-the W ranks, so the update equals the single-process full-graph (or global-batch) update. The mode
+the W ranks, so the update equals the single-process full-graph (or global-batch) update; a mode
+whose steps are local (isolated training) brings its own synchronisation (``sync.py``). The mode
 (``modes.py``) makes the steps; the loop runs them, evaluates, logs, traces and checkpoints.
 """
 
@@ -76,13 +77,16 @@ class Trainer:
         control = make_control_plane(rank_log if pg.rank == 0 else None)
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
         self.pg = self.mode.pg
+        self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
         model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
+        ds_config = self.sync.engine_config(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.sync.attach(self.engine, self.pg)
         self.heartbeat("start-up: moving the rank's graph and data to the device")
         self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
@@ -99,8 +103,10 @@ class Trainer:
         logits = engine(step.x, step.attention, step.node_ids, dropout_step)[step.loss_rows].float()
         losses = F.cross_entropy(logits, step.labels, reduction="none")
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
-        engine.backward(weighted * self.world / step.global_count)
+        engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
+        self.sync.before_step(step)
         engine.step()
+        sync_bytes = self.sync.after_step(step)
         if self.device.type == "cuda":  # kernels run asynchronously: the step ends when the device is done
             torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - start
@@ -113,7 +119,7 @@ class Trainer:
         summed = dict(zip(step.summed, sums[2:]))
         extra = {**step.fields, **self.mode.step_fields(step, summed)}
         row = Row(kind="step", epoch=step.epoch, step=engine.global_steps, loss=sums[0] / count, train_acc=sums[1] / count,
-                  **self._system(step_time, extra))  # fmt: skip
+                  **self._system(step_time, extra, step.input_bytes, sync_bytes))  # fmt: skip
         attention = self.mode.train_attention
         if attention is not None:  # e.g. auto may switch strategies for the next step (collective)
             attention.after_step(step_time, row.comm_time_s)
@@ -150,14 +156,14 @@ class Trainer:
                   val_acc=acc[1], test_acc=acc[2], **self._system(eval_time, best))  # fmt: skip
         return row.as_dict()
 
-    def _system(self, seconds: float, extra: dict) -> dict:
+    def _system(self, seconds: float, extra: dict, input_bytes: int = 0, sync_bytes: int = 0) -> dict:
         """The columns every row has, and ``extra`` with the strategy's own (AGP's decision)."""
         attention = self.mode.train_attention
         fields = attention.row_fields() if attention is not None else {}
         return {
             "strategy": self.mode.strategy_label, "mode": self.mode.name, "world_size": self.world, "step_time_s": seconds,
-            "comm_time_s": self.pg.stats.time_s, "comm_bytes": self.pg.stats.bytes_sent,
-            "peak_mem_mb": peak_memory_mb(self.device), "extra": {**fields, **extra},
+            "comm_time_s": self.pg.stats.time_s, "comm_bytes": self.pg.stats.bytes_sent + input_bytes,
+            "sync_bytes": sync_bytes, "peak_mem_mb": peak_memory_mb(self.device), "extra": {**fields, **extra},
         }  # fmt: skip
 
     # --- the loop ---------------------------------------------------------------------------
