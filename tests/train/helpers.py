@@ -18,7 +18,8 @@ def ds_config(stage: int = 2, bf16: bool = False, **extra) -> dict:
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 1.0,
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+        # torch.optim's AdamW (what the CLI picks on CPU): no FusedAdam JIT build, whose lock a killed test leaves behind
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "torch_adam": True}},
         "zero_optimization": {"stage": stage},
         "bf16": {"enabled": bf16},
         "steps_per_print": 10**6,
