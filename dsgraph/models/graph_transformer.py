@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dsgraph.models.dropout import NodeDropout
@@ -34,11 +35,19 @@ class TransformerBlock(nn.Module):
 
     def forward(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
         n, d = h_nd.shape
-        q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_nd)).view(n, 3, self.heads, d // self.heads).unbind(1)
+        q_nHD, k_nHD, v_nHD = self._qkv(self.attn_norm(h_nd))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).reshape(n, d)
         h_nd = h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
         return h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd)), node_ids, seed, step, layer)
+
+    def _qkv(self, x_nd):
+        """q, k, v [n, H, D], each contiguous: one product per third of ``qkv``'s weight, so the
+        attention kernels read them in place (slices of one [n, 3d] product would be copied there,
+        3 x n x d more memory at the peak of forward and of backward)."""
+        n, d = x_nd.shape
+        weights, biases = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
+        return [F.linear(x_nd, w, b).view(n, self.heads, d // self.heads) for w, b in zip(weights, biases)]
 
 
 class GraphTransformer(nn.Module):

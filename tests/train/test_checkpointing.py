@@ -21,7 +21,8 @@ def _steps(rank, world, tmp):
     losses = {}
     for strategy in (s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)):
         for checkpointed in (False, True):
-            trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, layers=3, checkpoint_activations=checkpointed)
+            trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, layers=3, attention_dropout=0.2,  # every dropout site
+                                   checkpoint_activations=checkpointed)
             losses[f"{strategy}-{checkpointed}"] = [trainer.train_epoch(epoch)["loss"] for epoch in range(2)]
     if rank == 0:
         dump(tmp, f"ckpt_{world}.json", losses)
