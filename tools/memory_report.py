@@ -4,6 +4,7 @@ checkpointing, on one R-MAT graph; a JSON of every run and a plot.
 
     python tools/memory_report.py --dataset rmat:15 --json-out runs/memory/report.json --plot runs/memory/report.png
     python tools/memory_report.py --dataset rmat:18 --strategies ag,ag_ring --ranks 1,4 --layers 2 --checkpointing off
+    python tools/memory_report.py --merge a.json,b.json --json-out all.json --plot all.png   # one table and plot of earlier runs
 
 Each run is the training command (``python -m deepspeed.launcher.runner --num_accelerators P
 launch/train.py``, CPU ranks, fp32, ZeRO-2, hidden 128, 8 heads by default, dropout 0.1) for
@@ -52,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=29690, help="master port of the runs")
     p.add_argument("--json-out", default="runs/memory/report.json")
     p.add_argument("--plot", default="runs/memory/report.png", help="PNG of peak RSS per rank (needs matplotlib)")
+    p.add_argument("--merge", help="comma list of this tool's JSON files: no runs, one table, JSON and plot of theirs")
     args = p.parse_args(argv)
     if not args.dataset.startswith("rmat:"):
         p.error(f"--dataset must be an R-MAT graph rmat:SCALE[:EF], got '{args.dataset}'")
@@ -159,8 +161,24 @@ def plot(results: list[dict], path: str, title: str) -> str:
     return f"plot: {path}"
 
 
+def merged(paths: list[str]) -> dict:
+    """One payload of earlier reports (same dataset and shape), their runs in file order."""
+    payloads = [json.loads(Path(path).read_text()) for path in paths]
+    keys = {(p["dataset"], p["hidden"], p["heads"], p["epochs"]) for p in payloads}
+    if len(keys) != 1:
+        raise SystemExit(f"memory_report --merge: the files are of different runs (dataset, hidden, heads, epochs): {sorted(keys)}")
+    return {**payloads[0], "runs": [r for p in payloads for r in p["runs"]]}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        payload = merged(args.merge.split(","))
+        add_ratios(payload["runs"])
+        write_json(args.json_out, payload)
+        print(table(payload["runs"]))
+        print(plot(payload["runs"], args.plot, f"{payload['dataset']}, hidden {payload['hidden']}, {payload['heads']} heads, fp32, CPU ranks"))
+        return 0
     from dsgraph.graph.datasets import dataset_file, write_synthetic
 
     path, exists = dataset_file(args.dataset)
