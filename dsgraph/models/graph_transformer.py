@@ -34,11 +34,20 @@ class TransformerBlock(nn.Module):
         self.ffn_dropout = NodeDropout(dropout, site=2)
 
     def forward(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        h_nd = self.attention_half(h_nd, attention, node_ids, seed, step, layer)
+        return self.ffn_half(h_nd, node_ids, seed, step, layer)
+
+    def attention_half(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        """h + dropout(attn_out(attention(q, k, v of norm(h)))): the half activation checkpointing
+        recomputes on its own (models/checkpointing.py)."""
         n, d = h_nd.shape
         q_nHD, k_nHD, v_nHD = self._qkv(self.attn_norm(h_nd))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).reshape(n, d)
-        h_nd = h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
+        return h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
+
+    def ffn_half(self, h_nd, node_ids, seed: int, step: int, layer: int):
+        """h + dropout(ffn(norm(h)))."""
         return h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd)), node_ids, seed, step, layer)
 
     def _qkv(self, x_nd):
