@@ -95,7 +95,10 @@ def measure(args, strategy: str, ranks: int, layers: int, checkpointed: bool) ->
     metrics = folder / "metrics.jsonl"
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
     steps = [r for r in rows if r.get("kind") == "step"]
-    per_rank = {int(m.group(1)): watched.peak_mb[pid] for pid, tag in watched.tags.items() if (m := LOCAL_RANK.search(tag)) and pid in watched.peak_mb}
+    per_rank: dict[int, float] = {}  # a process forked by a rank carries its command line: the rank is the largest
+    for pid, tag in watched.tags.items():
+        if (m := LOCAL_RANK.search(tag)) and pid in watched.peak_mb:
+            per_rank[int(m.group(1))] = max(per_rank.get(int(m.group(1)), 0.0), watched.peak_mb[pid])
     result = {**case, "seconds": watched.seconds, "log": str(folder / "log.txt")}
     if watched.returncode != 0 or len(steps) < args.epochs or len(per_rank) != ranks:
         return {**result, "status": "timeout" if watched.timed_out else "failed", "log_tail": (folder / "log.txt").read_text()[-2000:]}
