@@ -40,9 +40,13 @@ class _Residual(nn.Module):
         return h_ni + branch_nd if self.identity else branch_nd
 
 
-def _heads(qkv_n3d: torch.Tensor, parts: int, heads: int) -> tuple[torch.Tensor, ...]:
-    n = qkv_n3d.shape[0]
-    return qkv_n3d.view(n, parts, heads, qkv_n3d.shape[1] // (parts * heads)).unbind(1)
+def _heads(linear: nn.Linear, x_ni: torch.Tensor, parts: int, heads: int) -> list[torch.Tensor]:
+    """``linear(x)`` as ``parts`` tensors [n, H, D] (q, k, v), each its own product with a slice of the
+    weight, so each is contiguous and the attention kernels read it in place (slices of one
+    [n, parts * H * D] product would be copied there: parts x n x H x D more memory at the peak)."""
+    n = x_ni.shape[0]
+    biases = linear.bias.chunk(parts) if linear.bias is not None else [None] * parts
+    return [F.linear(x_ni, w, b).view(n, heads, -1) for w, b in zip(linear.weight.chunk(parts), biases)]
 
 
 class AttentionBlock(nn.Module):
@@ -65,7 +69,7 @@ class AttentionBlock(nn.Module):
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
-        q_nHD, k_nHD, v_nHD = _heads(self.qkv(x_ni), 3, self.heads)
+        q_nHD, k_nHD, v_nHD = _heads(self.qkv, x_ni, 3, self.heads)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
         h_nd = self.residual(h_ni, self.attn_dropout(y_nd, node_ids, seed, step, layer))
@@ -104,7 +108,7 @@ class TransformerBlock(nn.Module):
 
     def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
-        q_nHD, k_nHD, v_nHD = _heads(self.qkv(self.attn_norm(h_ni) if pre else h_ni), 3, self.heads)
+        q_nHD, k_nHD, v_nHD = _heads(self.qkv, self.attn_norm(h_ni) if pre else h_ni, 3, self.heads)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
         h_nd = self.residual(h_ni, self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer))
@@ -132,7 +136,7 @@ class OutputAttention(nn.Module):
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm is not None else h_ni
-        q_nHD, k_nHD = _heads(self.qk(x_ni), 2, self.heads)
+        q_nHD, k_nHD = _heads(self.qk, x_ni, 2, self.heads)
         v_nHC = self.value(x_ni).view(-1, self.heads, self.classes)
         v_nHD = F.pad(v_nHC, (0, self.head_dim - self.classes))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)

@@ -3,6 +3,10 @@
 Graph-parallel ranks each hold a slice of the nodes; drawing masks from a per-rank RNG stream would
 make results depend on the number of ranks. Here every mask element comes from a counter-based
 hash, so 1, 2 or 4 ranks drop exactly the same elements.
+
+Memory: the mask is hashed in blocks of rows (the int64 hash temporaries stay a few MB instead of
+several N x F x 8 bytes), and backward keeps it as a bool tensor (1 byte per element, not a float
+mask of the input's size).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import torch
 
 _M32 = 0xFFFFFFFF
 SPARSE_INPUT_DENSITY = 0.25  # below this share of nonzeros, only nonzero entries are hashed
+HASH_BLOCK = 1 << 18  # elements hashed at a time (int64 temporaries of 2 MB each)
 
 
 def _mix32(x):
@@ -26,6 +31,33 @@ def _mix32(x):
 def hash_bits(key: int, node_ids: torch.Tensor, feature_ids: torch.Tensor) -> torch.Tensor:
     """32-bit hash values (int64) of (key, node, feature), broadcast over node_ids and feature_ids."""
     return _mix32(_mix32(node_ids.long() ^ key) ^ _mix32(feature_ids.long() + 0x9E3779B))
+
+
+def keep_mask(key: int, threshold: int, node_ids: torch.Tensor, width: int) -> torch.Tensor:
+    """bool [n, width]: element (i, f) is kept when hash(key, node_ids[i], f) >= threshold; hashed in
+    blocks of rows so the temporaries stay small."""
+    cols = torch.arange(width, device=node_ids.device)[None, :]
+    keep = torch.empty((node_ids.numel(), width), dtype=torch.bool, device=node_ids.device)
+    rows = max(1, HASH_BLOCK // max(width, 1))
+    for start in range(0, node_ids.numel(), rows):
+        ids = node_ids[start : start + rows, None]
+        torch.ge(hash_bits(key, ids, cols), threshold, out=keep[start : start + rows])
+    return keep
+
+
+class _MaskedScale(torch.autograd.Function):
+    """x * keep * scale with a bool ``keep`` (broadcast over x); backward keeps only the bool mask."""
+
+    @staticmethod
+    def forward(ctx, x, keep, scale):
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return (x * keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return (grad * keep).mul_(ctx.scale), None, None
 
 
 def dropout_key(seed: int, step: int, layer: int, site: int) -> int:
@@ -63,8 +95,7 @@ class NodeDropout(torch.nn.Module):
                 out = torch.zeros_like(x)
                 out[rows, cols] = x[rows, cols] * keep.to(x.dtype) * scale
                 return out
-        cols = torch.arange(x.shape[1], device=x.device)
-        keep = hash_bits(key, node_ids[:, None], cols[None, :]) >= threshold
+        keep = keep_mask(key, threshold, node_ids, x.shape[1])
         if x.dim() == 3:
             keep = keep[:, :, None]
-        return x * keep.to(x.dtype) * scale
+        return _MaskedScale.apply(x, keep, scale)

@@ -56,3 +56,31 @@ def test_per_head_mask_for_three_dimensional_inputs():
     per_head = out[:, :, 0]
     assert torch.equal(out, per_head[:, :, None].expand_as(out))
     assert 0.4 < (per_head != 0).float().mean() < 0.6
+
+
+def _float_mask_dropout(x, ids, p, seed, step, layer, site):
+    """The formula written out: x * float mask * 1/(1-p), differentiated by autograd."""
+    from dsgraph.models.dropout import dropout_key, hash_bits
+
+    keep = hash_bits(dropout_key(seed, step, layer, site), ids[:, None], torch.arange(x.shape[1])[None, :]) >= int(p * 2**32)
+    if x.dim() == 3:
+        keep = keep[:, :, None]
+    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+
+
+def test_blocked_mask_and_bool_saved_mask_give_the_formula_and_its_gradient(monkeypatch):
+    import dsgraph.models.dropout as dropout
+
+    monkeypatch.setattr(dropout, "HASH_BLOCK", 40)  # 40 elements per block: many blocks, one partial
+    for shape in ((103, 16), (103, 4, 8)):
+        x = torch.randn(*shape, requires_grad=True)
+        ids = torch.arange(500, 603)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            out = _drop(x, ids, p=0.3, step=2, seed=5, site=1)
+        assert [t.dtype for t in saved] == [torch.bool]  # no float mask, no copy of x kept for backward
+        grad = torch.randn(*shape)
+        (got,) = torch.autograd.grad(out, x, grad)
+        want_out = _float_mask_dropout(x, ids, 0.3, 5, 2, 0, 1)
+        (want,) = torch.autograd.grad(want_out, x, grad)
+        assert torch.equal(out, want_out) and torch.equal(got, want)

@@ -20,7 +20,8 @@ HEADS = 4  # make_trainer's model
 
 def _steps(rank, world, tmp):
     strategies = [s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)]
-    runs = {f"{s}-{c}": dict(strategy=s, layers=3, checkpoint_activations=c) for s in strategies for c in (False, True)}
+    runs = {f"{s}-{c}": dict(strategy=s, layers=3, attention_dropout=0.2, checkpoint_activations=c)  # every dropout site
+            for s in strategies for c in (False, True)}  # fmt: skip
     dump_losses(rank, tmp, f"ckpt_{world}.json", runs, epochs=2)
 
 
