@@ -16,8 +16,8 @@ this module is one loop over them:
   projection and the classifier;
 - activation checkpointing (``ModelShape.checkpoint_every``): each checkpointed layer runs its
   forward again in backward: FORWARD_SHARE of its attention and projection time and its forward
-  collectives once more; it keeps only its input for backward, and one layer's activations exist
-  at a time during its backward;
+  collectives once more; it keeps its input and its attention sublayer's output for backward, and
+  one sublayer's activations exist at a time during its backward;
 - gradient sync (``step=True``): ZeRO's gradient reduction, a reduce-scatter plus an all-gather of
   the fp32 parameters (the same for every strategy, so it only moves the choice of p); it is part of
   ``rest_s`` so that ``comm_s`` is exactly the strategy's own collectives (what CommStats measures).
@@ -88,15 +88,32 @@ def _infeasible(p: int, graph: GraphShape, profile: Profile) -> str:
 FORWARD_SHARE = 1 / 3  # a layer's forward of its forward-plus-backward time (backward ~ 2x forward)
 
 
+def attention_sublayer_units(dtype_bytes: int) -> float:
+    """Values of hidden width a row keeps for backward in a block's attention sublayer, besides what the
+    strategy keeps (``CostTerms.activation_bytes``): the norm's output, q, k, v, the dropped-out v, the
+    attention output and W_o's output (7), the fused op's fp32 copy of its output when the
+    activations are narrower (4 / b - 1), and two bool dropout masks (2 / b)."""
+    return 7 + (4 / dtype_bytes - 1) + 2 / dtype_bytes
+
+
+def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
+    """The same for the FFN sublayer: the norm's output, the hidden layer before and after GELU
+    (``ffn_mult`` wide each), the output and the residual sum (4 + 2 f), and a bool dropout mask."""
+    return 4 + 2 * ffn_mult + 1 / dtype_bytes
+
+
 def _memory(terms, model: ModelShape, dtype_bytes: int) -> float:
-    """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations
-    (a checkpointed layer keeps its input; the layer being recomputed holds its activations)."""
-    b, d, f, L = dtype_bytes, model.hidden, model.ffn_mult, model.layers
+    """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations.
+    A checkpointed block keeps its input and its attention sublayer's output; during its backward
+    one sublayer is recomputed at a time and holds its activations."""
+    b, d, L = dtype_bytes, model.hidden, model.layers
     params = 16.0 * model.num_params  # fp32 weights, gradients, two Adam states
     features = terms.rows * model.in_dim * b
-    layer = terms.rows * d * b * (10 + 2 * f) + terms.activation_bytes  # norms, projections, FFN, masks; attention
+    row_values = terms.rows * d * b
+    attention = row_values * attention_sublayer_units(b) + terms.activation_bytes
+    ffn = row_values * ffn_sublayer_units(model.ffn_mult, b)
     kept = model.checkpointed_layers
-    saved = (L - kept) * layer + kept * terms.rows * d * b + (layer if kept else 0.0)
+    saved = (L - kept) * (attention + ffn) + kept * 2 * row_values + (max(attention, ffn) if kept else 0.0)
     return params + features + terms.graph_bytes + saved + terms.transient_bytes
 
 
