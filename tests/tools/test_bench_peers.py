@@ -84,3 +84,12 @@ def test_end_to_end_with_the_dgl_worker(tmp_path):
     train = payload["train"][0]["peers"]
     assert not payload["kernels"][0]["peers"]["dgl"]["oom"]
     assert train["dgl"]["loss"] == pytest.approx(train["dsgraph"]["loss"], rel=1e-4)  # the same module, DGL's attention
+
+
+def test_pyg_is_left_out_of_large_graphs(tmp_path):
+    out = tmp_path / "p.json"
+    bench.main(["--graph", "rmat:8", "--train-graph", "rmat:8", "--peers", "dsgraph,pyg", "--repeats", "1", "--steps", "1",
+                "--hidden", "16", "--heads", "2", "--dim", "8", "--pyg-max-edges", "1000", "--json-out", str(out)])  # fmt: skip
+    payload = json.loads(out.read_text())
+    for record in payload["kernels"] + payload["train"]:
+        assert list(record["peers"]) == ["dsgraph"] and "pyg left out" in record["notes"][0]
