@@ -6,7 +6,8 @@ p [E, H] (fp32, CSR edge order; never an E x H x D tensor), so that:
 
 - forward reads k_j in a first sweep over the row's edges (scores into p, running max per head),
   then v_j in a second (p = exp(score - max), sum, accumulate), then normalises p in place;
-  every k_j and v_j is read once per edge and every exp is taken once, with no rescaling;
+  every k_j and v_j is read once per edge and every exp is taken once, with no rescaling (the
+  first sweep also prefetches v_j of the row's first edges, which the second sweep needs at once);
 - the row pass of backward reads p, computes dp_ij = <dy_i, v_j> (its only dot product) and
   ds_ij = p_ij (dp_ij - delta_i), accumulates dq and writes ds [E, H];
 - the column pass reads p and ds of each CSC edge through the transpose's permutation and only
@@ -15,7 +16,8 @@ p [E, H] (fp32, CSR edge order; never an E x H x D tensor), so that:
 They are valid only with the p of the same attention call: the separate-pass API (a y and lse
 merged over several source blocks) runs the recomputing kernels of ``cpu_kernels.py``.
 
-Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p, ds [E, H];
+Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; kv [N_src, 2, H, D]
+and qdy [N_dst, 2, H, D] (k_j and v_j, q_i and dy_i side by side: one gathered span per edge); p, ds [E, H];
 lse [N_dst, H]; rowptr/colptr int64; col/row int32; perm int64 (CSC position -> CSR position).
 The vector arithmetic is ``cpu_simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
 """
@@ -30,7 +32,8 @@ from dsgraph.ops.cpu_simd import add, exp_diff, head_axpy, head_dots, maximum, m
 from dsgraph.ops.cpu_simd import scale as scale_into
 
 _OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
-AHEAD = 8  # edges: prefetch the gathered rows of the edge this far ahead
+AHEAD = 8  # edges: prefetch the gathered rows of the edge this far ahead (forward, dq pass)
+AHEAD_COLUMNS = 16  # the same for the column pass (measured on rmat:18, see cpu_probs.py)
 
 
 @njit(inline="always")
@@ -39,6 +42,8 @@ def _row_scores(q, i, kv, col, start, end, block_end, scale, p, row_max):
     heads, dim = q.shape[1], q.shape[2]
     width = heads * dim
     row_max[:] = -np.inf
+    for e in range(start, min(end, start + AHEAD)):  # v of the first edges: _row_values needs them first
+        prefetch_span(kv, (col[e] * 2 + 1) * width, width)
     for e in range(start, end):
         if e + AHEAD < block_end:
             prefetch_span(kv, col[e + AHEAD] * 2 * width, width)
@@ -97,38 +102,37 @@ def row_deltas_kernel(bounds, dy, y, delta):
 
 
 @njit(inline="always")
-def _prefetch_column_edge(q, dy, p, ds, delta, row, perm, e):
-    """The gathered rows of CSC edge e: q_i, dy_i, delta_i and the p, ds entries of its CSR slot."""
-    heads, dim = q.shape[1], q.shape[2]
+def _prefetch_column_edge(qdy, p, ds, delta, row, perm, e):
+    """The gathered rows of CSC edge e: q_i and dy_i (one span), delta_i, and p and ds of its CSR slot."""
+    heads, dim = qdy.shape[2], qdy.shape[3]
     i, c = row[e], perm[e]
-    prefetch_span(q, i * heads * dim, heads * dim)
-    prefetch_span(dy, i * heads * dim, heads * dim)
+    prefetch_span(qdy, i * 2 * heads * dim, 2 * heads * dim)
     prefetch_span(delta, i * heads, heads)
     prefetch_span(p, c * heads, heads)
     prefetch_span(ds, c * heads, heads)
 
 
 @njit(**_OPTIONS)
-def backward_cols_probs_kernel(bounds, colptr, row, perm, q, v, dy, p, delta, scale, dk, dv, ds):
+def backward_cols_probs_kernel(bounds, colptr, row, perm, qdy, v, p, delta, scale, dk, dv, ds):
     """The column (CSC) pass: for each source j and each row i that attends to it (CSR slot c),
     ds[c] = p[c] * (<dy_i, v_j> - delta_i) per head, dv_j = sum_i p[c] dy_i and
-    dk_j = scale * sum_i ds[c] q_i."""
-    heads, dim = q.shape[1], q.shape[2]
+    dk_j = scale * sum_i ds[c] q_i. qdy [N_dst, 2, H, D] holds q_i and dy_i side by side."""
+    heads, dim = qdy.shape[2], qdy.shape[3]
     width = heads * dim
     for b in prange(bounds.size - 1):
-        dp, dk_acc, dv_acc = np.empty(heads, q.dtype), np.empty(width, q.dtype), np.empty(width, q.dtype)
+        dp, dk_acc, dv_acc = np.empty(heads, qdy.dtype), np.empty(width, qdy.dtype), np.empty(width, qdy.dtype)
         block_end = colptr[bounds[b + 1]]
         for j in range(bounds[b], bounds[b + 1]):
             dk_acc[:] = 0
             dv_acc[:] = 0
             for e in range(colptr[j], colptr[j + 1]):
-                if e + AHEAD < block_end:
-                    _prefetch_column_edge(q, dy, p, ds, delta, row, perm, e + AHEAD)
+                if e + AHEAD_COLUMNS < block_end:
+                    _prefetch_column_edge(qdy, p, ds, delta, row, perm, e + AHEAD_COLUMNS)
                 i, c = row[e], perm[e]
-                head_dots(dp, 0, dy, i * width, v, j * width, heads, dim, 1.0)
+                head_dots(dp, 0, qdy, (2 * i + 1) * width, v, j * width, heads, dim, 1.0)
                 softmax_grad(ds, c * heads, p, c * heads, dp, 0, delta, i * heads, heads)
-                head_axpy(dv_acc, 0, p, c * heads, dy, i * width, heads, dim)
-                head_axpy(dk_acc, 0, ds, c * heads, q, i * width, heads, dim)
+                head_axpy(dv_acc, 0, p, c * heads, qdy, (2 * i + 1) * width, heads, dim)
+                head_axpy(dk_acc, 0, ds, c * heads, qdy, 2 * i * width, heads, dim)
             scale_into(dk, j * width, scale, dk_acc, 0, width)
             scale_into(dv, j * width, 1.0, dv_acc, 0, width)
 

@@ -9,6 +9,9 @@ Extra memory against the log-sum-exp kernels: E x H floats saved from forward to
 E x H more (ds) during backward. The separate forward/backward API (``attention_forward`` and
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
 Deterministic like those kernels: one thread per output row, a fixed order of additions.
+The gathered arrays (k and v side by side for forward, q and dy side by side and k for backward)
+are copied into transparent huge pages (``huge_pages.py``): N x H x D copies that save a TLB miss
+on nearly every gathered row.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from dsgraph.ops import cpu_kernels, cpu_kernels_probs
+from dsgraph.ops import cpu_kernels, cpu_kernels_probs, huge_pages
 from dsgraph.ops.cpu_arrays import as_compute_array, as_int32, bounds, compute_dtype, set_threads
 from dsgraph.ops.csc import transpose
 
@@ -27,7 +30,7 @@ def forward_probs(rowptr, col, q, k, v, scale: float):
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
-    kv = torch.stack((k.detach(), v.detach()), 1).to(cdt).numpy()  # [N_src, 2, H, D]: k_j, v_j side by side
+    kv = huge_pages.interleave(as_compute_array(k, cdt), as_compute_array(v, cdt))  # [N_src, 2, H, D]
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     y = np.empty(q_.shape, dtype=q_.dtype)
     lse = np.empty(q_.shape[:2], dtype=q_.dtype)
@@ -56,10 +59,12 @@ def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, nee
     colptr_ = csc.colptr.numpy()
     dk, dv, ds = np.empty(k_.shape, dtype=q_.dtype), np.empty(v_.shape, dtype=q_.dtype), np.empty_like(p.numpy())
     col_bounds = bounds(rowptr, col, colptr_, "cols")
+    qdy = huge_pages.interleave(q_, dy_)  # [N_dst, 2, H, D]: the column pass gathers both per edge
     cpu_kernels_probs.backward_cols_probs_kernel(
-        col_bounds, colptr_, csc.row.numpy(), csc.perm.numpy(), q_, v_, dy_, p.numpy(), delta, scale_, dk, dv, ds
+        col_bounds, colptr_, csc.row.numpy(), csc.perm.numpy(), qdy, v_, p.numpy(), delta, scale_, dk, dv, ds
     )
-    cpu_kernels_probs.backward_rows_probs_kernel(row_bounds, rowptr_, col_, k_, ds, scale_, dq)
+    del qdy
+    cpu_kernels_probs.backward_rows_probs_kernel(row_bounds, rowptr_, col_, huge_pages.copy(k_), ds, scale_, dq)
     return (torch.from_numpy(t).to(dtype) for t, dtype in ((dq, q.dtype), (dk, k.dtype), (dv, v.dtype)))
 
 
