@@ -199,13 +199,3 @@ def test_strided_and_misaligned_inputs(dtype):
 def test_backward_is_bit_identical_on_every_bin(dtype):
     cases.check_backward_bit_identical("cpu", dtype, "cpu")
 
-
-def test_gradient_of_q_alone(hub_graph):
-    """Backward without dk and dv runs the recomputing row pass instead of the probabilities' passes."""
-    rowptr, col = hub_graph
-    q, k, v = qkv(rowptr.numel() - 1, N_SRC, 4, 16)
-    k, v = k.detach(), v.detach()
-    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
-    (got,) = torch.autograd.grad(sparse_attention_cpu(rowptr, col, q, k, v, 0.25), q, dy)
-    (want,) = torch.autograd.grad(sparse_attention_reference(rowptr, col, q, k, v, 0.25), q, dy)
-    assert_relative_close(got, want, TOLERANCE[torch.float32])
