@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", help="the --trace-dir of a run")
     p.add_argument("--plot", metavar="PNG", help="draw the timelines into this PNG")
     p.add_argument("--json", dest="json_out", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--title", help="the plot's title (default: the folder)")
     args = p.parse_args(argv)
     try:
         rows = summarise(args.folder)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['file'][:40]:<40} {r['attention_ms']:12.1f} {r['comm_ms']:9.1f} {r['overlap_ms']:9.1f} {100 * r['comm_hidden']:21.0f}%")
     if args.plot:
-        plot(rows, args.plot, args.folder)
+        plot(rows, args.plot, args.title or args.folder)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump([{k: v for k, v in r.items() if k not in ("attention", "comm")} for r in rows], f, indent=1)

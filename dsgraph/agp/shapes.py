@@ -29,13 +29,9 @@ class SplitShape:
         halo = int(halo_fraction * (num_nodes - n))
         return cls([n] * p, [math.ceil(num_edges / p)] * p, [halo] * p, [halo] * p)
 
-    @property
-    def max_nodes(self) -> int:
-        return max(self.part_nodes)
-
-    @property
-    def max_edges(self) -> int:
-        return max(self.part_edges)
+    def largest(self) -> tuple[int, int]:
+        """The most nodes and the most in-edges any part has (each part's memory and work bound)."""
+        return max(self.part_nodes), max(self.part_edges)
 
 
 @dataclass(slots=True)

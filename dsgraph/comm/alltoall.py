@@ -4,8 +4,8 @@ selected rows (a halo exchange), whose backward sends the gradients back along t
 - ``nodes_to_heads`` / ``heads_to_nodes``: node split [n_r, H, D] <-> head split [N, H/P, D];
   each one's backward is the other (``start_*`` versions run asynchronously).
 - ``start_exchange_rows``: uneven all-to-all of rows x[send_index], started asynchronously so
-  local work can run while they travel; ``wait()`` gives the received rows (in autograd: its
-  backward returns the received rows' gradients and sums them into the rows that were sent).
+  local work can run while they travel; ``wait()`` gives the received rows. In backward the
+  gradients travel back the same way, overlapped with the backward of what ran in between.
   ``exchange_rows`` is the same, waited for at once.
 
 With a codec (``compress.py``) the forward rows travel compressed and are restored on arrival;
@@ -65,26 +65,18 @@ def _heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor
     return _node_split(recv, pg)
 
 
-class _NodesToHeads(torch.autograd.Function):
+class _Exchange(torch.autograd.Function):
+    """``there(x)`` in forward and ``back(grad)`` in backward: nodes->heads and heads->nodes are each
+    other's adjoint, so each one's backward is the other."""
+
     @staticmethod
-    def forward(ctx, x, pg, codec, grad_codec):
-        ctx.pg, ctx.grad_codec = pg, grad_codec
-        return _nodes_to_heads(x, pg, codec)
+    def forward(ctx, x, there, back, pg, codec, grad_codec):
+        ctx.back, ctx.pg, ctx.grad_codec = back, pg, grad_codec
+        return there(x, pg, codec)
 
     @staticmethod
     def backward(ctx, grad):
-        return _heads_to_nodes(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None
-
-
-class _HeadsToNodes(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, pg, codec, grad_codec):
-        ctx.pg, ctx.grad_codec = pg, grad_codec
-        return _heads_to_nodes(y, pg, codec)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _nodes_to_heads(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None
+        return ctx.back(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None, None
 
 
 def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
@@ -94,38 +86,69 @@ def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = P
         return x_nHD
     if x_nHD.shape[1] % pg.world_size:
         raise ValueError(f"nodes_to_heads: {x_nHD.shape[1]} heads do not split over {pg.world_size} ranks")
-    return _NodesToHeads.apply(x_nHD, pg, codec, grad_codec)
+    return _Exchange.apply(x_nHD, _nodes_to_heads, _heads_to_nodes, pg, codec, grad_codec)
 
 
 def heads_to_nodes(y_NhD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
     """All-to-all: head split [N, H/P, D] -> node split [n, H, D]. Backward: ``nodes_to_heads``."""
     if pg.world_size == 1:
         return y_NhD
-    return _HeadsToNodes.apply(y_NhD, pg, codec, grad_codec)
+    return _Exchange.apply(y_NhD, _heads_to_nodes, _nodes_to_heads, pg, codec, grad_codec)
+
+
+class _GradExchange:
+    """The backward of one row exchange, in two halves: ``start`` (in the backward of the received
+    rows) sends their gradients back asynchronously; ``finish`` (in the backward of the sent rows)
+    waits and sums them into the rows that were sent. Autograd runs the nodes made between the
+    forward's start and wait (the interior rows' attention) in between, so the gradients travel
+    while that backward computes."""
+
+    def __init__(self, like: torch.Tensor, send_index, send_counts, recv_counts, pg, codec, grad_codec):
+        self.like, self.send_index, self.pg = like, send_index, pg
+        self.send_counts, self.recv_counts, self.codec, self.grad_codec = send_counts, recv_counts, codec, grad_codec
+        self._pending = None
+
+    def start(self, grad: torch.Tensor) -> None:
+        out, work, payload = _all_to_all(grad.contiguous(), self.recv_counts, self.send_counts, self.pg, self.grad_codec, async_op=True)
+        self._pending = (out, work, payload, grad.new_empty((0, *grad.shape[1:])))
+
+    def finish(self, num_rows: int) -> torch.Tensor:
+        out, work, _, like = self._pending
+        self._pending = None
+        began = time.perf_counter()
+        with torch.profiler.record_function("dsgraph/comm/wait"):
+            work.wait()
+        self.pg.stats.add_time(time.perf_counter() - began)
+        back = self.grad_codec.decode(out, like)
+        return back.new_zeros((num_rows, *back.shape[1:])).index_add_(0, self.send_index, back)
+
+
+class _SentRows(torch.autograd.Function):
+    """An empty token that ties the received rows to the rows they were sent from: its backward
+    is the gradient of ``x`` from the exchange (``_GradExchange.finish``)."""
+
+    @staticmethod
+    def forward(ctx, x, exchange: _GradExchange):
+        ctx.exchange, ctx.num_rows = exchange, x.shape[0]
+        return x.new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _):
+        return ctx.exchange.finish(ctx.num_rows), None
 
 
 class _ReceivedRows(torch.autograd.Function):
-    """The received rows as a function of the sent ones: forward restores the payload; backward
-    sends the gradients back and sums them into the rows that were sent."""
+    """The received rows restored from their payload; backward starts sending their gradients back."""
 
     @staticmethod
-    def forward(ctx, x, received, send_index, plan, pg):
-        ctx.save_for_backward(send_index)
-        ctx.num_rows, ctx.plan, ctx.pg = x.shape[0], plan, pg
-        return plan.codec.decode(received, x)
+    def forward(ctx, token, received, exchange: _GradExchange):
+        ctx.exchange = exchange
+        return exchange.codec.decode(received, exchange.like)
 
     @staticmethod
     def backward(ctx, grad):
-        (send_index,) = ctx.saved_tensors
-        plan = ctx.plan
-        back = plan.grad_codec.decode(_all_to_all(grad.contiguous(), plan.recv_counts, plan.send_counts, ctx.pg, plan.grad_codec), grad)
-        grad_x = grad.new_zeros((ctx.num_rows, *grad.shape[1:])).index_add_(0, send_index, back)
-        return grad_x, None, None, None, None
-
-
-class _Routes:
-    def __init__(self, send_counts, recv_counts, codec, grad_codec):
-        self.send_counts, self.recv_counts, self.codec, self.grad_codec = send_counts, recv_counts, codec, grad_codec
+        ctx.exchange.start(grad)
+        return grad.new_zeros(0), None, None
 
 
 class PendingRows:
@@ -156,8 +179,9 @@ def start_exchange_rows(x, send_index, send_counts: list[int], recv_counts: list
         return PendingRows(lambda: rows, None, None, pg)
     sent = x.detach().index_select(0, send_index)
     received, work, payload = _all_to_all(sent, send_counts, recv_counts, pg, codec, async_op=True)
-    routes = _Routes(send_counts, recv_counts, codec, grad_codec)
-    return PendingRows(lambda: _ReceivedRows.apply(x, received, send_index, routes, pg), work, payload, pg)
+    exchange = _GradExchange(sent.new_empty((0, *sent.shape[1:])), send_index, send_counts, recv_counts, pg, codec, grad_codec)
+    token = _SentRows.apply(x, exchange)
+    return PendingRows(lambda: _ReceivedRows.apply(token, received, exchange), work, payload, pg)
 
 
 def exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup,

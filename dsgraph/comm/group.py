@@ -137,7 +137,7 @@ class GraphParallelGroup:
 
     @property
     def num_rows(self) -> int:
-        return self._split().num_rows
+        return sum(self._split().counts)
 
     def _split(self) -> RowSplit:
         if self.split is None:

@@ -15,8 +15,22 @@ import torch
 MAX_NODES = 2**31 - 1
 
 
+class CsrSizes:
+    """``num_rows`` and ``num_edges`` of anything that holds a CSR as ``rowptr`` and ``col``."""
+
+    __slots__ = ()
+
+    @property
+    def num_rows(self) -> int:
+        return self.rowptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+
 @dataclass(kw_only=True)
-class Graph:
+class Graph(CsrSizes):
     rowptr: torch.Tensor  # int64 [N+1]
     col: torch.Tensor  # int32 [E], source node of each in-edge, sorted by destination
     x: torch.Tensor  # float32 [N, F]
@@ -28,11 +42,7 @@ class Graph:
 
     @property
     def num_nodes(self) -> int:
-        return self.rowptr.numel() - 1
-
-    @property
-    def num_edges(self) -> int:
-        return self.col.numel()
+        return self.num_rows
 
     @property
     def num_features(self) -> int:

@@ -15,21 +15,15 @@ from typing import Any
 
 import torch
 
+from dsgraph.graph.graph import CsrSizes
+
 
 @dataclass(frozen=True, slots=True)
-class Csr:
+class Csr(CsrSizes):
     """CSR by destination: rowptr int64 [n+1] from 0, col [e] source ids (int32 or int64)."""
 
     rowptr: torch.Tensor
     col: torch.Tensor
-
-    @property
-    def num_rows(self) -> int:
-        return self.rowptr.numel() - 1
-
-    @property
-    def num_edges(self) -> int:
-        return self.col.numel()
 
     def to(self, device: torch.device) -> "Csr":
         return Csr(self.rowptr.to(device), self.col.to(device))

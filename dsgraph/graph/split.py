@@ -41,10 +41,6 @@ class RowSplit:
         return len(self.counts)
 
     @property
-    def num_rows(self) -> int:
-        return sum(self.counts)
-
-    @property
     def starts(self) -> list[int]:
         """[P+1] row range boundaries."""
         out = [0]

@@ -67,42 +67,18 @@ def write_store(
     example the partition quality). Returns the META dictionary.
     """
     out_dir = os.fspath(out_dir)
-    node_ranges = np.asarray(node_ranges, dtype=np.int64).reshape(-1, 2)
-    n = graph.num_nodes
-    perm = np.asarray(perm)
-    if perm.shape != (n,):
-        raise ValueError(f"perm has shape {perm.shape} but the graph has {n} nodes")
-    if node_ranges.size and (node_ranges[0, 0] != 0 or node_ranges[-1, 1] != n or (node_ranges[1:, 0] != node_ranges[:-1, 1]).any()):
-        raise ValueError(f"node_ranges must tile [0, {n}) in order, got {node_ranges.tolist()}")
+    perm, node_ranges = _checked_layout(graph.num_nodes, perm, node_ranges)
     _prepare_out_dir(out_dir, overwrite)
 
-    sha256, file_bytes = {}, {}
-
-    def save(relpath: str, array: np.ndarray) -> None:
-        path = os.path.join(out_dir, relpath)
-        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
-        sha256[relpath], file_bytes[relpath] = file_sha256(path), os.path.getsize(path)
-
-    save(PERM_FILE, perm.astype(np.int64, copy=False))
+    files = _StoreFiles(out_dir)
+    files.save(PERM_FILE, perm.astype(np.int64, copy=False))
     part_edges, part_halo = [], []
     for r, (start, end) in enumerate(_progress(node_ranges.tolist(), progress, "writing parts")):
         os.makedirs(os.path.join(out_dir, part_dir_name(r)))
-        rowptr, col = graph.rows(start, end)
-        col = col.numpy()
-        halo = halos[r] if halos is not None else halo_ids(col, start, end)
-        arrays = {
-            "rowptr": rowptr.numpy(),
-            "col": col,
-            "x": graph.x[start:end].numpy(),
-            "y": graph.y[start:end].numpy(),
-            "train_mask": graph.train_mask[start:end].numpy(),
-            "val_mask": graph.val_mask[start:end].numpy(),
-            "test_mask": graph.test_mask[start:end].numpy(),
-            "halo": np.asarray(halo, dtype=np.int32),
-        }
+        arrays = _part_arrays(graph, start, end, halos[r] if halos is not None else None)
         for name in PART_ARRAYS:
-            save(f"{part_dir_name(r)}/{name}.npy", arrays[name])
-        part_edges.append(int(col.size))
+            files.save(f"{part_dir_name(r)}/{name}.npy", arrays[name])
+        part_edges.append(int(arrays["col"].size))
         part_halo.append(int(arrays["halo"].size))
 
     meta = {
@@ -111,7 +87,7 @@ def write_store(
         "method": method,
         "seed": int(seed),
         "num_parts": int(node_ranges.shape[0]),
-        "num_nodes": n,
+        "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
         "num_features": graph.num_features,
         "feature_dtype": str(graph.x.numpy().dtype),
@@ -120,15 +96,57 @@ def write_store(
         "part_num_edges": part_edges,
         "part_num_halo": part_halo,
         "permutation_file": PERM_FILE,
-        "sha256": sha256,
-        "file_bytes": file_bytes,
+        "sha256": files.sha256,
+        "file_bytes": files.file_bytes,
         **(extra or {}),
     }
     tmp = os.path.join(out_dir, META_FILE + ".tmp")
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, META_FILE))
+    os.replace(tmp, os.path.join(out_dir, META_FILE))  # META.json last: a store without it is unfinished
     return meta
+
+
+@dataclass
+class _StoreFiles:
+    """Saves a store's .npy files and records each one's checksum and size for META.json."""
+
+    out_dir: str
+    sha256: dict[str, str] = field(default_factory=dict)
+    file_bytes: dict[str, int] = field(default_factory=dict)
+
+    def save(self, relpath: str, array: np.ndarray) -> None:
+        path = os.path.join(self.out_dir, relpath)
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        self.sha256[relpath], self.file_bytes[relpath] = file_sha256(path), os.path.getsize(path)
+
+
+def _checked_layout(n: int, perm, node_ranges) -> tuple[np.ndarray, np.ndarray]:
+    perm = np.asarray(perm)
+    node_ranges = np.asarray(node_ranges, dtype=np.int64).reshape(-1, 2)
+    if perm.shape != (n,):
+        raise ValueError(f"perm has shape {perm.shape} but the graph has {n} nodes")
+    if node_ranges.size and (node_ranges[0, 0] != 0 or node_ranges[-1, 1] != n or (node_ranges[1:, 0] != node_ranges[:-1, 1]).any()):
+        raise ValueError(f"node_ranges must tile [0, {n}) in order, got {node_ranges.tolist()}")
+    return perm, node_ranges
+
+
+def _part_arrays(graph: Graph, start: int, end: int, halo: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The arrays of the part owning rows [start, end); its halo is computed when not given."""
+    rowptr, col = graph.rows(start, end)
+    col = col.numpy()
+    if halo is None:
+        halo = halo_ids(col, start, end)
+    return {
+        "rowptr": rowptr.numpy(),
+        "col": col,
+        "x": graph.x[start:end].numpy(),
+        "y": graph.y[start:end].numpy(),
+        "train_mask": graph.train_mask[start:end].numpy(),
+        "val_mask": graph.val_mask[start:end].numpy(),
+        "test_mask": graph.test_mask[start:end].numpy(),
+        "halo": np.asarray(halo, dtype=np.int32),
+    }
 
 
 def _prepare_out_dir(out_dir: str, overwrite: bool) -> None:

@@ -1,44 +1,31 @@
-"""The Graph Transformer: input projection, L pre-LN blocks of sparse multi-head attention over
-in-edges and a GELU FFN, final norm, node classifier.
+"""The Graph Transformer: L layers of multi-head scaled dot-product attention over each node's
+in-edges, arranged as ``options`` says (``options.py``). The default is GAT-shaped (Velickovic et
+al., ICLR 2018) with dot-product scores: the first layer attends over the features, hidden layers
+are ELU(h + dropout(attention)), and the last layer attends with class logits as values, averaged
+over the heads. ``options.TRANSFORMER`` is the pre-LN Transformer with a per-node classifier.
 
 The model sees only this rank's node rows; attention reaches other ranks' rows through the
 graph-parallel ``attention`` strategy passed to ``forward``, so the same module serves 1 or P ranks.
+Every attention layer is an element of ``self.blocks`` (an nn.ModuleList) with the forward
+``block(h, attention, node_ids, seed, step, layer)``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import nn
 
+from dsgraph.models.blocks import Attention, AttentionBlock, OutputAttention, TransformerBlock
 from dsgraph.models.dropout import NodeDropout
+from dsgraph.models.options import ModelOptions
 
-Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> y, all [n, H, D]
+__all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
 
-class TransformerBlock(nn.Module):
-    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0):
-        super().__init__()
-        if hidden % heads:
-            raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
-        self.heads = heads
-        self.attn_norm = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.attn_out = nn.Linear(hidden, hidden)
-        self.ffn_norm = nn.LayerNorm(hidden)
-        self.ffn = nn.Sequential(nn.Linear(hidden, ffn_mult * hidden), nn.GELU(), nn.Linear(ffn_mult * hidden, hidden))
-        self.value_dropout = NodeDropout(attention_dropout, site=3)
-        self.attn_dropout = NodeDropout(dropout, site=1)
-        self.ffn_dropout = NodeDropout(dropout, site=2)
-
-    def forward(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        n, d = h_nd.shape
-        q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_nd)).view(n, 3, self.heads, d // self.heads).unbind(1)
-        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = attention(q_nHD, k_nHD, v_nHD).reshape(n, d)
-        h_nd = h_nd + self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
-        return h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd)), node_ids, seed, step, layer)
+def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float):
+    if o.block == "transformer":
+        return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual)
+    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual)
 
 
 class GraphTransformer(nn.Module):
@@ -55,19 +42,37 @@ class GraphTransformer(nn.Module):
         input_dropout: float = 0.5,
         attention_dropout: float = 0.0,
         seed: int = 0,
+        options: ModelOptions | None = None,
     ):
+        """``layers`` counts attention layers, the output attention layer included (head 'attention')."""
         super().__init__()
-        self.heads, self.seed = heads, seed
+        o = ModelOptions() if options is None else options
+        if layers < 1:
+            raise ValueError(f"a Graph Transformer needs at least one attention layer, got layers={layers}")
+        self.heads, self.seed, self.options = heads, seed, o
         self.input_dropout = NodeDropout(input_dropout, site=0)
-        self.input = nn.Linear(in_dim, hidden)
-        self.blocks = nn.ModuleList(TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout) for _ in range(layers))
-        self.norm = nn.LayerNorm(hidden)
-        self.classifier = nn.Linear(hidden, num_classes)
+        self.input = nn.Linear(in_dim, hidden) if o.input_projection else None
+        width = hidden if o.input_projection else in_dim
+        hidden_layers = layers - 1 if o.head == "attention" else layers
+        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout)
+                  for i in range(hidden_layers)]  # fmt: skip
+        width = hidden if hidden_layers else width
+        if o.head == "attention":
+            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm))
+        self.blocks = nn.ModuleList(blocks)
+        self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
+        self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None
 
     def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> torch.Tensor:
         """x_nf: this rank's node features [n, F]; node_ids: their global ids [n] (for dropout masks);
         step: the optimizer step (for dropout masks). Returns logits [n, num_classes]."""
-        h_nd = self.input(self.input_dropout(x_nf, node_ids, self.seed, step, 0))
+        if self.options.feature_norm == "row":
+            x_nf = (x_nf.float() / x_nf.float().abs().sum(1, keepdim=True).clamp_min(1e-12)).to(x_nf.dtype)
+        h = self.input_dropout(x_nf, node_ids, self.seed, step, 0)
+        if self.input is not None:
+            h = self.input(h)
         for layer, block in enumerate(self.blocks, start=1):
-            h_nd = block(h_nd, attention, node_ids, self.seed, step, layer)
-        return self.classifier(self.norm(h_nd))
+            h = block(h, attention, node_ids, self.seed, step, layer)
+        if self.classifier is not None:
+            h = self.classifier(self.norm(h) if self.norm is not None else h)
+        return h

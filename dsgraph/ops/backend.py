@@ -73,7 +73,8 @@ class FusedAttention(torch.autograd.Function):
     def backward(ctx, dy):
         q, k, v, y_acc, lse = (t.detach() for t in ctx.saved_tensors)
         needs = tuple(ctx.needs_input_grad[3:6])
-        dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, lse, dy.detach(), ctx.scale, needs)
+        with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):  # autograd runs it outside the forward's region
+            dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, lse, dy.detach(), ctx.scale, needs)
         return None, None, None, *(g if need else None for g, need in zip((dq, dk, dv), needs)), None
 
 

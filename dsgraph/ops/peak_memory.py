@@ -1,4 +1,4 @@
-"""Peak extra memory of a call, for the kernel benchmark and the memory test.
+"""Peak memory of a call or of the process so far, for the benchmarks and the memory tests.
 
 CUDA: torch's allocator statistics. CPU: the process's resident-set high-water mark (VmHWM), reset
 just before the call through /proc/self/clear_refs, so numpy, numba and torch allocations all count.
@@ -35,6 +35,13 @@ def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> tuple[ob
     base_kb = _status_kb("VmRSS")
     result = fn()
     return result, max(0, _status_kb("VmHWM") - base_kb) * 1024
+
+
+def process_peak_bytes(device: torch.device) -> int:
+    """The process's peak memory so far: allocated by torch on a GPU, resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _status_kb("VmHWM") * 1024
 
 
 def _status_kb(field: str) -> int:

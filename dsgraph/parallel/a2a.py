@@ -75,7 +75,7 @@ class AllToAll(Strategy):
             return f"H % p != 0: {model.heads} heads do not split over {p} ranks"
         n_all, e_all, d, b = shape.num_nodes, shape.num_edges, model.hidden, dtype_bytes
         split = shape.row_split(p)
-        n = split.max_nodes
+        n, _ = split.largest()
         fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731 (one row of H/P heads on the wire)
         bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
         g = len(head_groups(model.heads // p, model.comm_chunks)) if p > 1 else 1  # head groups sent one after another

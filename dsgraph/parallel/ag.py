@@ -55,7 +55,7 @@ class AllGather(Strategy):
 
     def cost(self, p, shape, model, dtype_bytes):
         split, n_all = shape.row_split(p), shape.num_nodes
-        n, e = split.max_nodes, split.max_edges
+        n, e = split.largest()
         g = len(head_groups(model.heads, model.comm_chunks))  # head groups gathered one after another
         k = n * model.wire_bytes(model.hidden // g, dtype_bytes)  # per rank and group: K (and V), padded [n_max, H/g, D]
         dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)

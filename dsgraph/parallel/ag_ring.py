@@ -168,7 +168,7 @@ class AllGatherRing(Strategy):
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)
-        n, e, n_all = split.max_nodes, split.max_edges, shape.num_nodes
+        (n, e), n_all = split.largest(), shape.num_nodes
         d, b = model.hidden, dtype_bytes
         row, grad_row = 2 * model.wire_bytes(d, b), 2 * model.wire_bytes(d, b, gradient=True)  # a node's K and V rows
         # a ring step costs 1/(P-1) of a ring all-gather: the K/V go round twice (forward, backward), dK/dV P steps

@@ -77,7 +77,7 @@ class Halo(Strategy):
         if split is None:
             return f"no partition into {p} parts for {self.name}"
         d, b = model.hidden, dtype_bytes
-        n, e = split.max_nodes, split.max_edges
+        n, e = split.largest()
         halo = max(split.halo_sizes)
         row, grad_row = model.wire_bytes(2 * d, b), model.wire_bytes(2 * d, b, gradient=True)  # one node's K and V
         messages = (("all_to_all_uneven", halo * row, 1), ("all_to_all_uneven", halo * grad_row, 1)) if p > 1 else ()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
+from dsgraph.models.options import ModelOptions
 
 DEFAULT_STRATEGY = "ag"
 
@@ -57,6 +58,10 @@ class DsgraphConfig:
     attention_dropout: float = 0.0
     """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed
     by global node id, so results stay independent of the rank count)."""
+    model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
+    """The architecture around the attention layers, a JSON object: block, input_projection, norm,
+    residual, head, feature_norm (``dsgraph/models/options.py``; README, Configuration). Keys left
+    out keep their defaults."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
     or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
@@ -117,6 +122,11 @@ class DsgraphConfig:
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            try:
+                self.model = ModelOptions.from_dict(self.model)
+            except ValueError as err:
+                raise ValueError(f"dsgraph config: {err}") from None
         for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers", "comm_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
@@ -235,7 +245,8 @@ def _check_isolated(cfg: DsgraphConfig) -> None:
         raise ValueError("dsgraph config: mode 'isolated' writes its own chunk store; drop 'partitions'")
 
 
-_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,)}
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
+          "ModelOptions": (dict, ModelOptions)}
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:
@@ -245,7 +256,8 @@ def _check_type(key: str, value, type_name: str, source: str) -> None:
     if isinstance(value, bool) and bool not in allowed:
         allowed = ()
     if not isinstance(value, allowed):
-        raise ValueError(f"{source}: \"dsgraph\" key '{key}' must be {type_name}, got {value!r}")
+        what = "a JSON object" if type_name == "ModelOptions" else type_name
+        raise ValueError(f"{source}: \"dsgraph\" key '{key}' must be {what}, got {value!r}")
 
 
 def load_ds_config(path: str) -> tuple[dict, DsgraphConfig]:

@@ -54,6 +54,7 @@ def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTrans
     return GraphTransformer(
         in_dim, num_classes, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
+        options=cfg.model,
     )  # fmt: skip
 
 

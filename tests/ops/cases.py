@@ -191,3 +191,12 @@ def check_backward_bit_identical(backend, dtype, device):
     second = grads_of(public(backend), rowptr, col, q, k, v, dy)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+EDGE_CASE_CHECKS = (check_empty_graphs, check_int64_col, check_partial_requires_grad, check_strided_and_misaligned,
+                    check_backward_bit_identical)  # fmt: skip
+"""The dtype-parametrised checks every backend's tests run: ``check(backend, dtype, device)``."""
+
+
+def check_name(check) -> str:
+    return check.__name__.removeprefix("check_")

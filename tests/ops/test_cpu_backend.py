@@ -176,26 +176,7 @@ def test_degree_edge_cases(dim, dtype):
 
 
 @DTYPES
-def test_no_edges_and_no_rows(dtype):
-    cases.check_empty_graphs("cpu", dtype, "cpu")
-
-
-@DTYPES
-def test_int64_col_matches_int32(dtype):
-    cases.check_int64_col("cpu", dtype, "cpu")
-
-
-@DTYPES
-def test_only_some_inputs_require_grad(dtype):
-    cases.check_partial_requires_grad("cpu", dtype, "cpu")
-
-
-@DTYPES
-def test_strided_and_misaligned_inputs(dtype):
-    cases.check_strided_and_misaligned("cpu", dtype, "cpu")
-
-
-@DTYPES
-def test_backward_is_bit_identical_on_every_bin(dtype):
-    cases.check_backward_bit_identical("cpu", dtype, "cpu")
-
+@pytest.mark.parametrize("check", cases.EDGE_CASE_CHECKS, ids=cases.check_name)
+def test_edge_case(check, dtype):
+    """Empty graphs, int64 col, partial requires_grad, strided/misaligned inputs, bit-identical backward."""
+    check("cpu", dtype, "cpu")

@@ -61,28 +61,10 @@ def test_degree_edge_cases(heads, dim, dtype):
 
 
 @DTYPES
-def test_no_edges_and_no_rows(dtype):
-    cases.check_empty_graphs("cuda", dtype, "cuda")
-
-
-@DTYPES
-def test_int64_col_matches_int32(dtype):
-    cases.check_int64_col("cuda", dtype, "cuda")
-
-
-@DTYPES
-def test_only_some_inputs_require_grad(dtype):
-    cases.check_partial_requires_grad("cuda", dtype, "cuda")
-
-
-@DTYPES
-def test_strided_and_misaligned_inputs(dtype):
-    cases.check_strided_and_misaligned("cuda", dtype, "cuda")
-
-
-@DTYPES
-def test_backward_is_bit_identical_on_every_bin(dtype):
-    cases.check_backward_bit_identical("cuda", dtype, "cuda")
+@pytest.mark.parametrize("check", cases.EDGE_CASE_CHECKS, ids=cases.check_name)
+def test_edge_case(check, dtype):
+    """Empty graphs, int64 col, partial requires_grad, strided/misaligned inputs, bit-identical backward."""
+    check("cuda", dtype, "cuda")
 
 
 def test_non_contiguous_inputs_and_side_stream(graph):

@@ -47,3 +47,14 @@ def dump(tmp: str, name: str, value) -> None:
 def load(tmp, name: str):
     with open(os.path.join(tmp, name)) as f:
         return json.load(f)
+
+
+def dump_losses(rank: int, tmp: str, name: str, runs: dict[str, dict], epochs: int) -> None:
+    """Trains each run (``make_trainer`` settings, ZeRO-2) for ``epochs`` epochs; rank 0 saves the
+    losses per run key in ``name``."""
+    losses = {}
+    for key, settings in runs.items():
+        trainer = make_trainer(tmp, ds_config(stage=2), **settings)
+        losses[key] = [trainer.train_epoch(epoch)["loss"] for epoch in range(epochs)]
+    if rank == 0:
+        dump(tmp, name, losses)

@@ -8,23 +8,20 @@ import torch.nn.functional as F
 
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
+from dsgraph.models.options import TRANSFORMER
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.full_graph import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
+from tests.train.helpers import dump_losses, load, write_random_graph
 
 HEADS = 4  # make_trainer's model
 
 
 def _steps(rank, world, tmp):
-    losses = {}
-    for strategy in (s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)):
-        for checkpointed in (False, True):
-            trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, layers=3, checkpoint_activations=checkpointed)
-            losses[f"{strategy}-{checkpointed}"] = [trainer.train_epoch(epoch)["loss"] for epoch in range(2)]
-    if rank == 0:
-        dump(tmp, f"ckpt_{world}.json", losses)
+    strategies = [s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)]
+    runs = {f"{s}-{c}": dict(strategy=s, layers=3, checkpoint_activations=c) for s in strategies for c in (False, True)}
+    dump_losses(rank, tmp, f"ckpt_{world}.json", runs, epochs=2)
 
 
 def test_checkpointed_training_takes_the_same_steps_on_1_2_and_4_ranks(tmp_path):
@@ -38,13 +35,13 @@ def test_checkpointed_training_takes_the_same_steps_on_1_2_and_4_ranks(tmp_path)
                 assert got == pytest.approx(want, rel=1e-6, abs=1e-6), (world, key, got, want)
 
 
-def _saved_bytes(checkpointed: bool, every: int = 1) -> tuple[int, list[torch.Tensor]]:
+def _saved_bytes(checkpointed: bool, every: int = 1, options=None) -> tuple[int, list[torch.Tensor]]:
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.parallel import StrategyContext
 
     graph = random_graph()
     torch.manual_seed(0)
-    model = GraphTransformer(graph.num_features, 5, hidden=32, heads=HEADS, layers=4, seed=1)
+    model = GraphTransformer(graph.num_features, 5, hidden=32, heads=HEADS, layers=4, seed=1, options=options)
     if checkpointed:
         assert checkpoint_blocks(model, every) == list(range(0, 4, every))
     _, rank_graph, attention = rank_attention(graph, GraphParallelGroup.single(graph.num_nodes), "ag",
@@ -62,10 +59,12 @@ def _saved_bytes(checkpointed: bool, every: int = 1) -> tuple[int, list[torch.Te
     return sum(storages.values()), [p.grad.clone() for p in model.parameters()]
 
 
-def test_checkpointing_keeps_less_and_gives_the_same_gradients():
-    plain, plain_grads = _saved_bytes(False)
-    every, every_grads = _saved_bytes(True, 1)
-    half, _ = _saved_bytes(True, 2)
+@pytest.mark.parametrize("options", [None, TRANSFORMER], ids=["default", "transformer"])
+def test_checkpointing_keeps_less_and_gives_the_same_gradients(options):
+    """The transformer block is checkpointed per sublayer (attention, FFN), the default per block."""
+    plain, plain_grads = _saved_bytes(False, options=options)
+    every, every_grads = _saved_bytes(True, 1, options)
+    half, _ = _saved_bytes(True, 2, options)
     assert every < half < plain
     for a, b in zip(every_grads, plain_grads):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -69,3 +69,51 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "edge index out of range in 'src'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm"),
+        ({"norm": "middle"}, r"'model.norm' must be one of none, pre, post; got 'middle'"),
+        ({"head": "mlp"}, r"'model.head' must be one of attention, linear"),
+        ({"input_projection": "yes"}, r"'model.input_projection' must be bool, got 'yes'"),
+        ({"residual": True}, r"'model.residual' must be str, got True"),
+        ("gat", r"key 'model' must be a JSON object, got 'gat'"),
+    ],
+)
+def test_bad_model_section_is_named(tmp_path, model, message):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"dsgraph": {"model": model}}))
+    with pytest.raises(ValueError, match=message):
+        load_ds_config(str(path))
+
+
+def test_model_section_keeps_defaults_and_survives_command_line_overrides():
+    from dsgraph.models import ModelOptions
+
+    cfg = DsgraphConfig.from_dict({"model": {"norm": "post"}})
+    assert cfg.model == ModelOptions(norm="post") and cfg.model.head == ModelOptions().head
+    again = DsgraphConfig.from_dict({**cfg.to_dict(), "epochs": 3}, source="command line")  # what main.py does
+    assert again.model == cfg.model and again.epochs == 3
+    assert DsgraphConfig().model == ModelOptions()
+
+
+def test_build_model_follows_the_model_section():
+    from dsgraph.models.blocks import OutputAttention, TransformerBlock
+    from dsgraph.train.trainer import build_model
+
+    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)
+    assert isinstance(gat.blocks[-1], OutputAttention) and gat.classifier is None
+    tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "transformer", "head": "linear"}), 10, 3)
+    assert all(isinstance(b, TransformerBlock) for b in tf.blocks) and tf.classifier is not None
+
+
+def test_gpu_and_cpu_quickstart_train_the_same_model():
+    """gpu_quickstart.json differs from cpu_quickstart.json in where it runs, not in what it trains."""
+    cpu_ds, cpu = load_ds_config("ds_configs/cpu_quickstart.json")
+    gpu_ds, gpu = load_ds_config("ds_configs/gpu_quickstart.json")
+    keys = ("dataset", "hidden", "heads", "layers", "ffn_mult", "dropout", "input_dropout", "attention_dropout", "model", "epochs")
+    assert {k: getattr(cpu, k) for k in keys} == {k: getattr(gpu, k) for k in keys}
+    for part in ("optimizer", "scheduler", "gradient_clipping"):
+        assert cpu_ds.get(part) == gpu_ds.get(part), part

@@ -85,19 +85,23 @@ def _assert_step_on_meta(step, what: str) -> None:
             assert value.device == META, f"{what}: step.{name} is on {value.device}"
 
 
+def _run_steps_and_evaluation(mode, steps, recording, label: str) -> None:
+    for step in steps:
+        _assert_step_on_meta(step, label)
+        _call(step.attention, step.x.shape[0])
+    _assert_all_on_meta(recording, f"{label} training steps")
+    batch = mode.eval_batch()
+    _call(batch.attention, batch.x.shape[0])
+    _assert_all_on_meta(recording, f"{label} evaluation")
+
+
 @pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_puts_graph_plans_and_node_data_on_the_training_device(tmp_path, recording, strategy):
     mode = _mode(tmp_path, strategy=strategy)
     graph = mode.ranks.graph
     wrong = {name: str(t.device) for name, t in graph.tensors().items() if t.device != META}
     assert not wrong, f"{strategy}: rank graph tensors left behind: {wrong}"
-    step = next(mode.steps(0))
-    _assert_step_on_meta(step, strategy)
-    _call(step.attention, step.x.shape[0])
-    _assert_all_on_meta(recording, f"{strategy} training step")
-    batch = mode.eval_batch()
-    _call(batch.attention, batch.x.shape[0])
-    _assert_all_on_meta(recording, f"{strategy} evaluation")
+    _run_steps_and_evaluation(mode, [next(mode.steps(0))], recording, strategy)
 
 
 def test_auto_switches_stay_on_the_training_device(tmp_path, recording):
@@ -114,25 +118,13 @@ def test_sampled_batches_and_evaluation_are_on_the_training_device(tmp_path, rec
     mode = _mode(tmp_path, mode="sampled", fanouts=[3], batch_size=16, prefetch_depth=1, cache_fraction=0.2, epochs=1)
     steps = list(mode.steps(0))
     assert len(steps) == mode.batches_per_epoch
-    for step in steps:
-        _assert_step_on_meta(step, "sampled")
-        _call(step.attention, step.x.shape[0])
-    _assert_all_on_meta(recording, "sampled training steps")
-    batch = mode.eval_batch()
-    _call(batch.attention, batch.x.shape[0])
-    _assert_all_on_meta(recording, "sampled evaluation")
+    _run_steps_and_evaluation(mode, steps, recording, "sampled")
 
 
 def test_isolated_chunks_and_evaluation_are_on_the_training_device(tmp_path, recording):
     mode = _mode(tmp_path, mode="isolated", isolated_chunks=2, repart_every=1, epochs=2, isolated_prefetch=True)
     try:
-        for step in mode.steps(0):  # two super-epochs: the prefetched one too
-            _assert_step_on_meta(step, "isolated")
-            _call(step.attention, step.x.shape[0])
-        _assert_all_on_meta(recording, "isolated training steps")
-        batch = mode.eval_batch()
-        _call(batch.attention, batch.x.shape[0])
-        _assert_all_on_meta(recording, "isolated evaluation")
+        _run_steps_and_evaluation(mode, mode.steps(0), recording, "isolated")  # two super-epochs: the prefetched one too
     finally:
         mode.close()
 

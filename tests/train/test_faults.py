@@ -40,6 +40,32 @@ def _write_config(tmp, **section) -> str:
     return path
 
 
+def lose_a_rank(config: str, env_of, marker: str, fault: str, timeout_s: float) -> tuple[int, str, float]:
+    """Starts 2 ranks, waits until rank 0 prints a line starting with ``marker``, then kills (or
+    freezes, ``fault="stop"``) rank 1. Returns rank 0's exit code, the rest of its output, and the
+    seconds it took to exit after the fault."""
+    port = free_port()
+    ranks = [subprocess.Popen(_train_cmd(config), env=env_of(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]  # fmt: skip
+    try:
+        seen = []
+        for line in ranks[0].stdout:
+            seen.append(line)
+            if line.startswith(marker):
+                break
+        assert seen and seen[-1].startswith(marker), "".join(seen)[-3000:]
+        began = time.monotonic()
+        os.kill(ranks[1].pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        rest = ranks[0].stdout.read()
+        code = ranks[0].wait(timeout=timeout_s + 60)
+        return code, rest, time.monotonic() - began
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 def _damage(store: str, case: str) -> str:
     """Damages a one-part store; returns the file the error must name."""
     if case == "truncated":
@@ -87,26 +113,7 @@ def test_survivor_exits_within_timeout_when_a_rank_dies_or_hangs(fault, tmp_path
     timeout_s = 10
     graph = write_random_graph(str(tmp_path))
     config = _write_config(str(tmp_path), dataset=graph, strategy="halo", epochs=10**6, timeout_s=timeout_s)
-    port = free_port()
-    ranks = [subprocess.Popen(_train_cmd(config), env=_rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]  # fmt: skip
-    try:
-        seen = []
-        for line in ranks[0].stdout:  # rank 0 logs every epoch
-            seen.append(line)
-            if line.startswith("epoch    2"):
-                break
-        assert seen and seen[-1].startswith("epoch    2"), "".join(seen)[-3000:]
-        began = time.monotonic()
-        os.kill(ranks[1].pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-        rest = ranks[0].stdout.read()
-        code = ranks[0].wait(timeout=timeout_s + 60)
-        elapsed = time.monotonic() - began
-    finally:
-        for proc in ranks:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    code, rest, elapsed = lose_a_rank(config, _rank_env, "epoch    2", fault, timeout_s)
     assert code == 3, rest[-3000:]
     assert elapsed < timeout_s + 15, elapsed
     assert "another rank died or did not answer within 10 s" in rest and "--resume" in rest, rest[-3000:]

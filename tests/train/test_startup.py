@@ -26,7 +26,7 @@ import pytest
 from dsgraph.comm.ports import free_port
 from dsgraph.train import extensions, shm
 from tests.train.helpers import write_random_graph
-from tests.train.test_faults import _rank_env, _train_cmd, _write_config
+from tests.train.test_faults import _rank_env, _train_cmd, _write_config, lose_a_rank
 
 TIMEOUT_S = 10
 
@@ -243,26 +243,8 @@ def test_a_rank_lost_during_set_up_stops_the_others_within_the_timeout(fault, tm
     """Rank 1 is killed (or frozen) right after the process group exists, while both ranks load
     the graph and build the engine; rank 0 must stop, before any epoch."""
     config = _write_config(str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=10**6, timeout_s=TIMEOUT_S)
-    port = free_port()
-    ranks = [subprocess.Popen(_train_cmd(config), env=_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]  # fmt: skip
-    try:
-        seen = []
-        for line in ranks[0].stdout:  # logged by rank 0 in the trainer's set-up, after init_distributed
-            seen.append(line)
-            if line.startswith("control plane:"):
-                break
-        assert seen and seen[-1].startswith("control plane:"), "".join(seen)[-3000:]
-        began = time.monotonic()
-        os.kill(ranks[1].pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-        rest = ranks[0].stdout.read()
-        code = ranks[0].wait(timeout=TIMEOUT_S + 60)
-        elapsed = time.monotonic() - began
-    finally:
-        for proc in ranks:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    # "control plane:" is logged by rank 0 in the trainer's set-up, after init_distributed
+    code, rest, elapsed = lose_a_rank(config, _env, "control plane:", fault, TIMEOUT_S)
     assert code == 3, rest[-3000:]
     assert "another rank died or did not answer within 10 s" in rest and "epoch    0" not in rest, rest[-3000:]
     assert elapsed < TIMEOUT_S + 15, elapsed

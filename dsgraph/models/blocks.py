@@ -1,0 +1,139 @@
+"""The attention layers of the Graph Transformer. Each is ``block(h, attention, node_ids, seed, step,
+layer)`` on this rank's rows: h [n, in_dim] -> [n, out_dim]; ``attention(q, k, v)`` is the
+graph-parallel strategy ([n, H, D] each, returns [n, H, D]); ``node_ids`` (global ids), ``seed``,
+``step`` and ``layer`` key the dropout masks, so 1 or P ranks drop the same elements.
+
+Dropout sites (the ``site`` of NodeDropout; 0 is the model's input features): 1 the attention
+output, 2 the FFN output, 3 each source node's value vector per head (GAT-style attention dropout).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsgraph.models.dropout import NodeDropout
+from dsgraph.ops.cuda_source import HEAD_DIMS
+
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> y, all [n, H, D]
+
+
+def padded_head_dim(dim: int) -> int:
+    """The smallest head dim the CUDA kernels support that holds ``dim`` values (``dim`` itself above 128)."""
+    return next((d for d in HEAD_DIMS if d >= dim), dim)
+
+
+class _Residual(nn.Module):
+    """The skip path of a block: identity (only where the widths agree), a linear map h W_r, or none."""
+
+    def __init__(self, kind: str, in_dim: int, out_dim: int):
+        super().__init__()
+        self.linear = nn.Linear(in_dim, out_dim, bias=False) if kind == "linear" else None
+        self.identity = kind == "identity" and in_dim == out_dim
+
+    def forward(self, h_ni: torch.Tensor, branch_nd: torch.Tensor) -> torch.Tensor:
+        if self.linear is not None:
+            return self.linear(h_ni) + branch_nd
+        return h_ni + branch_nd if self.identity else branch_nd
+
+
+def _heads(qkv_n3d: torch.Tensor, parts: int, heads: int) -> tuple[torch.Tensor, ...]:
+    n = qkv_n3d.shape[0]
+    return qkv_n3d.view(n, parts, heads, qkv_n3d.shape[1] // (parts * heads)).unbind(1)
+
+
+class AttentionBlock(nn.Module):
+    """A GAT layer with scaled dot-product scores: h -> ELU(residual(h) + dropout(concat_h y_h)) with
+    y_h = attention over in-edges of (h W_q, h W_k, dropout(h W_v)) (Velickovic et al., ICLR 2018; the
+    dot-product score is Vaswani et al. 2017's). ``norm`` 'pre' normalises h before the projections,
+    'post' the sum before the ELU."""
+
+    def __init__(self, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float = 0.0, *,
+                 norm: str = "none", residual: str = "identity"):  # fmt: skip
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
+        self.heads, self.norm_at = heads, norm
+        self.norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
+        self.qkv = nn.Linear(in_dim, 3 * hidden)
+        self.residual = _Residual(residual, in_dim, hidden)
+        self.value_dropout = NodeDropout(attention_dropout, site=3)
+        self.attn_dropout = NodeDropout(dropout, site=1)
+
+    def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
+        q_nHD, k_nHD, v_nHD = _heads(self.qkv(x_ni), 3, self.heads)
+        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
+        y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
+        h_nd = self.residual(h_ni, self.attn_dropout(y_nd, node_ids, seed, step, layer))
+        return F.elu(self.norm(h_nd) if self.norm_at == "post" else h_nd)
+
+
+class TransformerBlock(nn.Module):
+    """Attention -> W_o -> dropout -> residual, then a GELU FFN -> dropout -> residual (Vaswani et al.
+    2017), with LayerNorms before each sublayer ('pre', the default here), after each residual sum
+    ('post') or none. ``in_dim`` (default ``hidden``): the width of the block's input."""
+
+    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0, *,
+                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity"):  # fmt: skip
+        super().__init__()
+        in_dim = hidden if in_dim is None else in_dim
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
+        self.heads, self.norm_at = heads, norm
+        self.attn_norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
+        self.qkv = nn.Linear(in_dim, 3 * hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.residual = _Residual(residual, in_dim, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden) if norm != "none" else None
+        self.ffn = nn.Sequential(nn.Linear(hidden, ffn_mult * hidden), nn.GELU(), nn.Linear(ffn_mult * hidden, hidden))
+        self.value_dropout = NodeDropout(attention_dropout, site=3)
+        self.attn_dropout = NodeDropout(dropout, site=1)
+        self.ffn_dropout = NodeDropout(dropout, site=2)
+
+    sublayers = ("attention_sublayer", "ffn_sublayer")
+    """What activation checkpointing recomputes one at a time (``checkpointing.py``): the backward
+    then holds one sublayer's activations, not the whole block's."""
+
+    def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        h_nd = self.attention_sublayer(h_ni, attention, node_ids, seed, step, layer)
+        return self.ffn_sublayer(h_nd, node_ids, seed, step, layer)
+
+    def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        pre, post = self.norm_at == "pre", self.norm_at == "post"
+        q_nHD, k_nHD, v_nHD = _heads(self.qkv(self.attn_norm(h_ni) if pre else h_ni), 3, self.heads)
+        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
+        y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
+        h_nd = self.residual(h_ni, self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer))
+        return self.attn_norm(h_nd) if post else h_nd
+
+    def ffn_sublayer(self, h_nd, node_ids, seed: int, step: int, layer: int):
+        pre, post = self.norm_at == "pre", self.norm_at == "post"
+        h_nd = h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd) if pre else h_nd), node_ids, seed, step, layer)
+        return self.ffn_norm(h_nd) if post else h_nd
+
+
+class OutputAttention(nn.Module):
+    """GAT's output layer with dot-product scores: H heads attend over in-edges with values that are
+    class logits; the heads are averaged (Velickovic et al. 2018, eq. 6). h [n, in_dim] -> logits
+    [n, C]. The value (and score) head dim is C zero-padded to ``padded_head_dim(C)`` so the CUDA
+    kernels run it; the padding is sliced off. ``norm`` 'pre' normalises h first."""
+
+    def __init__(self, in_dim: int, num_classes: int, heads: int, attention_dropout: float = 0.0, *, norm: str = "none"):
+        super().__init__()
+        self.heads, self.classes, self.head_dim = heads, num_classes, padded_head_dim(num_classes)
+        self.norm = nn.LayerNorm(in_dim) if norm == "pre" else None
+        self.qk = nn.Linear(in_dim, 2 * heads * self.head_dim)
+        self.value = nn.Linear(in_dim, heads * num_classes)
+        self.value_dropout = NodeDropout(attention_dropout, site=3)
+
+    def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        x_ni = self.norm(h_ni) if self.norm is not None else h_ni
+        q_nHD, k_nHD = _heads(self.qk(x_ni), 2, self.heads)
+        v_nHC = self.value(x_ni).view(-1, self.heads, self.classes)
+        v_nHD = F.pad(v_nHC, (0, self.head_dim - self.classes))
+        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
+        return attention(q_nHD, k_nHD, v_nHD)[..., : self.classes].mean(1)
