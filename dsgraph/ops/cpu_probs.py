@@ -65,7 +65,7 @@ def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, nee
     )
     del qdy
     cpu_kernels_probs.backward_rows_probs_kernel(row_bounds, rowptr_, col_, huge_pages.copy(k_), ds, scale_, dq)
-    return (torch.from_numpy(t).to(dtype) for t, dtype in ((dq, q.dtype), (dk, k.dtype), (dv, v.dtype)))
+    return tuple(torch.from_numpy(t).to(dtype) for t, dtype in ((dq, q.dtype), (dk, k.dtype), (dv, v.dtype)))
 
 
 class ProbsAttention(torch.autograd.Function):
