@@ -1,7 +1,9 @@
 """The fused CPU backend of ``sparse_attention``: numba kernels, parallel over rows, in autograd.
 
-Forward is one online-softmax pass per (row, head) that keeps only the log-sum-exp lse [N_dst, H]
-(fp32) for backward. Backward recomputes the scores: dQ in a pass over rows (CSR), dK and dV in a pass
+``sparse_attention`` (one call, in autograd) runs the kernels that keep the probabilities
+(``cpu_probs.py``). The separate forward/backward passes, whose y and lse a strategy may merge over
+several source blocks, run the kernels here: forward is one online-softmax pass per (row, head) that
+keeps only the log-sum-exp lse [N_dst, H] (fp32) for backward; backward recomputes the scores: dQ in a pass over rows (CSR), dK and dV in a pass
 over the transpose (CSC, built once per graph and cached, see ``csc.py``). No atomics and a fixed
 summation order: two backward runs give bit-identical gradients.
 
@@ -13,16 +15,18 @@ cached on disk by numba.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 
-from dsgraph.ops import cpu_kernels
+from dsgraph.ops import cpu_kernels, cpu_probs
 from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
-from dsgraph.ops.csc import cached_per_graph, transpose
+from dsgraph.ops.cpu_arrays import as_compute_array as _as_compute_array
+from dsgraph.ops.cpu_arrays import as_int32 as _as_int32
+from dsgraph.ops.cpu_arrays import bounds as _bounds
+from dsgraph.ops.cpu_arrays import compute_dtype as _compute_dtype
+from dsgraph.ops.cpu_arrays import set_threads as _set_threads
+from dsgraph.ops.csc import transpose
 
-BLOCKS_PER_THREAD = 16  # work blocks per thread: enough to even out power-law rows
-MIN_WORK_PER_THREAD = 1 << 17  # (edge, head) pairs: below this, another thread costs more than it saves
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
@@ -39,6 +43,9 @@ class CpuBackend(FusedBackend):
         if max(tensors.get("k", q).shape[0], q.shape[0]) > INT32_MAX:
             return "node counts must stay below 2^31 (int32 node ids)"
         return on_one_device(tensors, "cpu")
+
+    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
+        return cpu_probs.ProbsAttention.apply(rowptr, col, q, k, v, scale)
 
     def forward(self, rowptr, col, q, k, v, scale: float):
         return attention_forward(rowptr, col, q, k, v, scale)
@@ -90,35 +97,3 @@ def attention_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale: float, *, ne
     col_bounds = _bounds(rowptr, col, colptr_, "cols")
     cpu_kernels.backward_cols_kernel(col_bounds, colptr_, row_, q_, k_, v_, dy_, lse_, delta, scale_, dk, dv)
     return dq_t, torch.from_numpy(dk).to(k.dtype), torch.from_numpy(dv).to(v.dtype)
-
-
-def _set_threads(work: int) -> None:
-    """numba threads: torch's thread count, fewer for small graphs (work = edges x heads).
-
-    The first call starts numba's OpenMP pool, which sets the process-wide OpenMP thread count to
-    the pool's size (all cores); torch reads that same setting, so its thread count is put back.
-    Otherwise a rank set to 1 thread would run everything on all cores from then on, and ranks that
-    share the cores would slow each other several-fold."""
-    threads = torch.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS, work // MIN_WORK_PER_THREAD)))
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-
-
-def _bounds(rowptr, col, ptr: np.ndarray, which: str) -> np.ndarray:
-    blocks = BLOCKS_PER_THREAD * numba.get_num_threads()
-    key = ("cpu-bounds", which, ptr.size, blocks)
-    return cached_per_graph(rowptr, col, key, lambda: cpu_kernels.balanced_bounds(ptr, blocks))
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _as_compute_array(t: torch.Tensor, cdt: torch.dtype) -> np.ndarray:
-    """A C-contiguous numpy view (or, for bf16 or strided inputs, an N x H x D copy) in ``cdt``."""
-    return t.detach().to(cdt).contiguous().numpy()
-
-
-def _as_int32(col: torch.Tensor) -> torch.Tensor:
-    return col if col.dtype == torch.int32 else col.to(torch.int32)

@@ -41,3 +41,13 @@ def prefetch_row(flat, row, row_len):
     start = row * row_len
     for offset in range(0, row_len, step):
         _prefetch_element(flat, start + offset)
+
+
+@njit(inline="always")
+def prefetch_span(array, start, length):
+    """Prefetches flat elements [start, start + length) of a C-contiguous array of any shape."""
+    step = max(1, CACHE_LINE_BYTES // array.itemsize)
+    offset = 0
+    while offset < length:  # a while loop: range() with a run-time step divides once per call
+        _prefetch_element(array, start + offset)
+        offset += step
