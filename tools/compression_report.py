@@ -15,11 +15,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from dsgraph.comm.ports import free_port
+from cora_accuracy import train_rows, write_variant  # tools/ is on the path when run as a script
 
 SETTINGS = {  # name: (comm_dtype, comm_grad_dtype)
     "none": ("none", "none"),
@@ -30,29 +29,13 @@ SETTINGS = {  # name: (comm_dtype, comm_grad_dtype)
 
 
 def variant(config: str, strategy: str, comm_dtype: str, grad_dtype: str, out_dir: str) -> str:
-    with open(config) as f:
-        ds = json.load(f)
-    ds["dsgraph"].update(strategy=strategy, comm_dtype=comm_dtype, comm_grad_dtype=grad_dtype)
-    path = os.path.join(out_dir, f"{strategy}_{comm_dtype}_{grad_dtype}.json")
-    with open(path, "w") as f:
-        json.dump(ds, f, indent=1)
-    return path
+    keys = {"strategy": strategy, "comm_dtype": comm_dtype, "comm_grad_dtype": grad_dtype}
+    return write_variant(config, out_dir, f"{strategy}_{comm_dtype}_{grad_dtype}", keys)
 
 
 def train(config: str, seed: int, ranks: int, out_dir: str) -> dict:
     """One run: its mean bytes per training step and its test accuracy at the best-validation epoch."""
-    tag = f"{os.path.basename(config)[:-5]}_seed{seed}"
-    metrics, log_path = os.path.join(out_dir, tag + ".jsonl"), os.path.join(out_dir, tag + ".log")
-    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={free_port()}", "launch/train.py", "--deepspeed_config", config,
-           "--seed", str(seed), "--metrics-out", metrics, "--checkpoint-every", "0"]  # fmt: skip
-    with open(log_path, "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        with open(log_path) as f:
-            raise RuntimeError(f"training failed (exit {code}): {' '.join(cmd)}\n{f.read()[-3000:]}")
-    with open(metrics) as f:
-        rows = [json.loads(line) for line in f]
+    rows = train_rows(config, seed, ranks, out_dir)
     steps = [r["comm_bytes"] for r in rows if r["kind"] == "step"]
     evals = [r for r in rows if r["kind"] == "eval"]
     return {"bytes_per_step": sum(steps) / len(steps), "best_val": evals[-1]["test_acc_at_best_val"]}

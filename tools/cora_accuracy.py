@@ -34,19 +34,24 @@ def config_precision(config: str) -> str:
 
 def config_variant(config: str, layers: int, precision: str, out_dir: str) -> str:
     """A copy of ``config`` with ``layers`` in its "dsgraph" section and bf16 on or off (a file in ``out_dir``)."""
+    return write_variant(config, out_dir, f"layers{layers}_{precision}", {"layers": layers}, bf16={"enabled": precision == "bf16"})
+
+
+def write_variant(config: str, out_dir: str, name: str, dsgraph: dict, **top) -> str:
+    """A copy of ``config`` with keys of its "dsgraph" section and top-level keys replaced, TensorBoard
+    off, written to ``out_dir``/``name``.json; returns its path."""
     with open(config) as f:
         ds = json.load(f)
-    ds.setdefault("dsgraph", {})["layers"] = layers
-    ds["bf16"] = {"enabled": precision == "bf16"}
-    ds["tensorboard"] = {"enabled": False}
-    path = os.path.join(out_dir, f"layers{layers}_{precision}.json")
+    ds.setdefault("dsgraph", {}).update(dsgraph)
+    ds.update(top, tensorboard={"enabled": False})
+    path = os.path.join(out_dir, f"{name}.json")
     with open(path, "w") as f:
         json.dump(ds, f, indent=1)
     return path
 
 
-def run(config: str, seed: int, ranks: int, out_dir: str) -> dict:
-    """One training run; returns its test accuracy at the last epoch and at the best-validation epoch."""
+def train_rows(config: str, seed: int, ranks: int, out_dir: str) -> list[dict]:
+    """One training run through the launcher; returns its metrics rows (step and eval)."""
     tag = f"{os.path.basename(config)}_seed{seed}_ranks{ranks}"
     metrics = os.path.join(out_dir, f"{tag}.jsonl")
     launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
@@ -59,7 +64,12 @@ def run(config: str, seed: int, ranks: int, out_dir: str) -> dict:
             tail = f.read()[-3000:]
         raise RuntimeError(f"training failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
     with open(metrics) as f:
-        evals = [row for row in map(json.loads, f) if row["kind"] == "eval"]
+        return [json.loads(line) for line in f]
+
+
+def run(config: str, seed: int, ranks: int, out_dir: str) -> dict:
+    """One training run; returns its test accuracy at the last epoch and at the best-validation epoch."""
+    evals = [row for row in train_rows(config, seed, ranks, out_dir) if row["kind"] == "eval"]
     return {"last": evals[-1]["test_acc"], "best_val": evals[-1]["test_acc_at_best_val"]}
 
 
