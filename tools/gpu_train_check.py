@@ -76,11 +76,17 @@ def fingerprint(root: Path = ROOT) -> str:
 
 
 def write_config(spec: RunSpec, folder: Path) -> Path:
-    """gpu_quickstart.json with bf16 set for the run's dtype and TensorBoard off; returns its path."""
+    """gpu_quickstart.json with bf16 set for the run's dtype and TensorBoard off (isolated: ZeRO-0 in
+    fp32, the per-step sync in bf16); returns its path."""
     config = json.loads(BASE_CONFIG.read_text())
     config["bf16"] = {"enabled": spec.dtype == "bf16"}
     config["tensorboard"] = {"enabled": False}
     config["dsgraph"]["checkpoint_dir"] = str(folder / f"{spec.name}-checkpoints")
+    if spec.strategy == "isolated":  # local steps need ZeRO-0 fp32; bf16 checks the per-step path
+        if spec.dtype == "fp32":
+            config["zero_optimization"] = {"stage": 0}
+        else:
+            config["dsgraph"]["isolated_sync"] = "step"
     path = folder / f"{spec.name}.json"
     path.write_text(json.dumps(config, indent=1))
     return path
