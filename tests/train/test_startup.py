@@ -113,6 +113,11 @@ def test_stale_build_locks_do_not_stop_a_cpu_run(tmp_path):
     _plant_stale_locks(ext_dir)
     before = _tree(ext_dir)
     config = _write_config(str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=2, timeout_s=TIMEOUT_S)
+    with open(config) as f:
+        ds = json.load(f)
+    del ds["optimizer"]["params"]["torch_adam"]  # a user config that does not choose: dsgraph must
+    with open(config, "w") as f:
+        json.dump(ds, f)
     port = free_port()
     proc = subprocess.run(_train_cmd(config), env=_env(0, 1, port, ext_dir), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
