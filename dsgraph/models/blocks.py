@@ -40,13 +40,21 @@ class _Residual(nn.Module):
         return h_ni + branch_nd if self.identity else branch_nd
 
 
-def _heads(linear: nn.Linear, x_ni: torch.Tensor, parts: int, heads: int) -> list[torch.Tensor]:
-    """``linear(x)`` as ``parts`` tensors [n, H, D] (q, k, v), each its own product with a slice of the
-    weight, so each is contiguous and the attention kernels read it in place (slices of one
-    [n, parts * H * D] product would be copied there: parts x n x H x D more memory at the peak)."""
-    n = x_ni.shape[0]
-    biases = linear.bias.chunk(parts) if linear.bias is not None else [None] * parts
-    return [F.linear(x_ni, w, b).view(n, heads, -1) for w, b in zip(linear.weight.chunk(parts), biases)]
+class SplitLinear(nn.Linear):
+    """A Linear whose output comes as ``parts`` tensors [n, heads, D] (q, k, v), each its own product
+    with a slice of the weight, so each is contiguous and the attention kernels read it in place
+    (slices of one [n, parts * heads * D] product would be copied there: parts x n x heads x D more
+    memory at the peak). Parameters, their names and initialisation are the Linear's; calling the
+    module (not its weight) keeps DeepSpeed's ZeRO-3 parameter gathering."""
+
+    def __init__(self, in_features: int, out_features: int, parts: int, heads: int):
+        super().__init__(in_features, out_features)
+        self.parts, self.heads = parts, heads
+
+    def forward(self, x_ni: torch.Tensor) -> list[torch.Tensor]:
+        n = x_ni.shape[0]
+        biases = self.bias.chunk(self.parts) if self.bias is not None else [None] * self.parts
+        return [F.linear(x_ni, w, b).view(n, self.heads, -1) for w, b in zip(self.weight.chunk(self.parts), biases)]
 
 
 class AttentionBlock(nn.Module):
@@ -62,14 +70,14 @@ class AttentionBlock(nn.Module):
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
         self.heads, self.norm_at = heads, norm
         self.norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
-        self.qkv = nn.Linear(in_dim, 3 * hidden)
+        self.qkv = SplitLinear(in_dim, 3 * hidden, 3, heads)
         self.residual = _Residual(residual, in_dim, hidden)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
-        q_nHD, k_nHD, v_nHD = _heads(self.qkv, x_ni, 3, self.heads)
+        q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
         h_nd = self.residual(h_ni, self.attn_dropout(y_nd, node_ids, seed, step, layer))
@@ -89,7 +97,7 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
         self.heads, self.norm_at = heads, norm
         self.attn_norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
-        self.qkv = nn.Linear(in_dim, 3 * hidden)
+        self.qkv = SplitLinear(in_dim, 3 * hidden, 3, heads)
         self.attn_out = nn.Linear(hidden, hidden)
         self.residual = _Residual(residual, in_dim, hidden)
         self.ffn_norm = nn.LayerNorm(hidden) if norm != "none" else None
@@ -108,7 +116,7 @@ class TransformerBlock(nn.Module):
 
     def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
-        q_nHD, k_nHD, v_nHD = _heads(self.qkv, self.attn_norm(h_ni) if pre else h_ni, 3, self.heads)
+        q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_ni) if pre else h_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
         h_nd = self.residual(h_ni, self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer))
@@ -130,13 +138,13 @@ class OutputAttention(nn.Module):
         super().__init__()
         self.heads, self.classes, self.head_dim = heads, num_classes, padded_head_dim(num_classes)
         self.norm = nn.LayerNorm(in_dim) if norm == "pre" else None
-        self.qk = nn.Linear(in_dim, 2 * heads * self.head_dim)
+        self.qk = SplitLinear(in_dim, 2 * heads * self.head_dim, 2, heads)
         self.value = nn.Linear(in_dim, heads * num_classes)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm is not None else h_ni
-        q_nHD, k_nHD = _heads(self.qk, x_ni, 2, self.heads)
+        q_nHD, k_nHD = self.qk(x_ni)
         v_nHC = self.value(x_ni).view(-1, self.heads, self.classes)
         v_nHD = F.pad(v_nHC, (0, self.head_dim - self.classes))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
