@@ -8,7 +8,7 @@ docs/GPU.md:
 - the Graph Transformer's step time and peak memory beside PyG's TransformerConv model (bench_models);
 - the training losses against the CPU's (gpu_train_check) and the GPU's AGP profile (dsgraph profile).
 
-    python tools/gpu_results.py --log-dir $OUT --work-dir /tmp/dsgraph-gpu-check.XXXX
+    python tools/gpu_results.py --log-dir $OUT --work-dir "$WORK"   # the mktemp folder gpu_check.sh made
     python tools/gpu_results.py --environment FILE      # the environment step: GPU and versions
 
 Inputs in --work-dir (they stay off the log folder, which may hand back only 8 files): steps.tsv

@@ -59,73 +59,35 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # --- the workers: one training step of a peer in this process --------------------------------------
 def with_self_loops(graph):
-    """(source, destination) int64 [E'] with a self loop added to every row without one."""
-    import torch
+    """(source, destination) int64 [E'] of ``graph`` with a self loop added to every row without one."""
+    from peer_models import destinations
 
-    dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.rowptr[1:] - graph.rowptr[:-1])
-    src = graph.col.long()
-    has_loop = torch.zeros(graph.num_nodes, dtype=torch.bool)
-    has_loop[dst[src == dst]] = True
-    missing = (~has_loop).nonzero().flatten()
-    return torch.cat([src, missing]), torch.cat([dst, missing])
-
-
-def dgl_step_model(graph, args):
-    import dgl
-    from dgl.nn.functional import edge_softmax
-
-    from dsgraph.models import GraphTransformer
-
-    g = dgl.graph(with_self_loops(graph), num_nodes=graph.num_nodes)
-
-    def attention(q, k, v):  # edge u -> v: <k_u, q_v>, softmax over v's in-edges, sum of weights x v_u
-        scores = dgl.ops.u_dot_v(g, k, q) * q.shape[-1] ** -0.5
-        return dgl.ops.u_mul_e_sum(g, v, edge_softmax(g, scores))
-
-    model = GraphTransformer(graph.num_features, graph.num_classes, hidden=args.hidden, heads=args.heads, layers=args.layers,
-                             dropout=0.1, input_dropout=0.0)  # fmt: skip
-    import torch
-
-    node_ids = torch.arange(graph.num_nodes)
-    return model, lambda x: model(x, attention, node_ids, 0)
-
-
-def pyg_step_model(graph, args):
-    import torch
-    from bench_models import pyg_model
-
-    shape = argparse.Namespace(hidden=args.hidden, heads=args.heads, layers=args.layers, ffn_mult=2, dropout=0.1)
-    model = pyg_model(graph.num_features, graph.num_classes, shape)
-    edge_index = torch.stack(with_self_loops(graph))
-    return model, lambda x: model(x, edge_index)
+    looped = graph.with_self_loops()
+    return looped.col.long(), destinations(looped.rowptr)
 
 
 def worker(args) -> int:
-    import torch
-    import torch.nn.functional as F
-
+    """One training step of a peer (tools/peer_models.py) on the graph with self loops, as dsgraph trains."""
     from dsgraph.graph.npz import load_npz
+    from peer_models import build
 
-    torch.manual_seed(0)
-    graph = load_npz(args.graph)
-    model, forward = (pyg_step_model if args.worker == "pyg" else dgl_step_model)(graph, args)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    model.train()
-    loss = F.cross_entropy(forward(graph.x.float())[graph.train_mask], graph.y[graph.train_mask])
-    loss.backward()
-    optimizer.step()
-    print(json.dumps({"loss": float(loss.detach())}), flush=True)
+    graph = load_npz(args.graph).with_self_loops()
+    loss = build(args.worker, graph, hidden=args.hidden, heads=args.heads, layers=args.layers).step()
+    print(json.dumps({"loss": loss}), flush=True)
     return 0
 
 
 # --- the driver ------------------------------------------------------------------------------------
 def dsgraph_command(args, peer: str, spec: str, folder: Path) -> list[str]:
+    from dsgraph.models.options import TRANSFORMER
+
     strategy, _, flag = peer.split(":", 1)[1].partition("+")
     config = json.loads((ROOT / "ds_configs/cpu_quickstart.json").read_text())
     config["bf16"], config["tensorboard"] = {"enabled": False}, {"enabled": False}
     config["dsgraph"].update(dataset=spec, strategy=strategy, hidden=args.hidden, heads=args.heads, layers=args.layers, dropout=0.1,
                              input_dropout=0.0, attention_dropout=0.0, epochs=1, eval_every=1, checkpoint_activations=flag == "ckpt",
-                             metrics_out=str(folder / "metrics.jsonl"), checkpoint_dir=str(folder / "ckpt"))  # fmt: skip
+                             metrics_out=str(folder / "metrics.jsonl"), checkpoint_dir=str(folder / "ckpt"),
+                             model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of the PyG and DGL peers)
     (folder / "config.json").write_text(json.dumps(config))
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", "29693", "--num_accelerators", "1",
             str(ROOT / "launch/train.py"), "--deepspeed_config", str(folder / "config.json"), "--backend", "cpu"]  # fmt: skip

@@ -105,10 +105,11 @@ class Peer:
 
 def _graph_transformer(graph, hidden: int, heads: int, layers: int, attention) -> Peer:
     from dsgraph.models import GraphTransformer
+    from dsgraph.models.options import TRANSFORMER
 
     torch.manual_seed(0)
     model = GraphTransformer(graph.x.shape[1], graph.num_classes, hidden=hidden, heads=heads, layers=layers, ffn_mult=FFN_MULT,
-                             dropout=DROPOUT, input_dropout=0.0, attention_dropout=0.0)  # fmt: skip
+                             dropout=DROPOUT, input_dropout=0.0, attention_dropout=0.0, options=TRANSFORMER)  # fmt: skip
     node_ids = torch.arange(graph.num_nodes)
     return Peer(model, lambda x, step: model(x, attention, node_ids, step), graph)
 
