@@ -17,7 +17,8 @@ this module is one loop over them:
 - activation checkpointing (``ModelShape.checkpoint_every``): each checkpointed layer runs its
   forward again in backward: FORWARD_SHARE of its attention and projection time and its forward
   collectives once more; it keeps its input and its attention sublayer's output for backward, and
-  one sublayer's activations exist at a time during its backward;
+  one sublayer's activations exist at a time during its backward (``checkpoint_nested``: it keeps
+  its input alone and runs its attention sublayer's forward and collectives a third time);
 - gradient sync (``step=True``): ZeRO's gradient reduction, a reduce-scatter plus an all-gather of
   the fp32 parameters (the same for every strategy, so it only moves the choice of p); it is part of
   ``rest_s`` so that ``comm_s`` is exactly the strategy's own collectives (what CommStats measures).
@@ -104,16 +105,17 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
 
 def _memory(terms, model: ModelShape, dtype_bytes: int) -> float:
     """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations.
-    A checkpointed block keeps its input and its attention sublayer's output; during its backward
-    one sublayer is recomputed at a time and holds its activations."""
+    A checkpointed block keeps its input and its attention sublayer's output (nested: its input
+    alone); during its backward one sublayer is recomputed at a time and holds its activations."""
     b, d, L = dtype_bytes, model.hidden, model.layers
     params = 16.0 * model.num_params  # fp32 weights, gradients, two Adam states
     features = terms.rows * model.in_dim * b
     row_values = terms.rows * d * b
     attention = row_values * attention_sublayer_units(b) + terms.activation_bytes
     ffn = row_values * ffn_sublayer_units(model.ffn_mult, b)
-    kept = model.checkpointed_layers
-    saved = (L - kept) * (attention + ffn) + kept * 2 * row_values + (max(attention, ffn) if kept else 0.0)
+    kept, nested = model.checkpointed_layers, model.checkpoint_nested
+    recomputed = max(attention, ffn + row_values if nested else ffn)  # nested: the FFN's input is recomputed too
+    saved = (L - kept) * (attention + ffn) + kept * (1 if nested else 2) * row_values + (recomputed if kept else 0.0)
     return params + features + terms.graph_bytes + saved + terms.transient_bytes
 
 
@@ -139,11 +141,13 @@ def predict(
     fits = profile.fits(p)
     d_scale = (fits.head_dim_knee + model.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
     layer_passes = model.layers + FORWARD_SHARE * model.checkpointed_layers  # recomputed forwards
-    attention = layer_passes * fits.attention(terms.edge_heads * d_scale)
+    attention_passes = model.layers + FORWARD_SHARE * model.attention_recomputes
+    attention = attention_passes * fits.attention(terms.edge_heads * d_scale)
     comm_layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
     recompute = sum(times * fits.collectives[name](size) for name, size, times in terms.forward_messages)
-    comm = (model.layers * comm_layer + model.checkpointed_layers * recompute) * calibration.comm_scale.get(strategy, 1.0)
+    comm = (model.layers * comm_layer + model.attention_recomputes * recompute) * calibration.comm_scale.get(strategy, 1.0)
     macs = terms.rows * layer_passes * model.layer_macs_per_node
+    macs += terms.rows * FORWARD_SHARE * (model.attention_recomputes - model.checkpointed_layers) * model.attention_macs_per_node
     if step:
         macs += terms.rows * model.hidden * (model.in_dim + model.num_classes)
     rest = fits.rest(macs)
@@ -155,7 +159,7 @@ def predict(
     layers = max(attention, comm) if terms.overlapped else attention + comm
     total = layers + rest + calibration.overhead_s
     memory = _memory(terms, model, profile.dtype_bytes)
-    sent = terms.bytes_sent * model.layers + terms.forward_bytes * model.checkpointed_layers
+    sent = terms.bytes_sent * model.layers + terms.forward_bytes * model.attention_recomputes
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:

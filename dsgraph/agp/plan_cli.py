@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--classes", type=int, default=0, help="output classes (default: the dataset's)")
     m.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="activation checkpointing of blocks 0, K, 2K, ... (1: every block; default 0: none)")
+    m.add_argument("--checkpoint-nested", action="store_true",
+                   help="with --checkpoint-every: a block keeps only its input and recomputes its attention twice")
     m.add_argument("--comm-dtype", choices=CODECS, default="none", help="how activation rows travel (default none)")
     m.add_argument("--comm-grad-dtype", choices=CODECS, default="none", help="how their gradients travel (default none)")
     m.add_argument("--comm-chunks", type=int, default=1, help="head groups exchanged one after another (default 1)")
@@ -114,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         model = ModelShape(
             layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
             in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
-            checkpoint_every=args.checkpoint_every, comm_dtype=args.comm_dtype, comm_grad_dtype=args.comm_grad_dtype,
-            comm_chunks=args.comm_chunks,
+            checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
+            comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks,
         )  # fmt: skip
         predictions = predict_all(graph, model, profile, args.world_size)
         choice = choose(predictions)

@@ -101,6 +101,9 @@ class ModelShape:
     num_classes: int = 0
     checkpoint_every: int = 0
     """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
+    checkpoint_nested: bool = False
+    """With checkpointing: a block keeps only its input, and its backward runs the attention
+    sublayer's forward twice (``checkpoint_nested`` in the config)."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
     comm_grad_dtype: str = "none"
@@ -125,13 +128,23 @@ class ModelShape:
         return -(-self.layers // self.checkpoint_every) if self.checkpoint_every else 0
 
     @property
+    def attention_recomputes(self) -> int:
+        """Forwards of an attention sublayer (and its collectives) that checkpointing adds per iteration."""
+        return self.checkpointed_layers * (2 if self.checkpoint_nested else 1)
+
+    @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
     @property
     def layer_macs_per_node(self) -> int:
         """Multiply-adds per node of the QKV, output and FFN projections of one layer."""
-        return self.hidden * self.hidden * (4 + 2 * self.ffn_mult)
+        return self.attention_macs_per_node + self.hidden * self.hidden * 2 * self.ffn_mult
+
+    @property
+    def attention_macs_per_node(self) -> int:
+        """Multiply-adds per node of the attention sublayer's QKV and output projections."""
+        return self.hidden * self.hidden * 4
 
     @property
     def num_params(self) -> int:

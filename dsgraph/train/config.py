@@ -75,6 +75,10 @@ class DsgraphConfig:
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
     checkpoint_every_layers: int = 1
     """With checkpoint_activations: checkpoint blocks 0, k, 2k, ... (1: every block)."""
+    checkpoint_nested: bool = False
+    """With checkpoint_activations: a Transformer block keeps only its input (not also its FFN's
+    input) and recomputes its attention sublayer once more in backward (one more forward of it and
+    of its collectives)."""
     self_loops: bool = True
     """Let every node attend to itself (adds a self loop to rows that have none)."""
     partitions: str | None = None
@@ -142,6 +146,8 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
+        if self.checkpoint_nested and not self.checkpoint_activations:
+            raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
         _check_strategy_and_mode(self)
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:

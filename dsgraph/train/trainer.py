@@ -82,7 +82,7 @@ class Trainer:
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
         model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
         if cfg.checkpoint_activations:
-            checkpoint_blocks(model, cfg.checkpoint_every_layers)
+            checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
         ds_config = self.sync.engine_config(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)

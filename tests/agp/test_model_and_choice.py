@@ -6,8 +6,10 @@ import math
 import pytest
 
 from dsgraph.agp.choose import choose, switch_target
-from dsgraph.agp.model import Calibration, GraphShape, ModelShape, SplitShape, predict, predict_all, scaling_test
+from dsgraph.agp.model import (Calibration, GraphShape, ModelShape, SplitShape, attention_sublayer_units, ffn_sublayer_units,
+                               predict, predict_all, scaling_test)  # fmt: skip
 from dsgraph.agp.synthetic import linear_profile
+from dsgraph.parallel.registry import get_strategy
 from tests.graphs import random_graph
 
 PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all_to_all_uneven": 1e-9}
@@ -153,3 +155,24 @@ def test_scaling_test_is_the_papers_inequality():
     with pytest.raises(ValueError, match="s >= 2"):
         scaling_test("ag", 1, 1, GRAPH, MODEL, profile)
     assert math.isfinite(t.lhs)
+
+
+def test_checkpointing_trades_memory_for_recomputed_forwards():
+    """A checkpointed block keeps 2 rows (nested: 1) instead of its sublayers' activations, and runs
+    its forward collectives again (nested: its attention's twice more)."""
+    profile = _profile()
+    n, d, b, L = 25_000, 128, 4, 2
+    runs = {name: predict("ag", 4, GRAPH, dataclasses.replace(MODEL, **kw), profile, step=False)
+            for name, kw in {"plain": {}, "sub": dict(checkpoint_every=1),
+                             "nested": dict(checkpoint_every=1, checkpoint_nested=True)}.items()}  # fmt: skip
+    forward_bytes = n * 2 * d * b * 3  # GP-AG's K/V all-gather of one layer
+    assert runs["sub"].comm_bytes == pytest.approx(runs["plain"].comm_bytes + L * forward_bytes)
+    assert runs["nested"].comm_bytes == pytest.approx(runs["plain"].comm_bytes + 2 * L * forward_bytes)
+    assert runs["plain"].time_s < runs["sub"].time_s < runs["nested"].time_s
+    row = n * d * b
+    attention = attention_sublayer_units(b) * row + get_strategy("ag").cost(4, GRAPH, MODEL, b).activation_bytes
+    ffn = ffn_sublayer_units(MODEL.ffn_mult, b) * row
+    kept = {"plain": L * (attention + ffn), "sub": 2 * L * row + max(attention, ffn), "nested": L * row + max(attention, ffn + row)}
+    for name in ("sub", "nested"):
+        assert runs["plain"].memory_bytes - runs[name].memory_bytes == pytest.approx(kept["plain"] - kept[name])
+    assert runs["nested"].memory_bytes < runs["sub"].memory_bytes < runs["plain"].memory_bytes
