@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Training on one device, through dsgraph's command line only: every strategy and mode that runs
-on one rank (ag, a2a, halo, auto, sampled, isolated) on Cora in fp32 and bf16, and the default
-strategy on rmat:20 in bf16, each for a few steps. Each run is
+on one rank (ag, a2a, halo, auto, sampled, isolated) on Cora in fp32 and bf16, the Transformer
+block with nested activation checkpointing (ag) in both, and the default strategy on rmat:20 in
+bf16, each for a few steps. Each run is
 
     deepspeed --num_gpus 1 launch/train.py --deepspeed_config CONFIG --strategy S --dataset D \\
         --epochs E --eval-every E --seed 0 --backend cuda --metrics-out FILE [--agp-profile P]
@@ -9,7 +10,7 @@ strategy on rmat:20 in bf16, each for a few steps. Each run is
 (``--num_accelerators 1 ... --backend cpu`` with --device cpu; the launcher is started as
 ``python -m deepspeed.launcher.runner``, the entry point of the ``deepspeed`` script). CONFIG is
 ds_configs/gpu_quickstart.json with bf16 switched on or off. The losses are the metrics rows with
-"kind": "step", key "loss".
+"kind": "step", key "loss". A run's ``settings`` go into the config's dsgraph section.
 
     # on the CPU machine: the reference losses (and a fingerprint of the sources they came from)
     python tools/gpu_train_check.py --device cpu --out .gpu_pack/reference_losses.json
@@ -35,13 +36,15 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "ds_configs" / "gpu_quickstart.json"
 PROFILES = {"fp32": ROOT / "docs/agp/dgx_h100_8gpu_profile.json", "bf16": ROOT / "docs/agp/dgx_h100_8gpu_bf16_profile.json"}
 STRATEGIES = ("ag", "a2a", "halo", "auto", "sampled", "isolated")
+CHECKPOINTED = {"checkpoint_activations": True, "checkpoint_nested": True,  # recomputes on the device
+                "model": {"block": "transformer", "input_projection": True, "norm": "pre", "head": "linear"}}
 TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2}  # relative, per step loss
 FORMAT = "dsgraph-gpu-train-check"
 FINGERPRINT_PATHS = ("dsgraph", "launch/train.py", "ds_configs/gpu_quickstart.json", "tools/gpu_train_check.py",
@@ -55,11 +58,14 @@ class RunSpec:
     dtype: str
     dataset: str
     epochs: int
+    settings: dict = field(default_factory=dict)
 
 
 def run_specs(cora_epochs: int = 5, rmat_epochs: int = 3) -> list[RunSpec]:
-    """Every one-rank strategy and mode on Cora in fp32 and bf16, then ag on rmat:20 in bf16."""
+    """Every one-rank strategy and mode on Cora in fp32 and bf16, checkpointed ag in both, then ag on
+    rmat:20 in bf16."""
     runs = [RunSpec(f"cora-{d}-{s}", s, d, "cora", cora_epochs) for d in ("fp32", "bf16") for s in STRATEGIES]
+    runs += [RunSpec(f"cora-{d}-ag-checkpointed", "ag", d, "cora", cora_epochs, CHECKPOINTED) for d in ("fp32", "bf16")]
     return runs + [RunSpec("rmat20-bf16-ag", "ag", "bf16", "rmat:20", rmat_epochs)]
 
 
@@ -82,6 +88,7 @@ def write_config(spec: RunSpec, folder: Path) -> Path:
     config["bf16"] = {"enabled": spec.dtype == "bf16"}
     config["tensorboard"] = {"enabled": False}
     config["dsgraph"]["checkpoint_dir"] = str(folder / f"{spec.name}-checkpoints")
+    config["dsgraph"].update(spec.settings)
     if spec.strategy == "isolated":  # local steps need ZeRO-0 fp32; bf16 checks the per-step path
         if spec.dtype == "fp32":
             config["zero_optimization"] = {"stage": 0}

@@ -14,7 +14,7 @@ tool = load_tool("gpu_train_check")
 
 def test_matrix_covers_every_one_rank_strategy_in_both_dtypes():
     specs = tool.run_specs()
-    assert len({s.name for s in specs}) == len(specs) == 13
+    assert len({s.name for s in specs}) == len(specs) == 15
     for dtype in ("fp32", "bf16"):
         assert {s.strategy for s in specs if s.dtype == dtype and s.dataset == "cora"} == set(tool.STRATEGIES)
     assert [(s.strategy, s.dtype) for s in specs if s.dataset == "rmat:20"] == [("ag", "bf16")]
@@ -27,6 +27,13 @@ def test_configs_are_valid_and_set_the_dtype(tmp_path, dtype):
     assert ds["bf16"]["enabled"] is (dtype == "bf16")
     assert ds["optimizer"]["params"]["torch_adam"] is True and ds["zero_optimization"]["stage"] == 2
     assert cfg.dataset == "cora"
+
+
+def test_checkpointed_runs_recompute_transformer_blocks(tmp_path):
+    [spec] = [s for s in tool.run_specs() if s.name == "cora-bf16-ag-checkpointed"]
+    ds, cfg = load_ds_config(str(tool.write_config(spec, tmp_path)))
+    assert cfg.checkpoint_activations and cfg.checkpoint_nested and cfg.model.block == "transformer"
+    assert ds["bf16"]["enabled"] and cfg.strategy == "ag"
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
