@@ -103,20 +103,41 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
     return 4 + 2 * ffn_mult + 1 / dtype_bytes
 
 
-def _memory(terms, model: ModelShape, dtype_bytes: int) -> float:
+def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> float:
     """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations.
-    A checkpointed block keeps its input and its attention sublayer's output (nested: its input
-    alone); during its backward one sublayer is recomputed at a time and holds its activations."""
-    b, d, L = dtype_bytes, model.hidden, model.layers
+    A checkpointed layer keeps its input (a Transformer block also its attention sublayer's output,
+    unless nested); during its backward one sublayer is recomputed at a time and holds its activations."""
+    b, rows = dtype_bytes, all_terms[0].rows
+    block_input = rows * model.hidden * b  # a row of d values per node
+    saved, recomputed = 0.0, 0.0
+    for kind, terms in zip(kinds, all_terms):
+        attention = rows * kind.shape.hidden * b * attention_sublayer_units(b) + terms.activation_bytes
+        ffn = block_input * ffn_sublayer_units(model.ffn_mult, b) if kind.ffn else 0.0
+        nested = kind.ffn and model.checkpoint_nested
+        kept_rows = 2 if kind.ffn and not nested else 1
+        saved += (kind.count - kind.checkpointed) * (attention + ffn) + kind.checkpointed * kept_rows * block_input
+        if kind.checkpointed:  # nested: the FFN's input is recomputed too
+            recomputed = max(recomputed, attention, ffn + block_input if nested else ffn)
     params = 16.0 * model.num_params  # fp32 weights, gradients, two Adam states
-    features = terms.rows * model.in_dim * b
-    row_values = terms.rows * d * b
-    attention = row_values * attention_sublayer_units(b) + terms.activation_bytes
-    ffn = row_values * ffn_sublayer_units(model.ffn_mult, b)
-    kept, nested = model.checkpointed_layers, model.checkpoint_nested
-    recomputed = max(attention, ffn + row_values if nested else ffn)  # nested: the FFN's input is recomputed too
-    saved = (L - kept) * (attention + ffn) + kept * (1 if nested else 2) * row_values + (recomputed if kept else 0.0)
-    return params + features + terms.graph_bytes + saved + terms.transient_bytes
+    features = rows * model.in_dim * b
+    transient = max(terms.transient_bytes for terms in all_terms)
+    return params + features + all_terms[0].graph_bytes + saved + recomputed + transient
+
+
+def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float) -> tuple[float, float, float, float]:
+    """Attention and collective seconds of all layers (recomputed forwards included), the share of
+    the forward collectives that runs during attention, and the projections' multiply-adds."""
+    attention = comm = hidden = macs = 0.0
+    for kind, terms in zip(kinds, all_terms):
+        d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
+        attention += (kind.count + FORWARD_SHARE * kind.attention_recomputes) * fits.attention(terms.edge_heads * d_scale)
+        layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
+        forward = sum(times * fits.collectives[name](size) for name, size, times in terms.forward_messages)
+        comm += (kind.count * layer + kind.attention_recomputes * forward) * scale
+        hidden += kind.count * terms.forward_hidden * forward
+        macs += terms.rows * (kind.count + FORWARD_SHARE * kind.checkpointed) * kind.macs_per_node
+        macs += terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
+    return attention, comm, hidden, macs
 
 
 def predict(
@@ -130,36 +151,30 @@ def predict(
     calibration: Calibration = Calibration(),
 ) -> Prediction:
     """Time and memory of ``strategy`` on ``p`` ranks. ``step`` adds the input projection, the
-    classifier and the gradient sync (a whole training step); without it the result is ``layers``
-    transformer blocks alone."""
+    classifier and the gradient sync (a whole training step); without it the result is the
+    ``layers`` attention layers alone."""
     from dsgraph.parallel.registry import get_strategy
 
-    spec = get_strategy(strategy)
-    terms = _infeasible(p, graph, profile) or spec.cost(p, graph, model, profile.dtype_bytes)
-    if isinstance(terms, str):
-        return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, terms)
+    spec, kinds = get_strategy(strategy), model.layer_kinds()
+    reason = _infeasible(p, graph, profile)
+    all_terms = [] if reason else [spec.cost(p, graph, kind.shape, profile.dtype_bytes) for kind in kinds]
+    reason = reason or next((t for t in all_terms if isinstance(t, str)), "")
+    if reason:
+        return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason)
     fits = profile.fits(p)
-    d_scale = (fits.head_dim_knee + model.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
-    layer_passes = model.layers + FORWARD_SHARE * model.checkpointed_layers  # recomputed forwards
-    attention_passes = model.layers + FORWARD_SHARE * model.attention_recomputes
-    attention = attention_passes * fits.attention(terms.edge_heads * d_scale)
-    comm_layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
-    recompute = sum(times * fits.collectives[name](size) for name, size, times in terms.forward_messages)
-    comm = (model.layers * comm_layer + model.attention_recomputes * recompute) * calibration.comm_scale.get(strategy, 1.0)
-    macs = terms.rows * layer_passes * model.layer_macs_per_node
-    macs += terms.rows * FORWARD_SHARE * (model.attention_recomputes - model.checkpointed_layers) * model.attention_macs_per_node
+    attention, comm, hidden, macs = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0))
+    rows = all_terms[0].rows
     if step:
-        macs += terms.rows * model.hidden * (model.in_dim + model.num_classes)
+        macs += rows * model.hidden * ((model.in_dim if model.input_projection else 0) + (model.num_classes if model.head == "linear" else 0))
     rest = fits.rest(macs)
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
-    hidden = model.layers * terms.forward_hidden * sum(t * fits.collectives[c](b) for c, b, t in terms.forward_messages)
     comm -= min(hidden, FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
-    layers = max(attention, comm) if terms.overlapped else attention + comm
+    layers = max(attention, comm) if all_terms[0].overlapped else attention + comm
     total = layers + rest + calibration.overhead_s
-    memory = _memory(terms, model, profile.dtype_bytes)
-    sent = terms.bytes_sent * model.layers + terms.forward_bytes * model.attention_recomputes
+    memory = _memory(kinds, all_terms, model, profile.dtype_bytes)
+    sent = sum(t.bytes_sent * k.count + t.forward_bytes * k.attention_recomputes for k, t in zip(kinds, all_terms))
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:

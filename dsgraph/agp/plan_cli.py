@@ -11,6 +11,7 @@ from dsgraph.agp.model import GraphShape, ModelShape, Prediction, predict_all, s
 from dsgraph.agp.profile import load_profile
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
+from dsgraph.models.options import BLOCKS, HEADS, ModelOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ffn-mult", type=int, default=2)
     m.add_argument("--in-dim", type=int, help="input feature width (default: the dataset's, else hidden)")
     m.add_argument("--classes", type=int, default=0, help="output classes (default: the dataset's)")
+    default = ModelOptions()  # the training config's model section, by default
+    m.add_argument("--block", choices=BLOCKS, default=default.block,
+                   help=f"the hidden layers: attention (GAT-shaped) or transformer (with an FFN); default {default.block}")
+    m.add_argument("--head", choices=HEADS, default=default.head,
+                   help=f"attention (the last layer attends with class logits, needs --classes) or linear; default {default.head}")
+    m.add_argument("--input-projection", action=argparse.BooleanOptionalAction, default=default.input_projection,
+                   help="a Linear(in_dim, hidden) before the first block (default: as the training config's model section)")
     m.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="activation checkpointing of blocks 0, K, 2K, ... (1: every block; default 0: none)")
     m.add_argument("--checkpoint-nested", action="store_true",
@@ -113,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.world_size}; run `dsgraph profile --max-ranks {args.world_size}` (or plan for fewer ranks)"
             )
         graph, in_dim, classes = _graph_and_sizes(args)
+        if args.head == "attention" and not (args.classes or classes):
+            raise ValueError("--head attention (the default, as in training) needs the class count: give --classes or --dataset")
         model = ModelShape(
             layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
             in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
             checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
-            comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks,
+            comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
+            input_projection=args.input_projection,
         )  # fmt: skip
         predictions = predict_all(graph, model, profile, args.world_size)
         choice = choose(predictions)

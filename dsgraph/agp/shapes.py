@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -91,7 +92,9 @@ class GraphShape:
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """Model sizes: L layers of hidden size d with H heads and an FFN of ffn_mult * d."""
+    """Model sizes: L attention layers of hidden size d with H heads, arranged as the config's
+    ``model`` section says (``block``, ``head``, ``input_projection``; ``dsgraph/models/options.py``).
+    The defaults here are the Transformer block with a linear classifier."""
 
     layers: int
     hidden: int
@@ -102,14 +105,21 @@ class ModelShape:
     checkpoint_every: int = 0
     """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
     checkpoint_nested: bool = False
-    """With checkpointing: a block keeps only its input, and its backward runs the attention
-    sublayer's forward twice (``checkpoint_nested`` in the config)."""
+    """With checkpointing: a Transformer block keeps only its input, and its backward runs the
+    attention sublayer's forward twice (``checkpoint_nested`` in the config)."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
     comm_grad_dtype: str = "none"
     """How their gradients travel."""
     comm_chunks: int = 1
     """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
+    block: str = "transformer"
+    """'transformer' (attention, W_o, then an FFN) or 'attention' (GAT-shaped: q, k, v and an ELU)."""
+    head: str = "linear"
+    """'linear' (a classifier after the last block) or 'attention' (the last attention layer has class
+    logits as values: H x pad(C) wide, its own layer kind)."""
+    input_projection: bool = True
+    """A Linear(in_dim, hidden) before the first block."""
 
     def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
         """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""
@@ -122,32 +132,73 @@ class ModelShape:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
         if self.checkpoint_every < 0:
             raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
+        if self.block not in ("transformer", "attention") or self.head not in ("linear", "attention"):
+            raise ValueError(f"model shape: block must be transformer|attention and head linear|attention, got {self}")
+        if self.head == "attention" and self.num_classes < 1:
+            raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
 
     @property
     def checkpointed_layers(self) -> int:
         return -(-self.layers // self.checkpoint_every) if self.checkpoint_every else 0
 
     @property
-    def attention_recomputes(self) -> int:
-        """Forwards of an attention sublayer (and its collectives) that checkpointing adds per iteration."""
-        return self.checkpointed_layers * (2 if self.checkpoint_nested else 1)
-
-    @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
-    @property
-    def layer_macs_per_node(self) -> int:
-        """Multiply-adds per node of the QKV, output and FFN projections of one layer."""
-        return self.attention_macs_per_node + self.hidden * self.hidden * 2 * self.ffn_mult
+    def layer_kinds(self) -> list["LayerKind"]:
+        """The model's attention layers grouped by kind: the hidden blocks, then (head 'attention') the
+        output layer, which attends with H x pad(C) values; each with how many of them checkpointing
+        recomputes (blocks 0, k, 2k, ... of all of them, as ``models/checkpointing.py`` picks)."""
+        from dsgraph.models.blocks import padded_head_dim
 
-    @property
-    def attention_macs_per_node(self) -> int:
-        """Multiply-adds per node of the attention sublayer's QKV and output projections."""
-        return self.hidden * self.hidden * 4
+        d, k, f = self.hidden, self.checkpoint_every, self.ffn_mult
+        hidden = self.layers - (self.head == "attention")
+
+        def checkpointed(first: int, stop: int) -> int:
+            return sum(1 for i in range(first, stop) if k and i % k == 0)
+
+        ffn = self.block == "transformer"
+        kinds = [LayerKind(self, hidden, checkpointed(0, hidden), d * d * (4 + 2 * f if ffn else 3), ffn)] if hidden else []
+        if self.head == "attention":
+            c = padded_head_dim(self.num_classes)
+            out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
+            kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), d * self.heads * (2 * c + self.num_classes), False))
+        return kinds
 
     @property
     def num_params(self) -> int:
-        d, f = self.hidden, self.ffn_mult
-        per_layer = 4 * d * d + 2 * f * d * d + (3 * d + d + f * d + d) + 4 * d
-        return self.layers * per_layer + self.in_dim * d + d + d * self.num_classes + self.num_classes + 2 * d
+        d, f, c = self.hidden, self.ffn_mult, self.num_classes
+        total = 2 * d  # a final norm
+        for kind in self.layer_kinds():
+            per_layer = kind.macs_per_node + (9 * d + f * d if kind.ffn else kind.shape.hidden * 3)  # weights + biases, norms
+            total += kind.count * per_layer
+        if self.input_projection:
+            total += self.in_dim * d + d
+        if self.head == "linear":
+            total += d * c + c
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKind:
+    """Attention layers of one kind, as AGP counts them."""
+
+    shape: ModelShape
+    """The sizes the layer runs at (``hidden`` = H x its head dim; the strategies' cost terms take it)."""
+    count: int
+    checkpointed: int
+    """How many of them activation checkpointing recomputes."""
+    macs_per_node: int
+    """Multiply-adds per node of its projections (QKV, W_o and FFN; the output layer's q, k and logits)."""
+    ffn: bool
+    """A Transformer block: an FFN sublayer after the attention (checkpointed per sublayer, or nested)."""
+
+    @property
+    def attention_macs_per_node(self) -> int:
+        """The attention sublayer's share of ``macs_per_node`` (what a nested recompute runs again)."""
+        return self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node
+
+    @property
+    def attention_recomputes(self) -> int:
+        """Forwards of its attention (and collectives) that checkpointing adds per iteration."""
+        return self.checkpointed * (2 if self.ffn and self.shape.checkpoint_nested else 1)

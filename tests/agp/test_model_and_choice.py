@@ -176,3 +176,27 @@ def test_checkpointing_trades_memory_for_recomputed_forwards():
     for name in ("sub", "nested"):
         assert runs["plain"].memory_bytes - runs[name].memory_bytes == pytest.approx(kept["plain"] - kept[name])
     assert runs["nested"].memory_bytes < runs["sub"].memory_bytes < runs["plain"].memory_bytes
+
+
+def test_gat_shaped_model_counts_its_output_layer_at_its_own_width():
+    """The default model (options.py): GAT-shaped blocks (q, k, v, no W_o or FFN) and an output layer
+    that attends with H x pad(C) values, so its K/V rows are that wide on the wire and in memory."""
+    gat = ModelShape(layers=3, hidden=128, heads=8, num_classes=47, block="attention", head="attention", input_projection=False)
+    hidden, out = gat.layer_kinds()
+    assert (hidden.count, hidden.ffn, hidden.macs_per_node, hidden.shape.hidden) == (2, False, 3 * 128 * 128, 128)
+    assert (out.count, out.ffn, out.shape.hidden, out.shape.head_dim) == (1, False, 8 * 64, 64)  # 47 classes padded to 64
+    profile = _profile()
+    n, b = 25_000, 4
+    ag = predict("ag", 4, GRAPH, gat, profile, step=False)
+    assert ag.comm_bytes == pytest.approx(2 * 2 * (n * 2 * 128 * b) * 3 + 2 * (n * 2 * 512 * b) * 3)
+    transformer = predict("ag", 4, GRAPH, dataclasses.replace(gat, block="transformer", head="linear"), profile, step=False)
+    assert transformer.comm_bytes == pytest.approx(3 * 2 * (n * 2 * 128 * b) * 3)
+    with pytest.raises(ValueError, match="an attention head needs num_classes"):
+        ModelShape(layers=2, hidden=128, heads=8, head="attention")
+
+
+def test_checkpointing_counts_the_output_layer_as_a_block():
+    """checkpoint_blocks picks blocks 0, k, 2k, ... of all attention layers, the output layer included."""
+    gat = ModelShape(layers=3, hidden=128, heads=8, num_classes=7, block="attention", head="attention")
+    for every, want in ((1, [2, 1]), (2, [1, 1]), (3, [1, 0])):
+        assert [k.checkpointed for k in dataclasses.replace(gat, checkpoint_every=every).layer_kinds()] == want

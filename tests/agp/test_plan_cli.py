@@ -19,7 +19,7 @@ def _profile(tmp_path, **kw):
 def test_plan_prints_table_pick_and_scaling_test(tmp_path, capsys):
     out_json = tmp_path / "plan.json"
     rc = main(["plan", "--profile", _profile(tmp_path), "--world-size", "4", "--nodes", "1e5", "--edges", "2e6",
-               "--heads", "6", "--hidden", "96", "--json", str(out_json)])  # fmt: skip
+               "--heads", "6", "--hidden", "96", "--classes", "47", "--json", str(out_json)])  # fmt: skip
     text = capsys.readouterr().out
     assert rc == 0
     assert "infeasible: H % p != 0: 6 heads do not split over 4 ranks" in text
@@ -45,3 +45,5 @@ def test_plan_errors(tmp_path, capsys):
     assert "measured in float32, but this run uses bfloat16" in capsys.readouterr().err
     assert main(["plan", "--profile", _profile(tmp_path), "--world-size", "2"]) == 2
     assert "give --dataset, or both --nodes and --edges" in capsys.readouterr().err
+    assert main(["plan", "--profile", _profile(tmp_path), "--world-size", "2", "--nodes", "10", "--edges", "10"]) == 2
+    assert "--head attention (the default, as in training) needs the class count" in capsys.readouterr().err
