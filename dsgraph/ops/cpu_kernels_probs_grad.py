@@ -5,15 +5,15 @@ dp_ij = <dy_i, v_j>, ds_ij = p_ij (dp_ij - delta_i); then dq_i = scale * sum_j d
 sum), dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i (column sums). Two passes, one
 thread per output row or column, a fixed order of additions, no atomics, no E x H array written:
 
-- ``pack_rows_kernel`` lays out what the column pass gathers per edge as one span per destination
-  row, packed [N_dst, 2*H*D + 2*H] = [q_i | dy_i | lse_i | delta_i] (delta computed here);
+- ``backward_rows_kernel`` (CSR order, first) lays out what the column pass gathers per edge as one
+  span per destination row, packed [N_dst, 2*H*D + 2*H] = [q_i | dy_i | lse_i | delta_i] (delta
+  computed here), then reads p in its own order, gathers k_j and v_j side by side (forward's kv)
+  and forms ds_ij from <dy_i, v_j> to accumulate dq_i;
 - ``backward_columns_kernel`` (CSC order) gathers the packed row of each in-edge's destination and
   recomputes p_ij = exp(scale <q_i, k_j> - lse_i) and ds_ij from it; k_j and v_j are the column's
   own. Reading the kept p instead would be a random access per edge (the CSR slot of a CSC edge),
   and so would writing ds for the row pass: those two cache misses per edge cost more than the
-  second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms);
-- ``backward_rows_kernel`` (CSR order) reads p in its own order, gathers k_j and v_j side by side
-  (forward's kv) and forms ds_ij from <dy_i, v_j> to accumulate dq_i.
+  second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms).
 
 Arrays are C-contiguous float32 or float64: q, dy, y [N_dst, H, D]; lse [N_dst, H]; kv [N_src, 2, H, D]
 (k_j and v_j side by side); p [E, H] in CSR edge order; dq [N_dst, H, D]; dk, dv [N_src, H, D];
@@ -38,18 +38,15 @@ def packed_width(heads: int, dim: int) -> int:
     return 2 * heads * dim + 2 * heads
 
 
-@njit(**_OPTIONS)
-def pack_rows_kernel(bounds, q, dy, y, lse, packed):
-    """packed[i] = [q_i | dy_i | lse_i | delta_i] with delta_i[h] = <dy_ih, y_ih> (bounds: row blocks)."""
+@njit(inline="always")
+def _pack_row(q, dy, y, lse, i, packed):
+    """packed[i] = [q_i | dy_i | lse_i | delta_i] with delta_i[h] = <dy_ih, y_ih>."""
     heads, dim = q.shape[1], q.shape[2]
-    width, stride = heads * dim, packed.shape[1]
-    for b in prange(bounds.size - 1):
-        for i in range(bounds[b], bounds[b + 1]):
-            base = i * stride
-            scale_into(packed, base, 1.0, q, i * width, width)
-            scale_into(packed, base + width, 1.0, dy, i * width, width)
-            scale_into(packed, base + 2 * width, 1.0, lse, i * heads, heads)
-            head_dots(packed, base + 2 * width + heads, dy, i * width, y, i * width, heads, dim, 1.0)
+    width, base = heads * dim, i * packed.shape[1]
+    scale_into(packed, base, 1.0, q, i * width, width)
+    scale_into(packed, base + width, 1.0, dy, i * width, width)
+    scale_into(packed, base + 2 * width, 1.0, lse, i * heads, heads)
+    head_dots(packed, base + 2 * width + heads, dy, i * width, y, i * width, heads, dim, 1.0)
 
 
 @njit(inline="always")
@@ -89,14 +86,19 @@ def backward_columns_kernel(bounds, colptr, row, packed, kv, scale, dk, dv):
 
 
 @njit(**_OPTIONS)
-def backward_rows_kernel(bounds, rowptr, col, packed, kv, p, scale, dq):
-    """dq_i = scale * sum_j p_ij (<dy_i, v_j> - delta_i) k_j over row i's edges (bounds: row blocks)."""
+def backward_rows_kernel(bounds, rowptr, col, q, dy, y, lse, kv, p, scale, packed, dq, need_q):
+    """Packs every row (``_pack_row``) and, if need_q, dq_i = scale * sum_j p_ij (<dy_i, v_j> -
+    delta_i) k_j over its edges (bounds: row blocks). Runs before the column pass, which gathers
+    the packed rows; packing here rides on the row pass's gathers instead of a pass of its own."""
     heads, dim = kv.shape[2], kv.shape[3]
     width, stride = heads * dim, packed.shape[1]
     for b in prange(bounds.size - 1):
         ds, acc = np.empty(heads, kv.dtype), np.empty(width, kv.dtype)
         block_end = rowptr[bounds[b + 1]]
         for i in range(bounds[b], bounds[b + 1]):
+            _pack_row(q, dy, y, lse, i, packed)
+            if not need_q:
+                continue
             acc[:] = 0
             base = i * stride
             for e in range(rowptr[i], rowptr[i + 1]):

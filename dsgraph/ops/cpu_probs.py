@@ -2,9 +2,9 @@
 
 ``sparse_attention(..., backend="cpu")`` runs here. Forward computes y, lse and p (fp32, or fp64 for
 fp64 inputs; never an E x H x D tensor) in one pass per row (``cpu_kernels_probs``). Backward
-(``cpu_kernels_probs_grad``) packs [q_i | dy_i | lse_i | delta_i] per destination row, runs a
-column (CSC) pass that gathers that packed row per edge and recomputes p and ds from it (dk, dv),
-then a row (CSR) pass that reads p in order and gathers k_j, v_j (dq). Neither pass touches an
+(``cpu_kernels_probs_grad``) runs a row (CSR) pass that packs [q_i | dy_i | lse_i | delta_i] per
+destination row, reads p in order and gathers k_j, v_j (dq), then a column (CSC) pass that gathers
+the packed row per edge and recomputes p and ds from it (dk, dv). Neither pass touches an
 E-sized array at random. Extra memory against the log-sum-exp kernels: E x H floats (p) saved from
 forward to backward. The separate forward/backward API (``attention_forward`` and
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
@@ -52,7 +52,9 @@ def backward_probs(rowptr, col, q, kv, y_acc, lse, p, dy, scale: float, *, need_
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     packed = huge_pages.empty((q_.shape[0], grad.packed_width(*q_.shape[1:])), q_.dtype)
-    grad.pack_rows_kernel(row_bounds, q_, dy_, y_, lse.numpy(), packed)
+    dq = np.empty(q_.shape if need_q else (0,) + q_.shape[1:], dtype=q_.dtype)
+    grad.backward_rows_kernel(row_bounds, rowptr_, col_, q_, dy_, y_, lse.numpy(), kv_, p_, scale_, packed, dq, need_q)
+    dq = torch.from_numpy(dq) if need_q else None
     dk = dv = None
     if need_kv:
         csc = transpose(rowptr, col, kv_.shape[0])
@@ -62,11 +64,6 @@ def backward_probs(rowptr, col, q, kv, y_acc, lse, p, dy, scale: float, *, need_
         col_bounds = bounds(rowptr, col, colptr_, "cols")
         grad.backward_columns_kernel(col_bounds, colptr_, csc.row.numpy(), packed, kv_, scale_, dk, dv)
         dk, dv = torch.from_numpy(dk), torch.from_numpy(dv)
-    dq = None
-    if need_q:
-        dq = np.empty(q_.shape, dtype=q_.dtype)
-        grad.backward_rows_kernel(row_bounds, rowptr_, col_, packed, kv_, p_, scale_, dq)
-        dq = torch.from_numpy(dq)
     return dq, dk, dv
 
 
