@@ -13,7 +13,8 @@ to run. n, heads and dim are element counts; w and scale are scalars.
 - ``head_dots(out, io, a, ia, b, ib, heads, dim, scale)``: out[io + h] = scale * <a_h, b_h> for
   every head h, where a_h = a[ia + h*dim : ia + (h+1)*dim] (and b_h alike); groups of 8 heads are
   reduced together (a transpose-and-add tree) when dim is a multiple of 8
-- ``head_axpy(y, iy, w, iw, x, ix, heads, dim)``: y[iy + h*dim + d] += w[iw + h] * x[ix + h*dim + d]
+- ``head_axpy(y, iy, w, iw, x, ix, heads, dim)``: y[iy + h*dim + d] += w[iw + h] * x[ix + h*dim + d];
+  groups of 8 heads are unrolled, with no tail handling, when dim is a multiple of LANES
 - ``scale(y, iy, w, x, ix, n)``: y[iy + t] = w * x[ix + t]
 - ``add``, ``mul``, ``maximum``, ``exp_diff`` ``(y, iy, x, ix, n)``: y[iy + t] becomes y + x, y * x,
   max(y, x) or exp(y - x), with x = x[ix + t]
@@ -246,6 +247,37 @@ def head_dots(typingctx, out, io, a, ia, b, ib, heads, dim, scale):
     return types.void(out, io, a, ia, b, ib, heads, dim, scale), codegen
 
 
+def _axpy_one_head(builder, ptr_y, ptr_w, ptr_x, head, dim):
+    """y[h*dim + d] += w[h] * x[h*dim + d] for one head h (any dim)."""
+    weight = builder.load(builder.gep(ptr_w, [head]))
+    base = builder.mul(head, dim)
+
+    def body(b, off, lanes):
+        at = b.add(base, off)
+        target = b.gep(ptr_y, [at])
+        value = _fma(b, _splat(b, weight, lanes), _load(b, b.gep(ptr_x, [at]), lanes), _load(b, target, lanes))
+        _store(b, value, target, lanes)
+
+    _spans(builder, dim, body)
+
+
+def _grouped_axpy(builder, ptr_y, ptr_w, ptr_x, heads, dim, width):
+    """head_axpy for dim a multiple of ``width``: GROUP heads unrolled at a time, then one by one."""
+    intp = heads.type
+    groups = builder.udiv(heads, intp(GROUP))
+    with cgutils.for_range(builder, groups) as group:
+        first = builder.mul(group.index, intp(GROUP))
+        weights = [builder.load(builder.gep(ptr_w, [builder.add(first, intp(t))])) for t in range(GROUP)]
+        with cgutils.for_range(builder, builder.udiv(dim, intp(width))) as chunk:
+            for t, weight in enumerate(weights):
+                off = builder.add(builder.mul(builder.add(first, intp(t)), dim), builder.mul(chunk.index, intp(width)))
+                target = builder.gep(ptr_y, [off])
+                x = _load(builder, builder.gep(ptr_x, [off]), width)
+                _store(builder, _fma(builder, _splat(builder, weight, width), x, _load(builder, target, width)), target, width)
+    with cgutils.for_range(builder, heads, start=builder.mul(groups, intp(GROUP))) as head:
+        _axpy_one_head(builder, ptr_y, ptr_w, ptr_x, head.index, dim)
+
+
 @intrinsic
 def head_axpy(typingctx, y, iy, w, iw, x, ix, heads, dim):
     """y[iy + h*dim + d] += w[iw + h] * x[ix + h*dim + d] for h < heads, d < dim."""
@@ -255,17 +287,14 @@ def head_axpy(typingctx, y, iy, w, iw, x, ix, heads, dim):
     def codegen(context, builder, sig, args):
         ptr_y, ptr_w, ptr_x = (_pointer(context, builder, sig, args, at) for at in (0, 2, 4))
         heads_v, dim_v = _count(context, builder, sig, args, 6), _count(context, builder, sig, args, 7)
-        with cgutils.for_range(builder, heads_v) as head:
-            weight = builder.load(builder.gep(ptr_w, [head.index]))
-            base = builder.mul(head.index, dim_v)
-
-            def body(b, off, lanes):
-                at = b.add(base, off)
-                target = b.gep(ptr_y, [at])
-                value = _fma(b, _splat(b, weight, lanes), _load(b, b.gep(ptr_x, [at]), lanes), _load(b, target, lanes))
-                _store(b, value, target, lanes)
-
-            _spans(builder, dim_v, body)
+        intp = heads_v.type
+        wide = builder.icmp_unsigned("==", builder.urem(dim_v, intp(LANES)), intp(0))
+        with builder.if_else(wide) as (then, otherwise):
+            with then:
+                _grouped_axpy(builder, ptr_y, ptr_w, ptr_x, heads_v, dim_v, LANES)
+            with otherwise:
+                with cgutils.for_range(builder, heads_v) as head:
+                    _axpy_one_head(builder, ptr_y, ptr_w, ptr_x, head.index, dim_v)
         return context.get_dummy_value()
 
     return types.void(y, iy, w, iw, x, ix, heads, dim), codegen

@@ -23,3 +23,5 @@ def test_interleave_and_copy_keep_the_values():
     strided = kv[:, 1]
     copied = huge_pages.copy(strided)
     assert copied.flags.c_contiguous and np.array_equal(copied, v)
+    small = huge_pages.interleave(k[:3], v[:3])  # below MIN_BYTES: numpy's copy, not numba's threads
+    assert np.array_equal(small[:, 0], k[:3]) and np.array_equal(small[:, 1], v[:3])
