@@ -10,8 +10,10 @@ forward to backward. The separate forward/backward API (``attention_forward`` an
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
 Deterministic like those kernels: one thread per output row, a fixed order of additions.
 The gathered arrays (k and v side by side, the packed rows) are in transparent huge pages
-(``huge_pages.py``): N x H x D copies that save a TLB miss on nearly every gathered row. The k, v
-copy of forward is saved for backward in place of k and v, which autograd then need not keep.
+(``huge_pages.py``): N x H x D copies that save a TLB miss on nearly every gathered row. Autograd
+keeps the op's inputs q, k, v (not forward's k, v copy, which is in the accumulation dtype: twice
+the bytes for bf16 inputs), so saved-tensor hooks see the tensors the caller passed (GP-AG's
+``regather_kv`` replaces its gathered K and V there); backward copies k and v side by side again.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from dsgraph.ops.cpu_arrays import as_compute_array, as_int32, bounds, compute_d
 from dsgraph.ops.csc import transpose
 
 
+def side_by_side(k, v, dtype) -> np.ndarray:
+    """k and v [N_src, H, D] as one array [N_src, 2, H, D] in ``dtype``, in huge pages."""
+    return huge_pages.interleave(as_compute_array(k, dtype), as_compute_array(v, dtype))
+
+
 def forward_probs(rowptr, col, q, k, v, scale: float):
-    """(y in q's dtype, y in the accumulation dtype, lse [N_dst, H], p [E, H] in CSR edge order,
-    kv [N_src, 2, H, D]: k and v side by side in the accumulation dtype, for backward)."""
+    """(y in q's dtype, y in the accumulation dtype, lse [N_dst, H], p [E, H] in CSR edge order)."""
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
-    kv = huge_pages.interleave(as_compute_array(k, cdt), as_compute_array(v, cdt))
+    kv = side_by_side(k, v, cdt)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     y = np.empty(q_.shape, dtype=q_.dtype)
     lse = np.empty(q_.shape[:2], dtype=q_.dtype)
@@ -40,15 +46,15 @@ def forward_probs(rowptr, col, q, k, v, scale: float):
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     cpu_kernels_probs.forward_probs_kernel(row_bounds, rowptr_, col_, q_, kv, q_.dtype.type(scale), y, lse, p)
     y_acc = torch.from_numpy(y)
-    return y_acc.to(q.dtype), y_acc, torch.from_numpy(lse), torch.from_numpy(p), torch.from_numpy(kv)
+    return y_acc.to(q.dtype), y_acc, torch.from_numpy(lse), torch.from_numpy(p)
 
 
-def backward_probs(rowptr, col, q, kv, y_acc, lse, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True):
-    """(dq, dk, dv) in the accumulation dtype from forward's y_acc, lse, p and kv; dq None unless
+def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True):
+    """(dq, dk, dv) in the accumulation dtype from forward's y_acc, lse and p; dq None unless
     need_q, dk and dv None unless need_kv."""
     set_threads(col.numel() * q.shape[1])
     q_, y_, dy_ = (as_compute_array(t, y_acc.dtype) for t in (q, y_acc, dy))
-    kv_, p_, scale_ = kv.numpy(), p.numpy(), q_.dtype.type(scale)
+    kv_, p_, scale_ = side_by_side(k, v, y_acc.dtype), p.numpy(), q_.dtype.type(scale)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     packed = huge_pages.empty((q_.shape[0], grad.packed_width(*q_.shape[1:])), q_.dtype)
@@ -68,22 +74,21 @@ def backward_probs(rowptr, col, q, kv, y_acc, lse, p, dy, scale: float, *, need_
 
 
 class ProbsAttention(torch.autograd.Function):
-    """sparse attention on CPU tensors, saving q, kv (k and v side by side), y (accumulation
-    dtype), lse and p."""
+    """sparse attention on CPU tensors, saving q, k, v, y (accumulation dtype), lse and p."""
 
     @staticmethod
     def forward(ctx, rowptr, col, q, k, v, scale):
-        y, y_acc, lse, p, kv = forward_probs(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
-        ctx.save_for_backward(q, kv, y_acc, lse, p)
+        y, y_acc, lse, p = forward_probs(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
+        ctx.save_for_backward(q, k, v, y_acc, lse, p)
         ctx.graph, ctx.scale, ctx.dtypes = (rowptr, col), scale, (q.dtype, k.dtype, v.dtype)
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        q, kv, y_acc, lse, p = (t.detach() for t in ctx.saved_tensors)
+        q, k, v, y_acc, lse, p = (t.detach() for t in ctx.saved_tensors)
         needs = tuple(ctx.needs_input_grad[2:5])
         grads = backward_probs(
-            *ctx.graph, q, kv, y_acc, lse, p, dy.detach(), ctx.scale, need_q=needs[0], need_kv=needs[1] or needs[2]
+            *ctx.graph, q, k, v, y_acc, lse, p, dy.detach(), ctx.scale, need_q=needs[0], need_kv=needs[1] or needs[2]
         )
         return None, None, *(g.to(dtype) if need else None for g, dtype, need in zip(grads, ctx.dtypes, needs)), None
