@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix)
     or 3 (another rank died or went silent). A watchdog covers every phase from here on, so no
     phase of start-up or training can wait silently forever."""
+    from dsgraph.train import host_memory
+
+    host_memory.fix_mmap_threshold()  # freed tensors leave the resident set (see host_memory.py)
     args = parse_args(argv)
     try:
         ds_config, cfg = load_ds_config(args.config)

@@ -1,0 +1,39 @@
+"""Host memory of a rank process beyond its tensors: freed tensors go back to the system.
+
+Every rank is a process of its own, so what a process holds besides its share of the graph and of
+the activations is paid once per rank, and at P ranks it is what keeps the per-rank peak from
+falling as 1/P. Memory the allocator keeps after tensors are freed is one such part, and avoidable.
+
+torch allocates CPU tensors with malloc. glibc serves a request of at least the mmap threshold with a mapping of its own, unmapped on free; smaller ones
+come from the heap, which keeps freed memory resident (counted in RSS) for reuse. The threshold is
+dynamic by default: each free of a mapped block raises it to that block's size, up to 32 MiB, so
+once the first large tensor is freed every tensor below 32 MiB comes from the heap. A training step
+allocates and frees many such tensors of shifting sizes (a rank's row blocks, head groups, per-layer
+temporaries), and the heap keeps the high-water mark of them all, with the fragments between, for
+the rest of the run. ``fix_mmap_threshold`` sets the threshold once (``mallopt(M_MMAP_THRESHOLD)``,
+which also ends the dynamic raising); a threshold the user set (``MALLOC_MMAP_THRESHOLD_``,
+``GLIBC_TUNABLES``) is left as it is. The price: every tensor of 1 MiB or more is a fresh mapping
+whose pages fault in when first written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+THRESHOLD_BYTES = 1 << 20
+
+
+def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
+    """Fixes glibc's mmap threshold at ``nbytes``; True when set, False where the user set one or
+    the C library is not glibc (nothing changes there)."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "malloc.mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version  # glibc only (musl's mallopt does nothing)  # noqa: B018
+    except (OSError, AttributeError):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(nbytes)))
