@@ -70,6 +70,11 @@ class DsgraphConfig:
     comm_chunks: int = 1
     """ag and a2a: exchange the heads in this many groups, the next group travelling while attention
     runs on the current one (1: one exchange, no overlap)."""
+    regather_kv: bool = False
+    """ag: do not keep the all-gathered K and V (N x d each, per layer) from forward to backward;
+    backward all-gathers them again from each rank's rows (one more all-gather per layer, the
+    forward's bytes). With comm_chunks G, one head group's replica exists at a time. Not with
+    checkpoint_activations (a checkpointed block gathers them again in its recompute anyway)."""
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
