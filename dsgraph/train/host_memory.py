@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import importlib
 import os
+import sys
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 THRESHOLD_BYTES = 1 << 20
+MUON_MODULE = "deepspeed.runtime.zero.muon.muon_optimizer"
 
 
 def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
@@ -37,3 +41,49 @@ def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
     except (OSError, AttributeError):
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(nbytes)))
+
+
+def defer_muon_compile() -> bool:
+    """Imports DeepSpeed's Muon optimizer module with its ``torch.compile`` decorations deferred to
+    each function's first call; True when done, False where the module is missing or imported
+    already (then nothing changes).
+
+    DeepSpeed's ZeRO optimizers import that module in every run (to test ``isinstance(optimizer,
+    MuonWithAuxAdam)``, at ``deepspeed.initialize`` and in each gradient reduction), and the module
+    decorates three functions with ``torch.compile``, which imports TorchInductor's compile
+    machinery (about 40 MB per process, beyond the ``torch._dynamo`` that torch.optim's ``step``
+    imports anyway). A run that does not use Muon never calls them; one that does compiles them
+    on first use, as torch.compile itself does."""
+    try:
+        from deepspeed.runtime import compiler
+    except ImportError:
+        return False
+    if MUON_MODULE in sys.modules or not callable(getattr(compiler, "compile", None)):
+        return False
+    eager = compiler.compile
+    compiler.compile = functools.partial(_deferred_compile, eager)
+    try:
+        importlib.import_module(MUON_MODULE)
+    except ImportError:
+        return False
+    finally:
+        compiler.compile = eager
+    return True
+
+
+def _deferred_compile(compile_factory, *args, **kwargs):
+    """``compile_factory(*args, **kwargs)`` (a decorator), applied at the decorated function's first call."""
+
+    def decorate(fn):
+        compiled = None
+
+        @functools.wraps(fn)
+        def call(*a, **k):
+            nonlocal compiled
+            if compiled is None:
+                compiled = compile_factory(*args, **kwargs)(fn)
+            return compiled(*a, **k)
+
+        return call
+
+    return decorate

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     with Watchdog(launcher_rank(), cfg.timeout_s, diagnose=lambda: extensions.stuck_build(main_thread)) as watchdog:
         watchdog.beat("start-up: importing DeepSpeed")  # armed before DeepSpeed is imported
         extensions.use_environment_build_dir()
+        host_memory.defer_muon_compile()  # TorchInductor is not imported for DeepSpeed's unused Muon (see host_memory.py)
         return _run(args, cfg, ds_config, watchdog)
 
 
