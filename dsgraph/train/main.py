@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     phase of start-up or training can wait silently forever."""
     from dsgraph.train import host_memory
 
-    host_memory.fix_mmap_threshold()  # freed tensors leave the resident set (see host_memory.py)
     args = parse_args(argv)
     try:
         ds_config, cfg = load_ds_config(args.config)
@@ -77,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
+    if cfg.host_mmap_threshold_mb:
+        host_memory.fix_mmap_threshold(cfg.host_mmap_threshold_mb << 20)  # before the graph is loaded (host_memory.py)
 
     from dsgraph.train import extensions
 

@@ -25,3 +25,14 @@ def test_muon_module_imports_without_inductor():
         "m.zeropower_via_newtonschulz5.__name__, host_memory.defer_muon_compile())"
     )
     assert out.splitlines()[-1] == "True False True zeropower_via_newtonschulz5 False"
+
+
+def test_config_takes_a_threshold_in_mib():
+    import pytest
+
+    from dsgraph.train.config import DsgraphConfig
+
+    assert DsgraphConfig().host_mmap_threshold_mb == 0  # glibc's own threshold unless asked
+    assert DsgraphConfig.from_dict({"host_mmap_threshold_mb": 1}).host_mmap_threshold_mb == 1
+    with pytest.raises(ValueError, match="host_mmap_threshold_mb"):
+        DsgraphConfig.from_dict({"host_mmap_threshold_mb": -1})
