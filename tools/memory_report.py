@@ -5,6 +5,7 @@ checkpointing, on one R-MAT graph; a JSON of every run and a plot.
     python tools/memory_report.py --dataset rmat:15 --json-out runs/memory/report.json --plot runs/memory/report.png
     python tools/memory_report.py --dataset rmat:18 --strategies ag,ag_ring --ranks 1,4 --layers 2 --checkpointing off
     python tools/memory_report.py --merge a.json,b.json --json-out all.json --plot all.png   # one table and plot of earlier runs
+    python tools/memory_report.py --dataset rmat:18 --strategies ag --ranks 1,4 --layers 2 --checkpointing off --set '{"regather_kv": true, "comm_chunks": 8}'
 
 Each run is the training command (``python -m deepspeed.launcher.runner --num_accelerators P
 launch/train.py``, CPU ranks, fp32, ZeRO-2, hidden 128, 8 heads by default, dropout 0.1) for
@@ -49,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--epochs", type=int, default=2, help="training epochs per run (default 2)")
+    p.add_argument("--set", dest="settings", default="{}", metavar="JSON",
+                   help='more "dsgraph" settings for every run, a JSON object, e.g. \'{"regather_kv": true, "comm_chunks": 8}\'')
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run (default 900)")
     p.add_argument("--port", type=int, default=29690, help="master port of the runs")
     p.add_argument("--json-out", default="runs/memory/report.json")
@@ -60,6 +63,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = set(args.strategies.split(",")) - set(strategy_names())
     if unknown:
         p.error(f"unknown strategies {sorted(unknown)}; choose from {', '.join(strategy_names())}")
+    try:
+        args.settings = json.loads(args.settings)
+    except json.JSONDecodeError as err:
+        p.error(f"--set takes a JSON object: {err}")
+    if not isinstance(args.settings, dict):
+        p.error(f"--set takes a JSON object, got {args.settings!r}")
     if set(args.checkpointing.split(",")) - {"off", "on"}:
         p.error(f"--checkpointing takes off and/or on, got '{args.checkpointing}'")
     return args
@@ -73,6 +82,7 @@ def run_config(args, folder: Path, strategy: str, ranks: int, layers: int, check
                              dropout=0.1, input_dropout=0.0, attention_dropout=0.0, epochs=args.epochs,
                              eval_every=args.epochs, checkpoint_activations=checkpointed,
                              metrics_out=str(folder / "metrics.jsonl"), checkpoint_dir=str(folder / "ckpt"))  # fmt: skip
+    config["dsgraph"].update(args.settings)
     path = folder / "config.json"
     path.write_text(json.dumps(config, indent=1))
     return path
@@ -99,7 +109,7 @@ def measure(args, strategy: str, ranks: int, layers: int, checkpointed: bool) ->
     for pid, tag in watched.tags.items():
         if (m := LOCAL_RANK.search(tag)) and pid in watched.peak_mb:
             per_rank[int(m.group(1))] = max(per_rank.get(int(m.group(1)), 0.0), watched.peak_mb[pid])
-    result = {**case, "seconds": watched.seconds, "log": str(folder / "log.txt")}
+    result = {**case, "settings": args.settings, "seconds": watched.seconds, "log": str(folder / "log.txt")}
     if watched.returncode != 0 or len(steps) < args.epochs or len(per_rank) != ranks:
         return {**result, "status": "timeout" if watched.timed_out else "failed", "log_tail": (folder / "log.txt").read_text()[-2000:]}
     peaks = [per_rank[r] for r in sorted(per_rank)]
@@ -190,7 +200,7 @@ def main(argv=None) -> int:
     grid = itertools.product(args.strategies.split(","), map(int, args.ranks.split(",")), map(int, args.layers.split(",")),
                              [c == "on" for c in args.checkpointing.split(",")])  # fmt: skip
     payload = {"format": "dsgraph-memory-report", "dataset": args.dataset, "hidden": args.hidden, "heads": args.heads,
-               "dtype": "fp32", "epochs": args.epochs, "runs": []}  # fmt: skip
+               "dtype": "fp32", "epochs": args.epochs, "settings": args.settings, "runs": []}  # fmt: skip
     for case in grid:
         payload["runs"].append(measure(args, *case))
         add_ratios(payload["runs"])

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--comm-dtype", choices=CODECS, default="none", help="how activation rows travel (default none)")
     m.add_argument("--comm-grad-dtype", choices=CODECS, default="none", help="how their gradients travel (default none)")
     m.add_argument("--comm-chunks", type=int, default=1, help="head groups exchanged one after another (default 1)")
+    m.add_argument("--regather-kv", action="store_true", help="ag: gather K and V again in backward instead of keeping them")
     p.add_argument("--backend", help="check that the profile was measured with this attention backend")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="check that the profile was measured in this dtype")
     p.add_argument("--json", dest="json_out", help="also write the table and the pick to this JSON file")
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
             checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
             comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
-            input_projection=args.input_projection,
+            input_projection=args.input_projection, regather_kv=args.regather_kv,
         )  # fmt: skip
         predictions = predict_all(graph, model, profile, args.world_size)
         choice = choose(predictions)

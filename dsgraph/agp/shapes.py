@@ -113,6 +113,9 @@ class ModelShape:
     """How their gradients travel."""
     comm_chunks: int = 1
     """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
+    regather_kv: bool = False
+    """GP-AG all-gathers K and V again in backward instead of keeping them (``regather_kv``; off
+    under checkpointing, whose recompute gathers them anyway)."""
     block: str = "transformer"
     """'transformer' (attention, W_o, then an FFN) or 'attention' (GAT-shaped: q, k, v and an ELU)."""
     head: str = "linear"

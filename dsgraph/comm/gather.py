@@ -5,6 +5,8 @@ rank's rows in the layout the collective produces, [P * width, ...] with rank r'
 r * width (width = the largest count), so nothing is copied to close the gaps; ``padded_index``
 maps global row ids into it. ``gather_rows`` closes the gaps for callers that want [N, ...].
 ``start_gather_rows_padded`` starts the same gather asynchronously, so work can run while it travels.
+``regathered_in_backward`` lets an op that saves gathered rows for backward keep only this rank's
+rows instead, and gathers them again when backward needs them.
 
 With a codec (``compress.py``) the rows travel compressed and are restored on arrival (the rank's
 own rows stay exact); the gradients travel in the compute dtype through a reduce-scatter, or, with
@@ -111,6 +113,43 @@ def start_gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Cod
         return PendingRows(lambda: x, None, None, pg)
     received, work, send = _launch_gather(x, pg, codec, async_op=True)
     return PendingRows(lambda: _GatheredRows.apply(x, received, pg, codec, grad_codec), work, send, pg)
+
+
+class _Regather:
+    """What autograd keeps of a gathered tensor under ``regathered_in_backward``: the rows it was
+    gathered from, and how."""
+
+    def __init__(self, x: torch.Tensor, pg: GraphParallelGroup, codec: Codec):
+        self.x, self.pg, self.codec = x.detach(), pg, codec
+
+    def gather(self) -> torch.Tensor:
+        with torch.no_grad():
+            received, _, _ = _launch_gather(self.x, self.pg, self.codec, async_op=False)
+            return _restore(self.x, received, self.pg, self.codec)
+
+
+def _key(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
+
+
+def regathered_in_backward(pairs, pg: GraphParallelGroup, codec: Codec = PLAIN):
+    """A ``saved_tensors_hooks`` context for ops on gathered rows: ``pairs`` are (gathered tensor
+    [P * width, ...] from ``gather_rows_padded``, the rank's rows it was gathered from). An op run
+    inside that saves one of the gathered tensors for backward keeps the rank's rows instead, and
+    backward all-gathers them again (the same rows, codec and layout: the same values). The
+    [P * width, ...] replica then exists only while its op runs forward and backward, at the price
+    of one more all-gather of the same bytes in backward. Every rank must run the same ops (the
+    re-gather is a collective, in backward's order). Other saved tensors are kept as they are."""
+    rows = {_key(gathered): x for gathered, x in pairs if gathered is not x}
+
+    def pack(t: torch.Tensor):
+        x = rows.get(_key(t))
+        return t if x is None else _Regather(x, pg, codec)
+
+    def unpack(saved):
+        return saved.gather() if isinstance(saved, _Regather) else saved
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def padded_index(ids: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from dsgraph.comm import GraphParallelGroup, gather_rows_padded, padded_index
-from dsgraph.comm.gather import start_gather_rows_padded
+from dsgraph.comm.gather import regathered_in_backward, start_gather_rows_padded
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups
@@ -20,27 +22,39 @@ class AllGatherAttention(GraphAttention):
     mapped once into the gathered (padded) layout.
 
     With ``comm_chunks`` = G > 1 the heads go in G groups: the K/V of group g + 1 travel while
-    attention runs on group g (heads are independent, so the result is the same)."""
+    attention runs on group g (heads are independent, so the result is the same), and backward
+    runs one group at a time.
+
+    With ``regather_kv`` the gathered K and V are not kept from forward to backward: backward
+    all-gathers them again from the rank's own rows (``regathered_in_backward``), one more
+    all-gather of K and V per layer (the forward's bytes again) for a replica that exists only
+    while its layer (with head groups: its group) runs forward or backward."""
 
     name = "ag"
 
     def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
-        self.chunks = ctx.comm_chunks
+        self.chunks, self.regather = ctx.comm_chunks, ctx.regather_kv and pg.world_size > 1
+
+    def _attend(self, q_nHD, k: tuple, v: tuple) -> torch.Tensor:
+        """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered)."""
+        hooks = regathered_in_backward([k[::-1], v[::-1]], self.pg, self.codecs[0]) if self.regather else nullcontext()
+        with hooks:
+            return sparse_attention(self.rowptr, self.col, q_nHD, k[1], v[1], backend=self.backend)
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
         groups = head_groups(q_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
         if len(groups) == 1:
             k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
-            return sparse_attention(self.rowptr, self.col, q_nHD, k_MHD, v_MHD, backend=self.backend)
+            return self._attend(q_nHD, (k_nHD, k_MHD), (v_nHD, v_MHD))
         start = lambda g: [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]  # noqa: E731
         pending, ys = start(groups[0]), []
         for i, g in enumerate(groups):
             k_MhD, v_MhD = (p.wait() for p in pending)
             if i + 1 < len(groups):
                 pending = start(groups[i + 1])  # in flight while this group's attention runs
-            ys.append(sparse_attention(self.rowptr, self.col, q_nHD[:, g], k_MhD, v_MhD, backend=self.backend))
+            ys.append(self._attend(q_nHD[:, g], (k_nHD[:, g], k_MhD), (v_nHD[:, g], v_MhD)))
         return torch.cat(ys, dim=1)
 
 
@@ -59,16 +73,18 @@ class AllGather(Strategy):
         g = len(head_groups(model.heads, model.comm_chunks))  # head groups gathered one after another
         k = n * model.wire_bytes(model.hidden // g, dtype_bytes)  # per rank and group: K (and V), padded [n_max, H/g, D]
         dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)
-        messages = (("all_gather", k, 2 * g), ("reduce_scatter", dk, 2 * g)) if p > 1 else ()
+        regather = model.regather_kv and not model.checkpoint_every  # off under checkpointing, as in training
+        forward = (("all_gather", k, 2 * g),) if p > 1 else ()
+        messages = (*forward, *forward[: int(regather)], ("reduce_scatter", dk, 2 * g)) if p > 1 else ()
         return CostTerms(
-            forward_messages=messages[:1],
+            forward_messages=forward,
             forward_hidden=(g - 1) / g,
             forward_bytes=2 * g * k * (p - 1),
             edge_heads=e * model.heads,
             rows=n,
             messages=messages,
-            bytes_sent=2 * g * (k + dk) * (p - 1),
+            bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
-            activation_bytes=n_all * 2 * model.hidden * dtype_bytes + n * model.heads * 4,
+            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

@@ -94,7 +94,7 @@ class Auto(Strategy):
                            in_dim=graph.num_features, num_classes=graph.num_classes,
                            checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
                            checkpoint_nested=cfg.checkpoint_nested, block=cfg.model.block, head=cfg.model.head,
-                           input_projection=cfg.model.input_projection,
+                           input_projection=cfg.model.input_projection, regather_kv=cfg.regather_kv,
                            comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks)  # fmt: skip
         auto = AutoStrategy(cfg, graph.derived[SHAPE].shape, model, pg, ctx.control_plane(),
                             resolve_backend(ctx.backend, graph.device), ctx.dtype, ctx.log)  # fmt: skip

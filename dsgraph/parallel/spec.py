@@ -112,6 +112,8 @@ class StrategyContext:
     comm_chunks: int = 1
     """Strategies that exchange whole heads' K/V may split the heads into this many groups and
     exchange the next group while attention runs on the current one (1: one exchange)."""
+    regather_kv: bool = False
+    """ag: gather K and V again in backward instead of keeping the gathered copy from forward."""
 
     @property
     def codec(self):

@@ -70,6 +70,16 @@ class DsgraphConfig:
     comm_chunks: int = 1
     """ag and a2a: exchange the heads in this many groups, the next group travelling while attention
     runs on the current one (1: one exchange, no overlap)."""
+    regather_kv: bool = False
+    """ag: do not keep the all-gathered K and V (N x d each, per layer) from forward to backward;
+    backward all-gathers them again from each rank's rows (one more all-gather per layer, the
+    forward's bytes). With comm_chunks G, one head group's replica exists at a time. Not with
+    checkpoint_activations (a checkpointed block gathers them again in its recompute anyway)."""
+    host_mmap_threshold_mb: int = 0
+    """Host memory: fix glibc's mmap threshold at this many MiB at start-up, so that freed tensors of
+    that size or more leave the resident set (``dsgraph/train/host_memory.py``); 0: glibc's own
+    dynamic threshold, under which the heap keeps freed tensors below 32 MiB. Lower peak RSS per
+    rank, slower steps (every such tensor is a fresh mapping whose pages fault in)."""
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
@@ -148,6 +158,8 @@ class DsgraphConfig:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
         if self.checkpoint_nested and not self.checkpoint_activations:
             raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
+        if self.host_mmap_threshold_mb < 0:
+            raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:

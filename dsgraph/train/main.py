@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix)
     or 3 (another rank died or went silent). A watchdog covers every phase from here on, so no
     phase of start-up or training can wait silently forever."""
+    from dsgraph.train import host_memory
+
     args = parse_args(argv)
     try:
         ds_config, cfg = load_ds_config(args.config)
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
+    if cfg.host_mmap_threshold_mb:
+        host_memory.fix_mmap_threshold(cfg.host_mmap_threshold_mb << 20)  # before the graph is loaded (host_memory.py)
 
     from dsgraph.train import extensions
 
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with Watchdog(launcher_rank(), cfg.timeout_s, diagnose=lambda: extensions.stuck_build(main_thread)) as watchdog:
         watchdog.beat("start-up: importing DeepSpeed")  # armed before DeepSpeed is imported
         extensions.use_environment_build_dir()
+        host_memory.defer_muon_compile()  # TorchInductor is not imported for DeepSpeed's unused Muon (see host_memory.py)
         return _run(args, cfg, ds_config, watchdog)
 
 

@@ -200,3 +200,13 @@ def test_checkpointing_counts_the_output_layer_as_a_block():
     gat = ModelShape(layers=3, hidden=128, heads=8, num_classes=7, block="attention", head="attention")
     for every, want in ((1, [2, 1]), (2, [1, 1]), (3, [1, 0])):
         assert [k.checkpointed for k in dataclasses.replace(gat, checkpoint_every=every).layer_kinds()] == want
+
+
+def test_regathered_kv_trades_the_replica_for_one_more_all_gather():
+    profile = _profile()
+    n, n_all, d, b, L = 25_000, 100_000, 128, 4, 2
+    kept = predict("ag", 4, GRAPH, MODEL, profile, step=False)
+    again = predict("ag", 4, GRAPH, dataclasses.replace(MODEL, regather_kv=True), profile, step=False)
+    assert again.comm_bytes == pytest.approx(kept.comm_bytes + L * (n * 2 * d * b) * 3)
+    assert kept.memory_bytes - again.memory_bytes == pytest.approx(L * n_all * 2 * d * b)
+    assert again.comm_s > kept.comm_s

@@ -23,13 +23,14 @@ SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneve
 CONFIG = DsgraphConfig(hidden=HIDDEN, heads=HEADS, layers=LAYERS)  # auto without a profile: its fallback
 
 
-def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1):
+def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
+                     regather=False):  # fmt: skip
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
-    head groups exchanged one after another."""
-    ctx = StrategyContext(heads=HEADS, backend="reference", config=CONFIG, control=control, log=lambda line: None,
-                          comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks)  # fmt: skip
+    head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``."""
+    ctx = StrategyContext(heads=HEADS, backend=backend, config=CONFIG, control=control, log=lambda line: None,
+                          comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
