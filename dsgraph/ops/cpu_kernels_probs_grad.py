@@ -11,12 +11,12 @@ thread per output row or column, a fixed order of additions, no atomics, no E x 
   and forms ds_ij from <dy_i, v_j> to accumulate dq_i;
 - ``backward_columns_kernel`` (CSC order) gathers the packed row of each in-edge's destination and
   recomputes p_ij = exp(scale <q_i, k_j> - lse_i) and ds_ij from it; k_j and v_j are the column's
-  own. Reading the kept p instead would be a random access per edge (the CSR slot of a CSC edge),
+  own (read from k and v in place: forward's side-by-side copy is not needed, nor kept, here). Reading the kept p instead would be a random access per edge (the CSR slot of a CSC edge),
   and so would writing ds for the row pass: those two cache misses per edge cost more than the
   second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms).
 
 Arrays are C-contiguous float32 or float64: q, dy, y [N_dst, H, D]; lse [N_dst, H]; kv [N_src, 2, H, D]
-(k_j and v_j side by side); p [E, H] in CSR edge order; dq [N_dst, H, D]; dk, dv [N_src, H, D];
+(k_j and v_j side by side, the row pass) or k, v [N_src, H, D] (the column pass); p [E, H] in CSR edge order; dq [N_dst, H, D]; dk, dv [N_src, H, D];
 rowptr/colptr int64; col/row int32. Flat indices as in ``cpu_simd``.
 """
 
@@ -50,26 +50,27 @@ def _pack_row(q, dy, y, lse, i, packed):
 
 
 @njit(inline="always")
-def _edge_grads(packed, base, kv, j, scale, p, ds):
+def _edge_grads(packed, base, k, v, j, scale, p, ds):
     """p [H] = exp(scale <q_i, k_j> - lse_i) and ds [H] = p (<dy_i, v_j> - delta_i), row i's
     packed span starting at flat index ``base``."""
-    heads, dim = kv.shape[2], kv.shape[3]
+    heads, dim = k.shape[1], k.shape[2]
     width = heads * dim
-    head_dots(p, 0, packed, base, kv, 2 * j * width, heads, dim, scale)
+    head_dots(p, 0, packed, base, k, j * width, heads, dim, scale)
     exp_diff(p, 0, packed, base + 2 * width, heads)
-    head_dots(ds, 0, packed, base + width, kv, (2 * j + 1) * width, heads, dim, 1.0)
+    head_dots(ds, 0, packed, base + width, v, j * width, heads, dim, 1.0)
     softmax_grad(ds, 0, p, 0, ds, 0, packed, base + 2 * width + heads, heads)
 
 
 @njit(**_OPTIONS)
-def backward_columns_kernel(bounds, colptr, row, packed, kv, scale, dk, dv):
+def backward_columns_kernel(bounds, colptr, row, packed, k, v, scale, dk, dv):
     """dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j,
-    p and ds recomputed from packed row i (bounds: column blocks)."""
-    heads, dim = kv.shape[2], kv.shape[3]
+    p and ds recomputed from packed row i (bounds: column blocks). k_j and v_j are the column's
+    own rows, read in order, so they need no side-by-side copy here."""
+    heads, dim = k.shape[1], k.shape[2]
     width, stride = heads * dim, packed.shape[1]
     for b in prange(bounds.size - 1):
-        p, ds = np.empty(heads, kv.dtype), np.empty(heads, kv.dtype)
-        dk_acc, dv_acc = np.empty(width, kv.dtype), np.empty(width, kv.dtype)
+        p, ds = np.empty(heads, k.dtype), np.empty(heads, k.dtype)
+        dk_acc, dv_acc = np.empty(width, k.dtype), np.empty(width, k.dtype)
         block_end = colptr[bounds[b + 1]]
         for j in range(bounds[b], bounds[b + 1]):
             dk_acc[:] = 0
@@ -78,7 +79,7 @@ def backward_columns_kernel(bounds, colptr, row, packed, kv, scale, dk, dv):
                 if e + AHEAD < block_end:
                     prefetch_span(packed, row[e + AHEAD] * stride, stride)
                 base = row[e] * stride
-                _edge_grads(packed, base, kv, j, scale, p, ds)
+                _edge_grads(packed, base, k, v, j, scale, p, ds)
                 head_axpy(dv_acc, 0, p, 0, packed, base + width, heads, dim)
                 head_axpy(dk_acc, 0, ds, 0, packed, base, heads, dim)
             scale_into(dk, j * width, scale, dk_acc, 0, width)

@@ -13,7 +13,8 @@ The gathered arrays (k and v side by side, the packed rows) are in transparent h
 (``huge_pages.py``): N x H x D copies that save a TLB miss on nearly every gathered row. Autograd
 keeps the op's inputs q, k, v (not forward's k, v copy, which is in the accumulation dtype: twice
 the bytes for bf16 inputs), so saved-tensor hooks see the tensors the caller passed (GP-AG's
-``regather_kv`` replaces its gathered K and V there); backward copies k and v side by side again.
+``regather_kv`` replaces its gathered K and V there); backward copies k and v side by side again
+for its row pass only (the column pass reads each column's own k_j, v_j in place).
 """
 
 from __future__ import annotations
@@ -54,21 +55,24 @@ def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, nee
     need_q, dk and dv None unless need_kv."""
     set_threads(col.numel() * q.shape[1])
     q_, y_, dy_ = (as_compute_array(t, y_acc.dtype) for t in (q, y_acc, dy))
-    kv_, p_, scale_ = side_by_side(k, v, y_acc.dtype), p.numpy(), q_.dtype.type(scale)
+    p_, scale_ = p.numpy(), q_.dtype.type(scale)
+    # the row pass gathers k_j and v_j side by side (dq); it only packs the rows when dq is not needed
+    kv_ = side_by_side(k, v, y_acc.dtype) if need_q else np.empty((0, 2) + tuple(k.shape[1:]), q_.dtype)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     packed = huge_pages.empty((q_.shape[0], grad.packed_width(*q_.shape[1:])), q_.dtype)
     dq = np.empty(q_.shape if need_q else (0,) + q_.shape[1:], dtype=q_.dtype)
     grad.backward_rows_kernel(row_bounds, rowptr_, col_, q_, dy_, y_, lse.numpy(), kv_, p_, scale_, packed, dq, need_q)
+    del kv_  # freed before the column pass allocates dk and dv
     dq = torch.from_numpy(dq) if need_q else None
     dk = dv = None
     if need_kv:
-        csc = transpose(rowptr, col, kv_.shape[0])
+        k_, v_ = (as_compute_array(t, y_acc.dtype) for t in (k, v))
+        csc = transpose(rowptr, col, k_.shape[0])
         colptr_ = csc.colptr.numpy()
-        shape = (kv_.shape[0],) + kv_.shape[2:]
-        dk, dv = np.empty(shape, q_.dtype), np.empty(shape, q_.dtype)
+        dk, dv = np.empty(k_.shape, q_.dtype), np.empty(k_.shape, q_.dtype)
         col_bounds = bounds(rowptr, col, colptr_, "cols")
-        grad.backward_columns_kernel(col_bounds, colptr_, csc.row.numpy(), packed, kv_, scale_, dk, dv)
+        grad.backward_columns_kernel(col_bounds, colptr_, csc.row.numpy(), packed, k_, v_, scale_, dk, dv)
         dk, dv = torch.from_numpy(dk), torch.from_numpy(dv)
     return dq, dk, dv
 
