@@ -164,8 +164,9 @@ def predict(
     fits = profile.fits(p)
     attention, comm, hidden, macs = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0))
     rows = all_terms[0].rows
-    if step:
-        macs += rows * model.hidden * ((model.in_dim if model.input_projection else 0) + (model.num_classes if model.head == "linear" else 0))
+    if step:  # the input projection and the classifier, where the model has them
+        projected = (model.in_dim if model.input_projection else 0) + (model.num_classes if model.head == "linear" else 0)
+        macs += rows * model.hidden * projected
     rest = fits.rest(macs)
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p

@@ -73,7 +73,7 @@ class DsgraphConfig:
     regather_kv: bool = False
     """ag: do not keep the all-gathered K and V (N x d each, per layer) from forward to backward;
     backward all-gathers them again from each rank's rows (one more all-gather per layer, the
-    forward's bytes). With comm_chunks G, one head group's replica exists at a time. Not with
+    forward's bytes). With comm_chunks G, one head group's replica exists at a time. Refused with
     checkpoint_activations (a checkpointed block gathers them again in its recompute anyway)."""
     host_mmap_threshold_mb: int = 0
     """Host memory: fix glibc's mmap threshold at this many MiB at start-up, so that freed tensors of
@@ -158,6 +158,9 @@ class DsgraphConfig:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
         if self.checkpoint_nested and not self.checkpoint_activations:
             raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
+        if self.regather_kv and self.checkpoint_activations:
+            raise ValueError("dsgraph config: 'regather_kv' does nothing with 'checkpoint_activations' (a checkpointed "
+                             "block gathers K and V again in its recompute); set one of them")
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)

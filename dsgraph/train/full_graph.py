@@ -58,7 +58,7 @@ class GraphOnRanks:
         cfg = self.cfg
         return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, config=cfg, dtype=dtype,
                                log=self.log, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
-                               comm_chunks=cfg.comm_chunks, regather_kv=cfg.regather_kv and not cfg.checkpoint_activations)  # fmt: skip
+                               comm_chunks=cfg.comm_chunks, regather_kv=cfg.regather_kv)  # fmt: skip
 
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
         """The one place this rank's graph, derived plans and node data move to ``device``."""
