@@ -1,20 +1,23 @@
 """host_memory: glibc's mmap threshold fixed (unless the user set one), and DeepSpeed's Muon module
 imported without importing TorchInductor (its torch.compile decorations deferred to first use)."""
 
+import os
 import subprocess
 import sys
 
-from dsgraph.train import host_memory
 
 
 def _fresh(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_mmap_threshold_is_fixed_unless_the_user_set_one(monkeypatch):
-    assert host_memory.fix_mmap_threshold() is True  # glibc (Linux CI)
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
-    assert host_memory.fix_mmap_threshold() is False
+def test_mmap_threshold_is_fixed_unless_the_user_set_one():
+    """In fresh processes: fixing the threshold changes the allocator for the rest of the process."""
+    code = "from dsgraph.train import host_memory; print(host_memory.fix_mmap_threshold())"
+    assert _fresh(code) == "True"  # glibc (Linux CI)
+    user_set = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})  # fmt: skip
+    assert user_set.stdout.strip() == "False"
 
 
 def test_muon_module_imports_without_inductor():
