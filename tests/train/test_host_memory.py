@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 
-
 def _fresh(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
