@@ -135,14 +135,12 @@ class ModelShape:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
         if self.checkpoint_every < 0:
             raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
-        if self.block not in ("transformer", "attention") or self.head not in ("linear", "attention"):
-            raise ValueError(f"model shape: block must be transformer|attention and head linear|attention, got {self}")
+        from dsgraph.models.options import BLOCKS, HEADS
+
+        if self.block not in BLOCKS or self.head not in HEADS:
+            raise ValueError(f"model shape: block must be one of {BLOCKS} and head one of {HEADS}, got {self}")
         if self.head == "attention" and self.num_classes < 1:
             raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
-
-    @property
-    def checkpointed_layers(self) -> int:
-        return -(-self.layers // self.checkpoint_every) if self.checkpoint_every else 0
 
     @property
     def head_dim(self) -> int:
