@@ -35,15 +35,6 @@ def _prefetch_element(typingctx, flat, index):
 
 
 @njit(inline="always")
-def prefetch_row(flat, row, row_len):
-    """Prefetches flat[row * row_len : (row + 1) * row_len] (flat: a 1-D view of an [N, H, D] array)."""
-    step = max(1, CACHE_LINE_BYTES // flat.itemsize)
-    start = row * row_len
-    for offset in range(0, row_len, step):
-        _prefetch_element(flat, start + offset)
-
-
-@njit(inline="always")
 def prefetch_span(array, start, length):
     """Prefetches flat elements [start, start + length) of a C-contiguous array of any shape."""
     step = max(1, CACHE_LINE_BYTES // array.itemsize)
@@ -51,3 +42,9 @@ def prefetch_span(array, start, length):
     while offset < length:  # a while loop: range() with a run-time step divides once per call
         _prefetch_element(array, start + offset)
         offset += step
+
+
+@njit(inline="always")
+def prefetch_row(flat, row, row_len):
+    """Prefetches flat[row * row_len : (row + 1) * row_len] (flat: a 1-D view of an [N, H, D] array)."""
+    prefetch_span(flat, row * row_len, row_len)

@@ -84,7 +84,7 @@ class ProbsAttention(torch.autograd.Function):
     def forward(ctx, rowptr, col, q, k, v, scale):
         y, y_acc, lse, p = forward_probs(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
         ctx.save_for_backward(q, k, v, y_acc, lse, p)
-        ctx.graph, ctx.scale, ctx.dtypes = (rowptr, col), scale, (q.dtype, k.dtype, v.dtype)
+        ctx.graph, ctx.scale = (rowptr, col), scale
         return y
 
     @staticmethod
@@ -92,7 +92,8 @@ class ProbsAttention(torch.autograd.Function):
     def backward(ctx, dy):
         q, k, v, y_acc, lse, p = (t.detach() for t in ctx.saved_tensors)
         needs = tuple(ctx.needs_input_grad[2:5])
-        grads = backward_probs(
-            *ctx.graph, q, k, v, y_acc, lse, p, dy.detach(), ctx.scale, need_q=needs[0], need_kv=needs[1] or needs[2]
-        )
-        return None, None, *(g.to(dtype) if need else None for g, dtype, need in zip(grads, ctx.dtypes, needs)), None
+        with torch.profiler.record_function("dsgraph/attention/cpu_backward"):  # as FusedAttention's backward region
+            grads = backward_probs(
+                *ctx.graph, q, k, v, y_acc, lse, p, dy.detach(), ctx.scale, need_q=needs[0], need_kv=needs[1] or needs[2]
+            )
+        return None, None, *(g.to(t.dtype) if need else None for g, t, need in zip(grads, (q, k, v), needs)), None
