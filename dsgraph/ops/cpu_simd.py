@@ -60,9 +60,9 @@ def _count(context, builder, sig, args, at):
     return context.cast(builder, args[at], sig.args[at], types.intp)
 
 
-def _scalar(context, builder, sig, args, at, array_at=0):
-    """args[at] converted to the dtype of the array args[array_at]."""
-    return context.cast(builder, args[at], sig.args[at], sig.args[array_at].dtype)
+def _scalar(context, builder, sig, args, at):
+    """args[at] converted to the dtype of the array args[0]."""
+    return context.cast(builder, args[at], sig.args[at], sig.args[0].dtype)
 
 
 def _load(builder, ptr, lanes):
@@ -190,7 +190,7 @@ def _reduce_heads(builder, accs, width):
         first = [g * lanes + t for g in range(GROUP) for t in range(half)]
         second = [g * lanes + half + t for g in range(GROUP) for t in range(half)]
         vec = builder.fadd(_shuffle(builder, vec, vec, first), _shuffle(builder, vec, vec, second))
-        width, lanes = width // 2, half
+        lanes = half
     return vec
 
 
@@ -211,7 +211,12 @@ def _grouped_dots(builder, out, ptr_a, ptr_b, heads, dim, scale, width):
                 builder.store(_fma(builder, x, y, builder.load(acc)), acc)
         sums = _reduce_heads(builder, [builder.load(acc) for acc in accs], width)
         _store(builder, builder.fmul(sums, _splat(builder, scale, GROUP)), builder.gep(out, [first]), GROUP)
-    with cgutils.for_range(builder, heads, start=builder.mul(groups, intp(GROUP))) as head:
+    _dots_from(builder, out, ptr_a, ptr_b, builder.mul(groups, intp(GROUP)), heads, dim, scale)
+
+
+def _dots_from(builder, out, ptr_a, ptr_b, first, heads, dim, scale):
+    """head_dots one head at a time, for heads first..heads-1 (any dim)."""
+    with cgutils.for_range(builder, heads, start=first) as head:
         off = builder.mul(head.index, dim)
         value = _dot_ir(builder, builder.gep(ptr_a, [off]), builder.gep(ptr_b, [off]), dim)
         builder.store(builder.fmul(value, scale), builder.gep(out, [head.index]))
@@ -238,10 +243,7 @@ def head_dots(typingctx, out, io, a, ia, b, ib, heads, dim, scale):
                     with then_narrow:
                         _grouped_dots(builder, out_ptr, ptr_a, ptr_b, heads_v, dim_v, scale_v, LANES // 2)
                     with other:  # any other head dim: one head at a time
-                        with cgutils.for_range(builder, heads_v) as head:
-                            off = builder.mul(head.index, dim_v)
-                            value = _dot_ir(builder, builder.gep(ptr_a, [off]), builder.gep(ptr_b, [off]), dim_v)
-                            builder.store(builder.fmul(value, scale_v), builder.gep(out_ptr, [head.index]))
+                        _dots_from(builder, out_ptr, ptr_a, ptr_b, intp(0), heads_v, dim_v, scale_v)
         return context.get_dummy_value()
 
     return types.void(out, io, a, ia, b, ib, heads, dim, scale), codegen
@@ -274,7 +276,12 @@ def _grouped_axpy(builder, ptr_y, ptr_w, ptr_x, heads, dim, width):
                 target = builder.gep(ptr_y, [off])
                 x = _load(builder, builder.gep(ptr_x, [off]), width)
                 _store(builder, _fma(builder, _splat(builder, weight, width), x, _load(builder, target, width)), target, width)
-    with cgutils.for_range(builder, heads, start=builder.mul(groups, intp(GROUP))) as head:
+    _axpy_from(builder, ptr_y, ptr_w, ptr_x, builder.mul(groups, intp(GROUP)), heads, dim)
+
+
+def _axpy_from(builder, ptr_y, ptr_w, ptr_x, first, heads, dim):
+    """head_axpy one head at a time, for heads first..heads-1 (any dim)."""
+    with cgutils.for_range(builder, heads, start=first) as head:
         _axpy_one_head(builder, ptr_y, ptr_w, ptr_x, head.index, dim)
 
 
@@ -293,8 +300,7 @@ def head_axpy(typingctx, y, iy, w, iw, x, ix, heads, dim):
             with then:
                 _grouped_axpy(builder, ptr_y, ptr_w, ptr_x, heads_v, dim_v, LANES)
             with otherwise:
-                with cgutils.for_range(builder, heads_v) as head:
-                    _axpy_one_head(builder, ptr_y, ptr_w, ptr_x, head.index, dim_v)
+                _axpy_from(builder, ptr_y, ptr_w, ptr_x, intp(0), heads_v, dim_v)
         return context.get_dummy_value()
 
     return types.void(y, iy, w, iw, x, ix, heads, dim), codegen
