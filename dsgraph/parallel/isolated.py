@@ -25,6 +25,7 @@ Scheme (C chunks, W ranks, k = C / W chunks per rank, k even when W > 1):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -194,6 +195,11 @@ class BlockRows:
     def num_rows(self) -> int:
         return int(self.offsets[-1])
 
+    @functools.cached_property
+    def local_src(self) -> np.ndarray:
+        """int64 [E_all]: the local row of each in-edge's source, -1 outside the blocks."""
+        return self.local(self.src)
+
     def local(self, ids: np.ndarray) -> np.ndarray:
         """int64: the local row of each global id, -1 where it lies in no block."""
         which = np.searchsorted(self.starts[self.order], ids, side="right") - 1
@@ -213,8 +219,11 @@ def halo_budget(num_rows: int, fraction: float) -> int:
 def select_halo(blocks: Sequence[RowBlock], budget: int) -> np.ndarray:
     """The halo cache of a rank holding ``blocks``: up to ``budget`` source ids outside the blocks,
     those with the most in-edges into the blocks' rows (ties: the smaller id). Sorted int64."""
-    rows = BlockRows(blocks)
-    outside = rows.src[rows.local(rows.src) < 0]
+    return _halo_of(BlockRows(blocks), budget)
+
+
+def _halo_of(rows: BlockRows, budget: int) -> np.ndarray:
+    outside = rows.src[rows.local_src < 0]
     ids, counts = np.unique(outside, return_counts=True)
     if budget <= 0:
         return ids[:0]
@@ -228,7 +237,7 @@ def _edges(rows: BlockRows, halo_ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     source (halo row h at num_rows + h), whether the edge is in the local subgraph and whether
     its source is a halo row."""
     dst = np.repeat(np.arange(rows.num_rows, dtype=np.int64), rows.degree)
-    src = rows.local(rows.src)
+    src = rows.local_src
     from_halo = np.zeros(src.shape, dtype=bool)
     if halo_ids.size:
         order = np.argsort(halo_ids, kind="stable")
@@ -269,12 +278,14 @@ class LocalSubgraph:
 
 
 def local_subgraph(
-    blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = ()
+    blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = (),
+    rows: BlockRows | None = None,
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
-    self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps."""
-    rows = BlockRows(blocks)
+    self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps.
+    ``rows``: the blocks' ``BlockRows``, where the caller has built it already."""
+    rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
         raise ValueError("halo ids must be distinct and lie outside the row blocks")
@@ -333,7 +344,7 @@ def cycle_plan(parts: Sequence[RowBlock], schedule: RotationSchedule, halo_fract
         for g in range(schedule.world_size):
             blocks = [parts[c] for c in schedule.group_chunks(g, t)]
             rows = BlockRows(blocks)
-            ids = select_halo(blocks, halo_budget(rows.num_rows, halo_fraction))
+            ids = _halo_of(rows, halo_budget(rows.num_rows, halo_fraction))
             dst, _, kept_edge, _ = _edges(rows, ids)
             expected[rows.node_ids()] += np.bincount(dst[kept_edge], minlength=rows.num_rows)
             halo[-1].append(ids)

@@ -181,7 +181,7 @@ class ChunkLoader:
         holders = self.schedule.holders(super_epoch)
         blocks = [self.parts[c] for c in chunks]
         rows, halo_ids = BlockRows(blocks), self._halo_ids(self.rank, super_epoch, holders)
-        sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks)
+        sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks, rows=rows)
         graph, own = sub.graph, sub.node_ids[: sub.num_own].numpy()
         loss = graph.train_mask[: sub.num_own].numpy()
         weights = correction_weights(cfg.correction, degree=sub.degree[loss], kept=sub.kept[loss],
