@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from bench_common import device_label, is_out_of_memory, process_peak_bytes, release, sync, write_json  # noqa: E402
 from dsgraph.models.options import TRANSFORMER  # noqa: E402
+from rss_watch import kill_group  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 EPOCH_LINE = re.compile(r"^epoch\s+(\d+)\s+loss")
@@ -97,14 +98,6 @@ def line_intervals(stamped: list[tuple[float, str]]) -> list[float]:
     before it is printed). Interval k is the whole of step k + 1."""
     times = [t for t, line in stamped if EPOCH_LINE.match(line)]
     return [b - a for a, b in zip(times[:-2], times[1:-1])]
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL to a process group that may have exited already."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _run_streamed(cmd: list[str], env: dict, timeout: float) -> tuple[int | None, list[tuple[float, str]]]:

@@ -78,7 +78,8 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _kill(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL to a process group that may have exited already."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -108,11 +109,11 @@ def run_watched(cmd: list[str], *, log_path: str, cap_mb: float | None = None, t
                     result.over_cap = True
             if result.over_cap or time.monotonic() - began > timeout:
                 result.timed_out = not result.over_cap
-                _kill(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
                 break
             time.sleep(INTERVAL)
-        _kill(proc.pid)  # leftovers of the group (a rank the launcher did not reap)
+        kill_group(proc.pid)  # leftovers of the group (a rank the launcher did not reap)
     result.returncode = None if result.over_cap or result.timed_out else proc.returncode
     result.seconds = time.monotonic() - began
     return result
