@@ -77,11 +77,12 @@ class PeerState:
         self.name, self.graphs, self.work = name, {}, None
 
     def graph(self, spec: str, self_loops: bool):
-        from dsgraph.graph import load_dataset
+        from dsgraph.graph.datasets import cached_dataset
+        from dsgraph.graph.npz import load_npz
 
         key = (spec, self_loops)
-        if key not in self.graphs:
-            g = load_dataset(spec, seed=0)
+        if key not in self.graphs:  # every lane reads the one cached file (generated once, by the first)
+            g = load_npz(cached_dataset(spec))
             self.graphs = {key: g.with_self_loops() if self_loops else g}  # one graph at a time
         return self.graphs[key]
 
@@ -251,9 +252,10 @@ def kernel_bench(lanes: dict, spec: str, args: argparse.Namespace, copy_gbs: flo
 
 def _without_pyg_above(lanes: dict, spec: str, args: argparse.Namespace) -> dict:
     """The lanes, less PyG on a graph of --pyg-max-edges edges or more (counted without self loops)."""
-    from dsgraph.graph import load_dataset
+    from dsgraph.graph.datasets import cached_dataset
+    from dsgraph.graph.npz import load_npz
 
-    if "pyg" not in lanes or load_dataset(spec, seed=0).num_edges < args.pyg_max_edges:
+    if "pyg" not in lanes or load_npz(cached_dataset(spec)).num_edges < args.pyg_max_edges:
         return lanes
     return {n: lane for n, lane in lanes.items() if n != "pyg"}
 

@@ -192,11 +192,9 @@ def main(argv=None) -> int:
         print(table(payload["runs"]))
         print(plot(payload["runs"], args.plot, f"{payload['dataset']}, hidden {payload['hidden']}, {payload['heads']} heads, fp32, CPU ranks"))
         return 0
-    from dsgraph.graph.datasets import dataset_file, write_synthetic
+    from dsgraph.graph.datasets import cached_dataset
 
-    path, exists = dataset_file(args.dataset)
-    if not exists:  # generated once here, so no run's peak includes the generator
-        write_synthetic(args.dataset, 0, path)
+    cached_dataset(args.dataset)  # generated once here, so no run's peak includes the generator
     grid = itertools.product(args.strategies.split(","), map(int, args.ranks.split(",")), map(int, args.layers.split(",")),
                              [c == "on" for c in args.checkpointing.split(",")])  # fmt: skip
     payload = {"format": "dsgraph-memory-report", "dataset": args.dataset, "hidden": args.hidden, "heads": args.heads,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -120,15 +119,10 @@ def run_peer(args, peer: str, scale: int) -> dict:
 
 def graph_size(scale: int) -> tuple[int, int]:
     """(nodes, edges with the self loops the peers add) of rmat:SCALE:16, generating it if needed."""
-    from dsgraph.graph.datasets import dataset_file, write_synthetic
+    from dsgraph.graph.datasets import cached_dataset
     from dsgraph.graph.npz import load_npz
 
-    spec = f"rmat:{scale}:16"
-    path, exists = dataset_file(spec)
-    if not exists:
-        subprocess.run([sys.executable, "-c", f"from dsgraph.graph.datasets import write_synthetic; write_synthetic('{spec}', 0, {path!r})"],
-                       check=True, cwd=ROOT)  # fmt: skip
-    graph = load_npz(path)
+    graph = load_npz(cached_dataset(f"rmat:{scale}:16"))
     return graph.num_nodes, int(with_self_loops(graph)[0].numel())
 
 

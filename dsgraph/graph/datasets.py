@@ -55,6 +55,15 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
     raise _unknown(spec)
 
 
+def cached_dataset(spec: str, seed: int = 0) -> str:
+    """The .npz of ``spec`` (``dataset_file``), a synthetic graph generated into the cache first if
+    it is not there yet; for one process (a job's ranks go through ``train/file_source.py``)."""
+    path, exists = dataset_file(spec, seed)
+    if not exists:
+        write_synthetic(spec, seed, path)
+    return path
+
+
 def write_synthetic(spec: str, seed: int, path: str) -> None:
     """Generates ``spec`` and writes it to ``path`` (uncompressed, so readers can memory-map it),
     under a temporary name renamed at the end: a reader never sees half a file."""

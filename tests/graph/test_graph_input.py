@@ -93,3 +93,15 @@ def test_unknown_dataset_and_missing_file():
         load_dataset("/nonexistent/graph.npz")
     with pytest.raises(ValueError, match="rmat:SCALE"):
         load_dataset("rmat:x")
+
+
+def test_cached_dataset_generates_a_synthetic_graph_once(tmp_path, monkeypatch):
+    from dsgraph.graph.datasets import cached_dataset
+
+    monkeypatch.setenv("DSGRAPH_CACHE", str(tmp_path))
+    path = cached_dataset("rmat:8", seed=3)
+    stamp = (tmp_path / path).stat().st_mtime_ns
+    assert cached_dataset("rmat:8", seed=3) == path and (tmp_path / path).stat().st_mtime_ns == stamp
+    cached, fresh = load_npz(path), rmat_graph("rmat:8", seed=3)
+    assert torch.equal(cached.rowptr, fresh.rowptr) and torch.equal(cached.col, fresh.col)
+    assert cached_dataset("cora").endswith("cora.npz")
