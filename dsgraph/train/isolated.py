@@ -56,6 +56,7 @@ class _EpochPlan:
     stall_s: float  # the switch's wait for the load, if the epoch starts a super-epoch
     halo_time_s: float  # the switch's halo exchange
     halo_bytes: int  # what the halo exchange sent
+    global_counts: list[int]  # loss rows of each mini-batch over all ranks (cut as tensor_split does)
 
 
 class Isolated(Mode):
@@ -148,7 +149,7 @@ class Isolated(Mode):
     def steps(self, start_epoch, end_epoch=None):
         first = self._first_step(start_epoch)
         for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
-            steps = list(self.epoch_steps(epoch, first))
+            steps = self.epoch_steps(epoch, first)
             first += len(steps)
             yield from steps
 
@@ -159,7 +160,8 @@ class Isolated(Mode):
         stall, halo_time, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
         batches, counts = self._batches(s)
         plan = _EpochPlan(epoch=epoch, batches=batches, counts=counts, boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
-                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes)  # fmt: skip
+                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes,
+                          global_counts=[sum(sizes) for sizes in zip(*(batch_sizes(c, batches) for c in counts))])  # fmt: skip
         rows = self.data.orders[epoch - s * r].tensor_split(batches)
         return [self._step(plan, j, rows[j], first_step + j) for j in range(batches)]
 
@@ -173,7 +175,7 @@ class Isolated(Mode):
                   "halo_bytes": plan.halo_bytes if first else 0, "halo_time_s": plan.halo_time_s if first else 0.0,
                   "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
         total = sum(plan.counts)
-        count = len(rows) if self.local else sum(batch_sizes(c, plan.batches)[j] for c in plan.counts)
+        count = len(rows) if self.local else plan.global_counts[j]
         return Step(epoch=plan.epoch, x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
                     labels=nodes.y[rows], weights=data.row_weights[rows], global_count=max(count, 1), dropout_step=dropout_step,
                     reduce=False, fields=fields, ends_epoch=last, local=self.local, sync=self.local and plan.boundary and last,
