@@ -74,18 +74,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_config(args, folder: Path, strategy: str, ranks: int, layers: int, checkpointed: bool) -> Path:
-    """The DeepSpeed JSON of one run (the CPU quick-start config with the run's settings)."""
+def write_run_config(folder: Path, **settings) -> Path:
+    """``folder``/config.json: the CPU quick-start DeepSpeed config in fp32 without TensorBoard, its
+    dsgraph section updated with dropout 0.1 only after attention, metrics and checkpoints in
+    ``folder``, and ``settings``."""
     config = json.loads((ROOT / "ds_configs/cpu_quickstart.json").read_text())
     config["bf16"], config["tensorboard"] = {"enabled": False}, {"enabled": False}
-    config["dsgraph"].update(dataset=args.dataset, strategy=strategy, hidden=args.hidden, heads=args.heads, layers=layers,
-                             dropout=0.1, input_dropout=0.0, attention_dropout=0.0, epochs=args.epochs,
-                             eval_every=args.epochs, checkpoint_activations=checkpointed,
-                             metrics_out=str(folder / "metrics.jsonl"), checkpoint_dir=str(folder / "ckpt"))  # fmt: skip
-    config["dsgraph"].update(args.settings)
+    config["dsgraph"].update(dropout=0.1, input_dropout=0.0, attention_dropout=0.0, metrics_out=str(folder / "metrics.jsonl"),
+                             checkpoint_dir=str(folder / "ckpt"), **settings)  # fmt: skip
     path = folder / "config.json"
     path.write_text(json.dumps(config, indent=1))
     return path
+
+
+def run_config(args, folder: Path, strategy: str, ranks: int, layers: int, checkpointed: bool) -> Path:
+    """The DeepSpeed JSON of one run (the CPU quick-start config with the run's settings)."""
+    return write_run_config(folder, **{**dict(dataset=args.dataset, strategy=strategy, hidden=args.hidden, heads=args.heads,
+                                              layers=layers, epochs=args.epochs, eval_every=args.epochs,
+                                              checkpoint_activations=checkpointed), **args.settings})  # fmt: skip
 
 
 def measure(args, strategy: str, ranks: int, layers: int, checkpointed: bool) -> dict:

@@ -79,17 +79,14 @@ def worker(args) -> int:
 # --- the driver ------------------------------------------------------------------------------------
 def dsgraph_command(args, peer: str, spec: str, folder: Path) -> list[str]:
     from dsgraph.models.options import TRANSFORMER
+    from memory_report import write_run_config
 
     strategy, _, flag = peer.split(":", 1)[1].partition("+")
-    config = json.loads((ROOT / "ds_configs/cpu_quickstart.json").read_text())
-    config["bf16"], config["tensorboard"] = {"enabled": False}, {"enabled": False}
-    config["dsgraph"].update(dataset=spec, strategy=strategy, hidden=args.hidden, heads=args.heads, layers=args.layers, dropout=0.1,
-                             input_dropout=0.0, attention_dropout=0.0, epochs=1, eval_every=1, checkpoint_activations=flag == "ckpt",
-                             metrics_out=str(folder / "metrics.jsonl"), checkpoint_dir=str(folder / "ckpt"),
-                             model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of the PyG and DGL peers)
-    (folder / "config.json").write_text(json.dumps(config))
+    config = write_run_config(folder, dataset=spec, strategy=strategy, hidden=args.hidden, heads=args.heads, layers=args.layers,
+                              epochs=1, eval_every=1, checkpoint_activations=flag == "ckpt",
+                              model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of the PyG and DGL peers)
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", "29693", "--num_accelerators", "1",
-            str(ROOT / "launch/train.py"), "--deepspeed_config", str(folder / "config.json"), "--backend", "cpu"]  # fmt: skip
+            str(ROOT / "launch/train.py"), "--deepspeed_config", str(config), "--backend", "cpu"]  # fmt: skip
 
 
 def run_peer(args, peer: str, scale: int) -> dict:
