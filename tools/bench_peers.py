@@ -192,7 +192,7 @@ def open_lanes(args: argparse.Namespace) -> tuple[dict, list[str]]:
     try:
         import torch_geometric  # noqa: F401
     except ImportError:
-        notes.append("pyg: torch_geometric is not installed; the kernel uses a torch-only segment softmax and no training step runs")
+        notes.append("pyg: torch_geometric is not installed; the kernel is dsgraph's torch reference and no training step runs")
     return lanes, notes
 
 

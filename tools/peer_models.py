@@ -3,8 +3,9 @@
 Kernels: ``KERNELS[name](rowptr, col)`` returns attention(q, k, v) -> y, all [N, H, D], scale
 D^-0.5, y_i = sum over the in-edges j -> i of softmax_j(<q_i, k_j>) v_j:
   dsgraph  ``sparse_attention(backend="cpu" or "cuda")``: fused kernels, no E x H x D tensor
-  pyg      PyG-style message passing: gather q_i and k_j per edge, ``torch_geometric.utils.softmax``
-           (a torch-only segment softmax where PyG is not installed), gather v_j, index_add
+  pyg      PyG-style message passing (``bench_kernels.pyg_attention``): gather q_i and k_j per edge,
+           ``torch_geometric.utils.softmax``, gather v_j, scatter-sum (dsgraph's torch reference
+           where PyG is not installed)
   dgl      DGL 2.1's sparse ops: ``u_dot_v``, ``edge_softmax``, ``u_mul_e_sum`` (needs dgl, which
            lives in its own environment, .venv-dgl: see tools/test_dgl_lane.sh)
 
@@ -45,28 +46,16 @@ def dsgraph_kernel(rowptr, col):
     return lambda q, k, v: sparse_attention(rowptr, col, q, k, v, backend=backend)
 
 
-def _segment_softmax(scores_EH, dst, n):
-    """Softmax of the scores of each destination's edges (torch only)."""
-    row_max_NH = torch.full((n, scores_EH.shape[1]), float("-inf"), dtype=scores_EH.dtype, device=scores_EH.device)
-    row_max_NH = row_max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH.detach(), "amax")
-    weights_EH = torch.exp(scores_EH - row_max_NH[dst])
-    return weights_EH / torch.zeros_like(row_max_NH).index_add(0, dst, weights_EH)[dst]
-
-
 def pyg_kernel(rowptr, col):
-    try:
-        from torch_geometric.utils import softmax
-    except ImportError:
-        softmax = None
-    dst, src = destinations(rowptr), col.long()
-    n = rowptr.numel() - 1
+    """PyG's message passing (bench_kernels.pyg_attention); without PyG, dsgraph's torch reference."""
+    from bench_kernels import pyg_attention
 
-    def attention(q, k, v):
-        scores_EH = (q[dst] * k[src]).sum(-1) * q.shape[-1] ** -0.5
-        probs_EH = softmax(scores_EH, dst, num_nodes=n) if softmax else _segment_softmax(scores_EH, dst, n)
-        return torch.zeros_like(q).index_add(0, dst, probs_EH[:, :, None] * v[src])
+    from dsgraph.ops.reference import sparse_attention_reference
 
-    return attention
+    pyg, dst = pyg_attention(), destinations(rowptr)
+    if pyg is None:
+        return lambda q, k, v: sparse_attention_reference(rowptr, col, q, k, v, q.shape[-1] ** -0.5)
+    return lambda q, k, v: pyg(rowptr, col, q, k, v, dst)
 
 
 def dgl_kernel(rowptr, col):

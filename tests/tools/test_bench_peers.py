@@ -29,7 +29,7 @@ def _grads(attention, graph, seed=0):
 
 @pytest.mark.parametrize("name", ["dsgraph", "pyg", "pyg-torch-only"])
 def test_kernels_match_the_reference(graph, name, monkeypatch):
-    if name == "pyg-torch-only":  # the segment softmax used where torch_geometric is missing
+    if name == "pyg-torch-only":  # the torch reference, used where torch_geometric is missing
         monkeypatch.setitem(__import__("sys").modules, "torch_geometric.utils", None)
     attention = peers.KERNELS[name.split("-")[0]](graph.rowptr, graph.col)
     want = _grads(lambda q, k, v: sparse_attention_reference(graph.rowptr, graph.col, q, k, v, 8**-0.5), graph)
