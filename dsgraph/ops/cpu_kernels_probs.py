@@ -7,13 +7,13 @@ p [E, H] (fp32, CSR edge order; never an E x H x D tensor), for the row pass of 
 running max per head), then v_j in a second (p = exp(score - max), sum, accumulate), then
 normalises p in place: every k_j and v_j is read once per edge and every exp is taken once, with
 no rescaling (the first sweep also prefetches v_j of the row's first edges, which the second sweep
-needs at once).
+needs at once). k and v are gathered where they are: the sweeps read them separately, so a copy
+of the two side by side saves nothing but costs 2 x N x H x D of fresh memory per call.
 
 It is valid only with the backward of the same attention call: the separate-pass API (a y and lse
 merged over several source blocks) runs the recomputing kernels of ``cpu_kernels.py``.
 
-Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; kv [N_src, 2, H, D] (k_j and v_j
-side by side: one gathered span per edge); p [E, H]; lse [N_dst, H]; rowptr int64; col int32.
+Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H]; lse [N_dst, H]; rowptr int64; col int32.
 The vector arithmetic is ``cpu_simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
 """
 
@@ -31,40 +31,40 @@ AHEAD = 8  # edges: prefetch the gathered rows of the edge this far ahead
 
 
 @njit(inline="always")
-def _row_scores(q, i, kv, col, start, end, block_end, scale, p, row_max):
+def _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max):
     """p[e, h] = scale * <q_ih, k_jh> for the row's edges (j = col[e]); row_max [H] their maximum."""
     heads, dim = q.shape[1], q.shape[2]
     width = heads * dim
     row_max[:] = -np.inf
     for e in range(start, min(end, start + AHEAD)):  # v of the first edges: _row_values needs them first
-        prefetch_span(kv, (col[e] * 2 + 1) * width, width)
+        prefetch_span(v, col[e] * width, width)
     for e in range(start, end):
         if e + AHEAD < block_end:
-            prefetch_span(kv, col[e + AHEAD] * 2 * width, width)
-        head_dots(p, e * heads, q, i * width, kv, col[e] * 2 * width, heads, dim, scale)
+            prefetch_span(k, col[e + AHEAD] * width, width)
+        head_dots(p, e * heads, q, i * width, k, col[e] * width, heads, dim, scale)
         maximum(row_max, 0, p, e * heads, heads)
 
 
 @njit(inline="always")
-def _row_values(kv, col, start, end, p, row_max, total, acc):
+def _row_values(v, col, start, end, p, row_max, total, acc):
     """p[e] = exp(p[e] - row_max) for the row's edges, total [H] their sum and acc [H*D] the
     p-weighted sum of v_j."""
-    heads, dim = kv.shape[2], kv.shape[3]
+    heads, dim = v.shape[1], v.shape[2]
     width = heads * dim
     total[:] = 0
     acc[:] = 0
     for e in range(start, end):
         if e + AHEAD < end:
-            prefetch_span(kv, (col[e + AHEAD] * 2 + 1) * width, width)
+            prefetch_span(v, col[e + AHEAD] * width, width)
         exp_diff(p, e * heads, row_max, 0, heads)
         add(total, 0, p, e * heads, heads)
-        head_axpy(acc, 0, p, e * heads, kv, (col[e] * 2 + 1) * width, heads, dim)
+        head_axpy(acc, 0, p, e * heads, v, col[e] * width, heads, dim)
 
 
 @njit(**_OPTIONS)
-def forward_probs_kernel(bounds, rowptr, col, q, kv, scale, y, lse, p):
-    """y, lse and the probabilities p of every row (see the module doc); kv [N_src, 2, H, D] holds
-    k_j and v_j side by side. Rows without edges give y = 0 and lse = -inf."""
+def forward_probs_kernel(bounds, rowptr, col, q, k, v, scale, y, lse, p):
+    """y, lse and the probabilities p of every row (see the module doc). Rows without edges give
+    y = 0 and lse = -inf."""
     heads, dim = q.shape[1], q.shape[2]
     for b in prange(bounds.size - 1):
         row_max, total, acc = np.empty(heads, q.dtype), np.empty(heads, q.dtype), np.empty(heads * dim, q.dtype)
@@ -75,8 +75,8 @@ def forward_probs_kernel(bounds, rowptr, col, q, kv, scale, y, lse, p):
                 y[i] = 0
                 lse[i] = -np.inf
                 continue
-            _row_scores(q, i, kv, col, start, end, block_end, scale, p, row_max)
-            _row_values(kv, col, start, end, p, row_max, total, acc)
+            _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max)
+            _row_values(v, col, start, end, p, row_max, total, acc)
             for h in range(heads):
                 lse[i, h] = row_max[h] + np.log(total[h])
                 total[h] = 1 / total[h]

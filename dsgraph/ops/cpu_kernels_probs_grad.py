@@ -7,17 +7,22 @@ thread per output row or column, a fixed order of additions, no atomics, no E x 
 
 - ``backward_rows_kernel`` (CSR order, first) lays out what the column pass gathers per edge as one
   span per destination row, packed [N_dst, 2*H*D + 2*H] = [q_i | dy_i | lse_i | delta_i] (delta
-  computed here), then reads p in its own order, gathers k_j and v_j side by side (forward's kv)
-  and forms ds_ij from <dy_i, v_j> to accumulate dq_i;
+  computed here), then reads p in its own order, gathers k_j and v_j and forms ds_ij from
+  <dy_i, v_j> to accumulate dq_i;
 - ``backward_columns_kernel`` (CSC order) gathers the packed row of each in-edge's destination and
   recomputes p_ij = exp(scale <q_i, k_j> - lse_i) and ds_ij from it; k_j and v_j are the column's
-  own (read from k and v in place: forward's side-by-side copy is not needed, nor kept, here). Reading the kept p instead would be a random access per edge (the CSR slot of a CSC edge),
-  and so would writing ds for the row pass: those two cache misses per edge cost more than the
-  second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms).
+  own, read in order. Reading the kept p instead would be a random access per edge (the CSR slot
+  of a CSC edge), and so would writing ds for the row pass: those two cache misses per edge cost
+  more than the second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms).
 
-Arrays are C-contiguous float32 or float64: q, dy, y [N_dst, H, D]; lse [N_dst, H]; kv [N_src, 2, H, D]
-(k_j and v_j side by side, the row pass) or k, v [N_src, H, D] (the column pass); p [E, H] in CSR edge order; dq [N_dst, H, D]; dk, dv [N_src, H, D];
-rowptr/colptr int64; col/row int32. Flat indices as in ``cpu_simd``.
+k and v are gathered where they are (in huge pages, ``huge_pages.py``), as in the forward; a copy
+of the two side by side gained nothing and cost 2 x N x H x D of fresh memory per call. The
+packed rows do pay: gathering q_i, dy_i and [lse_i | delta_i] from three arrays instead made the
+column pass 1.6-2x slower (rmat:18 and rmat:20, H=8, D=16), for the same 17 cache lines an edge.
+
+Arrays are C-contiguous float32 or float64: q, dy, y, dq [N_dst, H, D]; lse [N_dst, H]; k, v, dk,
+dv [N_src, H, D]; p [E, H] in CSR edge order; rowptr/colptr int64; col/row int32. Flat indices as
+in ``cpu_simd``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dsgraph.ops.cpu_simd import exp_diff, head_axpy, head_dots, softmax_grad
 from dsgraph.ops.cpu_simd import scale as scale_into
 
 _OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
-AHEAD = 16  # edges: prefetch the gathered span of the edge this far ahead (8 measured the same on rmat:18)
+AHEAD = 16  # edges: prefetch the gathered rows of the edge this far ahead (8 measured the same on rmat:18)
 
 
 def packed_width(heads: int, dim: int) -> int:
@@ -64,8 +69,7 @@ def _edge_grads(packed, base, k, v, j, scale, p, ds):
 @njit(**_OPTIONS)
 def backward_columns_kernel(bounds, colptr, row, packed, k, v, scale, dk, dv):
     """dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j,
-    p and ds recomputed from packed row i (bounds: column blocks). k_j and v_j are the column's
-    own rows, read in order, so they need no side-by-side copy here."""
+    p and ds recomputed from packed row i (bounds: column blocks)."""
     heads, dim = k.shape[1], k.shape[2]
     width, stride = heads * dim, packed.shape[1]
     for b in prange(bounds.size - 1):
@@ -87,14 +91,14 @@ def backward_columns_kernel(bounds, colptr, row, packed, k, v, scale, dk, dv):
 
 
 @njit(**_OPTIONS)
-def backward_rows_kernel(bounds, rowptr, col, q, dy, y, lse, kv, p, scale, packed, dq, need_q):
+def backward_rows_kernel(bounds, rowptr, col, q, dy, y, lse, k, v, p, scale, packed, dq, need_q):
     """Packs every row (``_pack_row``) and, if need_q, dq_i = scale * sum_j p_ij (<dy_i, v_j> -
     delta_i) k_j over its edges (bounds: row blocks). Runs before the column pass, which gathers
     the packed rows; packing here rides on the row pass's gathers instead of a pass of its own."""
-    heads, dim = kv.shape[2], kv.shape[3]
+    heads, dim = k.shape[1], k.shape[2]
     width, stride = heads * dim, packed.shape[1]
     for b in prange(bounds.size - 1):
-        ds, acc = np.empty(heads, kv.dtype), np.empty(width, kv.dtype)
+        ds, acc = np.empty(heads, k.dtype), np.empty(width, k.dtype)
         block_end = rowptr[bounds[b + 1]]
         for i in range(bounds[b], bounds[b + 1]):
             _pack_row(q, dy, y, lse, i, packed)
@@ -104,9 +108,10 @@ def backward_rows_kernel(bounds, rowptr, col, q, dy, y, lse, kv, p, scale, packe
             base = i * stride
             for e in range(rowptr[i], rowptr[i + 1]):
                 if e + AHEAD < block_end:
-                    prefetch_span(kv, col[e + AHEAD] * 2 * width, 2 * width)
+                    prefetch_span(k, col[e + AHEAD] * width, width)
+                    prefetch_span(v, col[e + AHEAD] * width, width)
                 j = col[e]
-                head_dots(ds, 0, packed, base + width, kv, (2 * j + 1) * width, heads, dim, 1.0)
+                head_dots(ds, 0, packed, base + width, v, j * width, heads, dim, 1.0)
                 softmax_grad(ds, 0, p, e * heads, ds, 0, packed, base + 2 * width + heads, heads)
-                head_axpy(acc, 0, ds, 0, kv, 2 * j * width, heads, dim)
+                head_axpy(acc, 0, ds, 0, k, j * width, heads, dim)
             scale_into(dq, i * width, scale, acc, 0, width)

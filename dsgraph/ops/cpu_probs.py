@@ -9,12 +9,11 @@ E-sized array at random. Extra memory against the log-sum-exp kernels: E x H flo
 forward to backward. The separate forward/backward API (``attention_forward`` and
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
 Deterministic like those kernels: one thread per output row, a fixed order of additions.
-The gathered arrays (k and v side by side, the packed rows) are in transparent huge pages
-(``huge_pages.py``): N x H x D copies that save a TLB miss on nearly every gathered row. Autograd
-keeps the op's inputs q, k, v (not forward's k, v copy, which is in the accumulation dtype: twice
-the bytes for bf16 inputs), so saved-tensor hooks see the tensors the caller passed (GP-AG's
-``regather_kv`` replaces its gathered K and V there); backward copies k and v side by side again
-for its row pass only (the column pass reads each column's own k_j, v_j in place).
+The kernels gather rows of the tensors they are given, in place where torch put those in
+transparent huge pages (``huge_pages.gather_source``; ``import dsgraph`` asks torch for them);
+beyond its outputs, a call allocates only backward's packed rows. Autograd keeps the op's inputs q, k, v,
+so saved-tensor hooks see the tensors the caller passed (GP-AG's ``regather_kv`` replaces its
+gathered K and V there).
 """
 
 from __future__ import annotations
@@ -29,23 +28,18 @@ from dsgraph.ops.cpu_arrays import as_compute_array, as_int32, bounds, compute_d
 from dsgraph.ops.csc import transpose
 
 
-def side_by_side(k, v, dtype) -> np.ndarray:
-    """k and v [N_src, H, D] as one array [N_src, 2, H, D] in ``dtype``, in huge pages."""
-    return huge_pages.interleave(as_compute_array(k, dtype), as_compute_array(v, dtype))
-
-
 def forward_probs(rowptr, col, q, k, v, scale: float):
     """(y in q's dtype, y in the accumulation dtype, lse [N_dst, H], p [E, H] in CSR edge order)."""
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
-    kv = side_by_side(k, v, cdt)
+    k_, v_ = huge_pages.gather_source(k, cdt), huge_pages.gather_source(v, cdt)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     y = np.empty(q_.shape, dtype=q_.dtype)
     lse = np.empty(q_.shape[:2], dtype=q_.dtype)
     p = np.empty((col_.size, q_.shape[1]), dtype=q_.dtype)
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
-    cpu_kernels_probs.forward_probs_kernel(row_bounds, rowptr_, col_, q_, kv, q_.dtype.type(scale), y, lse, p)
+    cpu_kernels_probs.forward_probs_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), y, lse, p)
     y_acc = torch.from_numpy(y)
     return y_acc.to(q.dtype), y_acc, torch.from_numpy(lse), torch.from_numpy(p)
 
@@ -54,20 +48,19 @@ def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, nee
     """(dq, dk, dv) in the accumulation dtype from forward's y_acc, lse and p; dq None unless
     need_q, dk and dv None unless need_kv."""
     set_threads(col.numel() * q.shape[1])
-    q_, y_, dy_ = (as_compute_array(t, y_acc.dtype) for t in (q, y_acc, dy))
-    p_, scale_ = p.numpy(), q_.dtype.type(scale)
-    # the row pass gathers k_j and v_j side by side (dq); it only packs the rows when dq is not needed
-    kv_ = side_by_side(k, v, y_acc.dtype) if need_q else np.empty((0, 2) + tuple(k.shape[1:]), q_.dtype)
+    cdt = y_acc.dtype
+    q_, y_, dy_ = (as_compute_array(t, cdt) for t in (q, y_acc, dy))
+    # the row pass gathers k_j and v_j for dq; without dq it only packs the rows
+    k_, v_ = (huge_pages.gather_source(t, cdt) if need_q else as_compute_array(t, cdt) for t in (k, v))
+    scale_ = q_.dtype.type(scale)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     packed = huge_pages.empty((q_.shape[0], grad.packed_width(*q_.shape[1:])), q_.dtype)
     dq = np.empty(q_.shape if need_q else (0,) + q_.shape[1:], dtype=q_.dtype)
-    grad.backward_rows_kernel(row_bounds, rowptr_, col_, q_, dy_, y_, lse.numpy(), kv_, p_, scale_, packed, dq, need_q)
-    del kv_  # freed before the column pass allocates dk and dv
+    grad.backward_rows_kernel(row_bounds, rowptr_, col_, q_, dy_, y_, lse.numpy(), k_, v_, p.numpy(), scale_, packed, dq, need_q)
     dq = torch.from_numpy(dq) if need_q else None
     dk = dv = None
     if need_kv:
-        k_, v_ = (as_compute_array(t, y_acc.dtype) for t in (k, v))
         csc = transpose(rowptr, col, k_.shape[0])
         colptr_ = csc.colptr.numpy()
         dk, dv = np.empty(k_.shape, q_.dtype), np.empty(k_.shape, q_.dtype)
