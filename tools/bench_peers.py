@@ -23,6 +23,10 @@ Training: the graph with a self loop per row (as dsgraph's trainer adds), hidden
 layers, FFN x2, dropout 0.1, Adam, fp32; warm-up step, then the peers take turns, one step each
 per round. Step ms (min, median), peak extra MB of a step, loss after the last step, dsgraph's
 speedup. Every figure also goes to --json-out. Hold the measurement lock around the whole command.
+
+Every peer runs with the same torch CPU allocator setting: THP_MEM_ALLOC_ENABLE as ``import
+dsgraph`` leaves it (1 unless set; the DGL worker inherits it), printed in the header. Run with
+THP_MEM_ALLOC_ENABLE=0 to compare all peers on small pages.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+import dsgraph  # noqa: E402,F401  (before any large tensor: it sets THP_MEM_ALLOC_ENABLE, see below)
 import peer_models  # noqa: E402
 from bench_common import cpu_peak_supported, is_out_of_memory, peak_extra_bytes, write_json  # noqa: E402
 
@@ -344,10 +349,11 @@ def main(argv=None) -> None:
 
     copy_gbs = copy_bandwidth_gbs(torch.device("cpu"))
     lanes, notes = open_lanes(args)
-    print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; copy bandwidth {copy_gbs:.1f} GB/s; "
+    thp = os.environ.get("THP_MEM_ALLOC_ENABLE")
+    print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; THP_MEM_ALLOC_ENABLE={thp}; copy bandwidth {copy_gbs:.1f} GB/s; "
           f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating")  # fmt: skip
     print("\n".join(f"# {n}" for n in notes))
-    payload = {"format": "dsgraph-bench-peers", "copy_gbs": copy_gbs, "threads": torch.get_num_threads(), "notes": notes, "kernels": [], "train": []}
+    payload = {"format": "dsgraph-bench-peers", "thp_mem_alloc_enable": thp, "copy_gbs": copy_gbs, "threads": torch.get_num_threads(), "notes": notes, "kernels": [], "train": []}
     for spec in args.graph or ["rmat:16"]:
         payload["kernels"].append(kernel_bench(lanes, spec, args, copy_gbs))
         print(kernel_table(payload["kernels"][-1], args), flush=True)
