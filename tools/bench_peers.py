@@ -12,17 +12,24 @@ environment (.venv-dgl, built by tools/test_dgl_lane.sh) as a worker subprocess 
 
 Kernels: per graph, q, k, v, dy standard normal [N, H, D] fp32; every peer warms up once, then
 the peers take turns, one timed forward and backward each per round (so machine noise hits all
-alike). Reported: min and median forward and backward ms, peak extra memory of one forward and
-backward (resident-set high-water mark above the level before it: numpy, numba and torch all
-count), dsgraph's speedup (a peer's min fwd+bwd over dsgraph's), dsgraph's backward / forward,
-and its forward's share of the copy bandwidth under bench_kernels' no-reuse traffic model.
+alike), right after --turn-warmup untimed ones of its own (default 1), so that the timed call
+runs as it would in a loop of its own rather than after the other peers' turns: on a VM whose
+host takes freed memory back (free page reporting, as on the machine of the README's tables),
+memory freed during a turn of several seconds faults in again at 1-3 GB/s (rmat:18, dsgraph,
+3 s pauses: backward 465-849 ms, against 244-345 ms in an experiment that kept its freed
+blocks resident for reuse). Reported: min and median forward and backward ms, peak extra memory
+of one forward and backward (resident-set high-water mark above the level before it: numpy,
+numba and torch all count), dsgraph's speedup (a peer's min fwd+bwd over dsgraph's), dsgraph's
+backward / forward, and its forward's share of the copy bandwidth under bench_kernels' no-reuse
+traffic model.
 PyG is left out from --pyg-max-edges edges up, kernels and training (it holds several E x H x D
 tensors: about 2 GB each on rmat:18, H*D = 128, fp32).
 
 Training: the graph with a self loop per row (as dsgraph's trainer adds), hidden 128, 8 heads, 2
-layers, FFN x2, dropout 0.1, Adam, fp32; warm-up step, then the peers take turns, one step each
-per round. Step ms (min, median), peak extra MB of a step, loss after the last step, dsgraph's
-speedup. Every figure also goes to --json-out. Hold the measurement lock around the whole command.
+layers, FFN x2, dropout 0.1, Adam, fp32; warm-up step, then the peers take turns, one timed step
+each per round (after --turn-warmup untimed ones). Step ms (min, median), peak extra MB of a
+step, loss after the last step, dsgraph's speedup. Every figure also goes to --json-out. Hold the
+measurement lock around the whole command.
 
 Every peer runs with the same torch CPU allocator setting: THP_MEM_ALLOC_ENABLE as ``import
 dsgraph`` leaves it (1 unless set; the DGL worker inherits it), printed in the header. Run with
@@ -65,6 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2, help="blocks of the models (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of kernels after a warm-up (default 3)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps per model after a warm-up (default 3)")
+    p.add_argument("--turn-warmup", type=int, default=1, help="untimed calls or steps of a peer right before each timed one (default 1)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of every peer (default: torch's)")
     p.add_argument("--pyg-max-edges", type=int, default=2_000_000, help="PyG runs only on graphs with fewer edges (default 2,000,000)")
     p.add_argument("--dgl-python", default=str(DGL_PYTHON), help="python of the DGL environment (default .venv-dgl/bin/python)")
@@ -112,16 +120,18 @@ class PeerState:
 
     def op_kernel_time(self, cmd: dict) -> dict:
         attention, (q, k, v), dy = self.work
-        q.grad = k.grad = v.grad = None
         times = {}
 
         def fwd_bwd():
+            q.grad = k.grad = v.grad = None
             t0 = time.perf_counter()
             y = attention(q, k, v)
             t1 = time.perf_counter()
             torch.autograd.backward(y, dy)
             times.update(fwd=t1 - t0, bwd=time.perf_counter() - t1)
 
+        for _ in range(cmd.get("warmup", 0)):
+            fwd_bwd()
         _, peak = peak_extra_bytes(fwd_bwd, q.device) if cpu_peak_supported() else (fwd_bwd(), None)
         return {"oom": False, **times, "peak": peak}
 
@@ -134,6 +144,8 @@ class PeerState:
 
     def op_train_step(self, cmd: dict) -> dict:
         times = {}
+        for _ in range(cmd.get("warmup", 0)):
+            self.work.step()
 
         def step():
             t0 = time.perf_counter()
@@ -202,14 +214,15 @@ def open_lanes(args: argparse.Namespace) -> tuple[dict, list[str]]:
 
 
 # --- rounds, figures, tables ---------------------------------------------------------------------
-def run_rounds(lanes: dict, setup: dict, op: str, rounds: int) -> dict:
-    """Sets every lane up (``setup``), then ``rounds`` rounds of ``op``, the lanes taking turns.
+def run_rounds(lanes: dict, setup: dict, op: str, rounds: int, warmup: int) -> dict:
+    """Sets every lane up (``setup``), then ``rounds`` rounds of ``op``, the lanes taking turns
+    (each with ``warmup`` untimed ones first).
     Returns {peer: {"setup": answer, "runs": [answers]}}; a peer that runs out of memory stops."""
     results = {name: {"setup": lane.handle(setup), "runs": []} for name, lane in lanes.items()}
     for _ in range(rounds):
         for name, lane in lanes.items():
             if not results[name]["setup"]["oom"] and not any(r["oom"] for r in results[name]["runs"]):
-                results[name]["runs"].append(lane.handle({"op": op}))
+                results[name]["runs"].append(lane.handle({"op": op, "warmup": warmup}))
     for lane in lanes.values():
         lane.handle({"op": "release"})
     return results
@@ -237,7 +250,7 @@ def kernel_bench(lanes: dict, spec: str, args: argparse.Namespace, copy_gbs: flo
 
     use = _without_pyg_above(lanes, spec, args)
     setup = {"op": "kernel_setup", "graph": spec, "heads": args.heads, "dim": args.dim}
-    results = run_rounds(use, setup, "kernel_time", args.repeats)
+    results = run_rounds(use, setup, "kernel_time", args.repeats, args.turn_warmup)
     rows = summarise(results, ("fwd", "bwd"))
     info = next(r["setup"] for r in results.values() if "edges" in r["setup"])
     fwd_bytes, _ = model_bytes(info["nodes"], info["edges"], args.heads, args.dim, 4)
@@ -268,7 +281,7 @@ def _without_pyg_above(lanes: dict, spec: str, args: argparse.Namespace) -> dict
 def train_bench(lanes: dict, spec: str, args: argparse.Namespace) -> dict:
     setup = {"op": "train_setup", "graph": spec, "hidden": args.hidden, "heads": args.heads, "layers": args.layers}
     use = _without_pyg_above(lanes, spec, args)
-    results = run_rounds(use, setup, "train_step", args.steps)
+    results = run_rounds(use, setup, "train_step", args.steps, args.turn_warmup)
     rows = summarise(results, ("step",))
     info = next(r["setup"] for r in results.values() if "edges" in r["setup"])
     ds = rows.get("dsgraph")
@@ -351,9 +364,10 @@ def main(argv=None) -> None:
     lanes, notes = open_lanes(args)
     thp = os.environ.get("THP_MEM_ALLOC_ENABLE")
     print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; THP_MEM_ALLOC_ENABLE={thp}; copy bandwidth {copy_gbs:.1f} GB/s; "
-          f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating")  # fmt: skip
+          f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating, "
+          f"{args.turn_warmup} untimed before each timed one")  # fmt: skip
     print("\n".join(f"# {n}" for n in notes))
-    payload = {"format": "dsgraph-bench-peers", "thp_mem_alloc_enable": thp, "copy_gbs": copy_gbs, "threads": torch.get_num_threads(), "notes": notes, "kernels": [], "train": []}
+    payload = {"format": "dsgraph-bench-peers", "thp_mem_alloc_enable": thp, "turn_warmup": args.turn_warmup, "copy_gbs": copy_gbs, "threads": torch.get_num_threads(), "notes": notes, "kernels": [], "train": []}
     for spec in args.graph or ["rmat:16"]:
         payload["kernels"].append(kernel_bench(lanes, spec, args, copy_gbs))
         print(kernel_table(payload["kernels"][-1], args), flush=True)

@@ -93,3 +93,30 @@ def test_pyg_is_left_out_of_large_graphs(tmp_path):
     payload = json.loads(out.read_text())
     for record in payload["kernels"] + payload["train"]:
         assert list(record["peers"]) == ["dsgraph"] and "pyg left out" in record["notes"][0]
+
+
+def test_each_turn_runs_its_untimed_calls_right_before_the_timed_one():
+    state = bench.PeerState("dsgraph")
+    calls = []
+    q, k, v = (torch.randn(4, 2, 3, requires_grad=True) for _ in range(3))
+
+    def attention(q_, k_, v_):
+        calls.append(q_.grad is None)  # gradients are reset before every call
+        return q_ * k_ + v_
+
+    state.work = (attention, [q, k, v], torch.ones(4, 2, 3))
+    answer = state.op_kernel_time({"warmup": 2})
+    assert calls == [True, True, True] and answer["fwd"] > 0 and not answer["oom"]
+
+    class Lane:
+        def __init__(self):
+            self.commands = []
+
+        def handle(self, cmd):
+            self.commands.append(cmd)
+            return {"oom": False}
+
+    lanes = {"a": Lane(), "b": Lane()}
+    bench.run_rounds(lanes, {"op": "kernel_setup"}, "kernel_time", 2, 1)
+    timed = {"op": "kernel_time", "warmup": 1}
+    assert all(lane.commands == [{"op": "kernel_setup"}, timed, timed, {"op": "release"}] for lane in lanes.values())
