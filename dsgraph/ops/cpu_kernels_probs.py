@@ -13,7 +13,8 @@ of the two side by side saves nothing but costs 2 x N x H x D of fresh memory pe
 It is valid only with the backward of the same attention call: the separate-pass API (a y and lse
 merged over several source blocks) runs the recomputing kernels of ``cpu_kernels.py``.
 
-Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H]; lse [N_dst, H]; rowptr int64; col int32.
+Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H];
+lse [N_dst, H]; rowptr int64; col int32.
 The vector arithmetic is ``cpu_simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
 """
 

@@ -16,7 +16,8 @@ thread per output row or column, a fixed order of additions, no atomics, no E x 
   more than the second dot product and the exp (rmat:18, H=8, D=16: 282 ms against 167 ms).
 
 k and v are gathered where they are (in huge pages, ``huge_pages.py``), as in the forward; a copy
-of the two side by side gained nothing and cost 2 x N x H x D of fresh memory per call. The
+of the two side by side cost more than it saved (rmat:18: row pass with the copy 180 ms, without
+160 ms) and wrote 2 x N x H x D of fresh memory per call. The
 packed rows do pay: gathering q_i, dy_i and [lse_i | delta_i] from three arrays instead made the
 column pass 1.6-2x slower (rmat:18 and rmat:20, H=8, D=16), for the same 17 cache lines an edge.
 

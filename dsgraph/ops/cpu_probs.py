@@ -9,10 +9,10 @@ E-sized array at random. Extra memory against the log-sum-exp kernels: E x H flo
 forward to backward. The separate forward/backward API (``attention_forward`` and
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
 Deterministic like those kernels: one thread per output row, a fixed order of additions.
-The kernels gather rows of the tensors they are given, in place where torch put those in
-transparent huge pages (``huge_pages.gather_source``; ``import dsgraph`` asks torch for them);
-beyond its outputs, a call allocates only backward's packed rows. Autograd keeps the op's inputs q, k, v,
-so saved-tensor hooks see the tensors the caller passed (GP-AG's ``regather_kv`` replaces its
+The kernels gather k and v in place where torch put them in transparent huge pages
+(``huge_pages.gather_source``; ``import dsgraph`` asks torch for them); beyond its outputs, a
+call allocates only backward's packed rows. Autograd keeps the op's inputs q, k, v, so
+saved-tensor hooks see the tensors the caller passed (GP-AG's ``regather_kv`` replaces its
 gathered K and V there).
 """
 

@@ -9,7 +9,7 @@ or 'madvise' (/sys/kernel/mm/transparent_hugepage/enabled).
 
 torch's CPU allocator marks its blocks of 2 MiB or more so, aligned to a page, when
 ``THP_MEM_ALLOC_ENABLE=1`` at its first such block; ``import dsgraph`` sets that unless the user
-set it (``TORCH_SWITCH``). Then the kernels gather q, k, v and dy where they are, and
+set it (``TORCH_SWITCH``). Then the kernels gather k and v where they are, and
 ``gather_source`` copies only a tensor from elsewhere (a numpy buffer, or one allocated before
 dsgraph was imported). The same setting makes most first writes cheaper: a fresh 1 GiB tensor
 faults in as 512 huge pages instead of 262,144 small ones (here 45-55 ms against 225-255 ms; on
@@ -53,8 +53,8 @@ def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 @functools.cache
 def torch_allocates_huge_pages() -> bool:
     """Whether torch's CPU allocator puts its large blocks in huge pages in this process: it then
-    aligns them to a page (torch 2.13; 2 MiB in older releases), where glibc's mapped blocks start
-    just past one (its header; 64 bytes with torch's usual alignment)."""
+    aligns them to a page (seen in torch 2.13 and 2.2), where glibc's mapped blocks start just
+    past one (its header; 64 bytes with torch's usual alignment)."""
     probe = torch.empty(HUGE_PAGE_BYTES, dtype=torch.uint8)
     return probe.data_ptr() % PAGE_BYTES == 0
 
