@@ -362,8 +362,10 @@ def main(argv=None) -> None:
 
     copy_gbs = copy_bandwidth_gbs(torch.device("cpu"))
     lanes, notes = open_lanes(args)
-    thp = os.environ.get("THP_MEM_ALLOC_ENABLE")
-    print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; THP_MEM_ALLOC_ENABLE={thp}; copy bandwidth {copy_gbs:.1f} GB/s; "
+    from dsgraph.ops.huge_pages import TORCH_SWITCH
+
+    thp = os.environ.get(TORCH_SWITCH)
+    print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; {TORCH_SWITCH}={thp}; copy bandwidth {copy_gbs:.1f} GB/s; "
           f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating, "
           f"{args.turn_warmup} untimed before each timed one")  # fmt: skip
     print("\n".join(f"# {n}" for n in notes))

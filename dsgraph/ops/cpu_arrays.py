@@ -10,7 +10,7 @@ import numba
 import numpy as np
 import torch
 
-from dsgraph.ops import cpu_kernels
+from dsgraph.ops import cpu_kernels, huge_pages
 from dsgraph.ops.csc import cached_per_graph
 
 BLOCKS_PER_THREAD = 16  # work blocks per thread: enough to even out power-law rows
@@ -41,9 +41,23 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def compute_tensor(t: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
+    """``t`` C-contiguous in ``cdt``: itself, or (for bf16 or strided inputs) an N x H x D copy."""
+    return t.detach().to(cdt).contiguous()
+
+
 def as_compute_array(t: torch.Tensor, cdt: torch.dtype) -> np.ndarray:
-    """A C-contiguous numpy view (or, for bf16 or strided inputs, an N x H x D copy) in ``cdt``."""
-    return t.detach().to(cdt).contiguous().numpy()
+    """A C-contiguous numpy view of ``compute_tensor(t, cdt)``."""
+    return compute_tensor(t, cdt).numpy()
+
+
+def gather_source(t: torch.Tensor, cdt: torch.dtype) -> np.ndarray:
+    """``as_compute_array`` for an array the kernels gather rows from at random: the view itself
+    where its tensor is small or in torch's huge pages, else a huge-page copy (``huge_pages.py``)."""
+    t = compute_tensor(t, cdt)
+    if t.nbytes < huge_pages.MIN_BYTES or huge_pages.in_huge_pages(t):
+        return t.numpy()
+    return huge_pages.copy(t.numpy())
 
 
 def as_int32(col: torch.Tensor) -> torch.Tensor:

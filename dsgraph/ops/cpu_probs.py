@@ -10,7 +10,7 @@ forward to backward. The separate forward/backward API (``attention_forward`` an
 ``attention_backward``, whose y and lse may merge several source blocks) stays on ``cpu.py``.
 Deterministic like those kernels: one thread per output row, a fixed order of additions.
 The kernels gather k and v in place where torch put them in transparent huge pages
-(``huge_pages.gather_source``; ``import dsgraph`` asks torch for them); beyond its outputs, a
+(``cpu_arrays.gather_source``; ``import dsgraph`` asks torch for them); beyond its outputs, a
 call allocates only backward's packed rows. Autograd keeps the op's inputs q, k, v, so
 saved-tensor hooks see the tensors the caller passed (GP-AG's ``regather_kv`` replaces its
 gathered K and V there).
@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from dsgraph.ops import cpu_kernels_probs, huge_pages
 from dsgraph.ops import cpu_kernels_probs_grad as grad
-from dsgraph.ops.cpu_arrays import as_compute_array, as_int32, bounds, compute_dtype, set_threads
+from dsgraph.ops.cpu_arrays import as_compute_array, as_int32, bounds, compute_dtype, gather_source, set_threads
 from dsgraph.ops.csc import transpose
 
 
@@ -33,7 +33,7 @@ def forward_probs(rowptr, col, q, k, v, scale: float):
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
-    k_, v_ = huge_pages.gather_source(k, cdt), huge_pages.gather_source(v, cdt)
+    k_, v_ = gather_source(k, cdt), gather_source(v, cdt)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     y = np.empty(q_.shape, dtype=q_.dtype)
     lse = np.empty(q_.shape[:2], dtype=q_.dtype)
@@ -51,7 +51,7 @@ def backward_probs(rowptr, col, q, k, v, y_acc, lse, p, dy, scale: float, *, nee
     cdt = y_acc.dtype
     q_, y_, dy_ = (as_compute_array(t, cdt) for t in (q, y_acc, dy))
     # the row pass gathers k_j and v_j for dq; without dq it only packs the rows
-    k_, v_ = (huge_pages.gather_source(t, cdt) if need_q else as_compute_array(t, cdt) for t in (k, v))
+    k_, v_ = (gather_source(t, cdt) if need_q else as_compute_array(t, cdt) for t in (k, v))
     scale_ = q_.dtype.type(scale)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")

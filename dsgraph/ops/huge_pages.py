@@ -10,10 +10,11 @@ or 'madvise' (/sys/kernel/mm/transparent_hugepage/enabled).
 torch's CPU allocator marks its blocks of 2 MiB or more so, aligned to a page, when
 ``THP_MEM_ALLOC_ENABLE=1`` at its first such block; ``import dsgraph`` sets that unless the user
 set it (``TORCH_SWITCH``). Then the kernels gather k and v where they are, and
-``gather_source`` copies only a tensor from elsewhere (a numpy buffer, or one allocated before
-dsgraph was imported). The same setting makes most first writes cheaper: a fresh 1 GiB tensor
-faults in as 512 huge pages instead of 262,144 small ones (here 45-55 ms against 225-255 ms; on
-this VM, memory that sat free for seconds is taken back by the host, and then 300-400 ms).
+``cpu_arrays.gather_source`` copies only a tensor from elsewhere (a numpy buffer, or one
+allocated before dsgraph was imported). The same setting makes most first writes cheaper: a
+fresh 1 GiB tensor faults in as 512 huge pages instead of 262,144 small ones (here 45-55 ms
+against 225-255 ms; on this VM, memory that sat free for seconds is taken back by the host, and
+then 300-400 ms).
 """
 
 from __future__ import annotations
@@ -65,15 +66,6 @@ def in_huge_pages(t: torch.Tensor) -> bool:
     small pages, slower but the same)."""
     storage = t.untyped_storage()
     return storage.data_ptr() % PAGE_BYTES == 0 and storage.nbytes() >= HUGE_PAGE_BYTES and torch_allocates_huge_pages()
-
-
-def gather_source(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
-    """``t`` in ``dtype`` as a C-contiguous numpy array to gather rows from: ``t`` itself (or the
-    converted copy torch makes of it) where that is in huge pages or small, else a huge-page copy."""
-    t = t.detach().to(dtype).contiguous()
-    if t.nbytes < MIN_BYTES or in_huge_pages(t):
-        return t.numpy()
-    return copy(t.numpy())
 
 
 @njit(parallel=True, cache=True)

@@ -8,6 +8,7 @@ import torch
 
 from dsgraph.graph.rmat import rmat_graph
 from dsgraph.ops import huge_pages, sparse_attention
+from dsgraph.ops.cpu_arrays import gather_source
 
 
 def test_large_arrays_start_on_a_huge_page_and_small_ones_are_plain():
@@ -40,10 +41,10 @@ def test_gather_source_copies_only_what_is_not_in_huge_pages():
     assert huge_pages.in_huge_pages(big) == huge_pages.torch_allocates_huge_pages()
     from_numpy = torch.from_numpy(np.random.default_rng(0).standard_normal(big.numel() + 1).astype(np.float32)[1:])
     assert not huge_pages.in_huge_pages(from_numpy)  # numpy's buffer, one element in: not torch's page-aligned block
-    source = huge_pages.gather_source(from_numpy, torch.float32)
+    source = gather_source(from_numpy, torch.float32)
     assert source.ctypes.data != from_numpy.data_ptr() and np.array_equal(source, from_numpy.numpy())
     if huge_pages.in_huge_pages(big):
-        assert huge_pages.gather_source(big, torch.float32).ctypes.data == big.data_ptr()  # gathered in place
+        assert gather_source(big, torch.float32).ctypes.data == big.data_ptr()  # gathered in place
 
 
 def test_the_op_gives_the_same_bits_from_huge_page_copies_and_in_place():
