@@ -2,8 +2,8 @@
 
 ``cpu_kernels.py`` keeps only the log-sum-exp and recomputes both dot products of every edge-head
 in each of the two backward passes. This forward keeps what DGL keeps as well, the probabilities
-p [E, H] (fp32, CSR edge order; never an E x H x D tensor), for the row pass of backward
-(``cpu_kernels_probs_grad``). It reads k_j in a first sweep over the row's edges (scores into p,
+p [E, H] (fp32, CSR edge order; never an E x H x D tensor), which the column pass of backward
+reads (``cpu_kernels_probs_grad``); it needs no log-sum-exp. It reads k_j in a first sweep over the row's edges (scores into p,
 running max per head), then v_j in a second (p = exp(score - max), sum, accumulate), then
 normalises p in place: every k_j and v_j is read once per edge and every exp is taken once, with
 no rescaling (the first sweep also prefetches v_j of the row's first edges, which the second sweep
@@ -14,7 +14,7 @@ It is valid only with the backward of the same attention call: the separate-pass
 merged over several source blocks) runs the recomputing kernels of ``cpu_kernels.py``.
 
 Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H];
-lse [N_dst, H]; rowptr int64; col int32.
+rowptr int64; col int32.
 The vector arithmetic is ``cpu_simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
 """
 
@@ -63,9 +63,8 @@ def _row_values(v, col, start, end, p, row_max, total, acc):
 
 
 @njit(**_OPTIONS)
-def forward_probs_kernel(bounds, rowptr, col, q, k, v, scale, y, lse, p):
-    """y, lse and the probabilities p of every row (see the module doc). Rows without edges give
-    y = 0 and lse = -inf."""
+def forward_probs_kernel(bounds, rowptr, col, q, k, v, scale, y, p):
+    """y and the probabilities p of every row (see the module doc). Rows without edges give y = 0."""
     heads, dim = q.shape[1], q.shape[2]
     for b in prange(bounds.size - 1):
         row_max, total, acc = np.empty(heads, q.dtype), np.empty(heads, q.dtype), np.empty(heads * dim, q.dtype)
@@ -74,12 +73,10 @@ def forward_probs_kernel(bounds, rowptr, col, q, k, v, scale, y, lse, p):
             start, end = rowptr[i], rowptr[i + 1]
             if start == end:
                 y[i] = 0
-                lse[i] = -np.inf
                 continue
             _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max)
             _row_values(v, col, start, end, p, row_max, total, acc)
             for h in range(heads):
-                lse[i, h] = row_max[h] + np.log(total[h])
                 total[h] = 1 / total[h]
                 scale_into(y, (i * heads + h) * dim, total[h], acc, h * dim, dim)
             for e in range(start, end):

@@ -98,3 +98,17 @@ def build_transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int, chunk_e
 def transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> Transpose:
     """The cached CSC of the CSR graph (rowptr int64 [N_dst+1], col [E] with ids in [0, n_src))."""
     return cached_per_graph(rowptr, col, ("csc", n_src), lambda: build_transpose(rowptr, col, n_src))
+
+
+def csc_slots(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> torch.Tensor:
+    """int64 [E]: the CSC position of every CSR edge (CSR edge e is CSC edge slots[e]; the inverse
+    of ``transpose(...).perm``), cached per graph like the transpose. The CPU backward reads the
+    ds it wrote in CSC order through it."""
+
+    def build() -> torch.Tensor:
+        perm = transpose(rowptr, col, n_src).perm
+        slots = torch.empty_like(perm)
+        slots[perm] = torch.arange(perm.numel(), device=perm.device)
+        return slots
+
+    return cached_per_graph(rowptr, col, ("csc-slots", n_src), build)

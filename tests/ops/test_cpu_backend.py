@@ -11,7 +11,7 @@ import torch
 
 from dsgraph.graph import load_dataset
 from dsgraph.ops import sparse_attention
-from dsgraph.ops.csc import build_transpose, transpose
+from dsgraph.ops.csc import build_transpose, csc_slots, transpose
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
@@ -116,6 +116,14 @@ def test_transpose_is_cached_and_correct(hub_graph):
     col_copy[0] = (int(col_copy[0]) + 1) % N_SRC  # an in-place edit must invalidate the cache
     rebuilt = transpose(rowptr, col_copy, N_SRC)
     assert rebuilt is not first and torch.equal(rebuilt.colptr, build_transpose(rowptr, col_copy, N_SRC).colptr)
+
+
+def test_csc_slots_invert_the_transpose_and_are_cached(hub_graph):
+    """CSR edge e is CSC edge slots[e]: the backward's row pass reads ds through it."""
+    rowptr, col = hub_graph
+    perm, slots = transpose(rowptr, col, N_SRC).perm, csc_slots(rowptr, col, N_SRC)
+    assert torch.equal(slots[perm], torch.arange(col.numel())) and torch.equal(perm[slots], torch.arange(col.numel()))
+    assert csc_slots(rowptr, col, N_SRC) is slots
 
 
 def test_auto_dispatch_picks_cpu_and_matches():
