@@ -57,7 +57,7 @@ def backward_probs(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: 
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
     q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
-    dk, dv = (torch.empty(k_.shape if need_kv else (0,), dtype=cdt) for _ in range(2))
+    dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))  # one kernel signature
     ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
     grad.backward_columns_kernel(
         bounds(rowptr, col, colptr_, "cols"), colptr_, csc.row.numpy(), csc.perm.numpy(), q_, dy_, delta.numpy(),
