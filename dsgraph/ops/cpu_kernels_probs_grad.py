@@ -23,8 +23,8 @@ the row pass read ds from 4 KiB pages in 108 ms, from huge pages in 50 ms), so d
 output come from torch's allocator.
 
 Arrays are C-contiguous float32 or float64: q, dy, y, dq [N_dst, H, D]; delta [N_dst, H]; k, v, dk,
-dv [N_src, H, D]; p and ds flat [E * H] (p in CSR, ds in CSC edge order); rowptr/colptr, perm and
-slots int64; col/row int32. Flat indices as in ``cpu_simd``.
+dv [N_src, H, D]; p and ds flat [E * H] (p in CSR, ds in CSC edge order); rowptr/colptr and perm
+int64; slots int32 (int64 from 2^31 edges); col/row int32. Flat indices as in ``cpu_simd``.
 """
 
 from __future__ import annotations

@@ -101,14 +101,15 @@ def transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> Transpose:
 
 
 def csc_slots(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> torch.Tensor:
-    """int64 [E]: the CSC position of every CSR edge (CSR edge e is CSC edge slots[e]; the inverse
-    of ``transpose(...).perm``), cached per graph like the transpose. The CPU backward reads the
-    ds it wrote in CSC order through it."""
+    """[E]: the CSC position of every CSR edge (CSR edge e is CSC edge slots[e]; the inverse of
+    ``transpose(...).perm``), cached per graph like the transpose; int32 below 2^31 edges (half
+    the memory), else int64. The CPU backward reads the ds it wrote in CSC order through it."""
 
     def build() -> torch.Tensor:
         perm = transpose(rowptr, col, n_src).perm
-        slots = torch.empty_like(perm)
-        slots[perm] = torch.arange(perm.numel(), device=perm.device)
+        dtype = torch.int32 if perm.numel() <= torch.iinfo(torch.int32).max else torch.int64
+        slots = torch.empty(perm.numel(), dtype=dtype, device=perm.device)
+        slots[perm] = torch.arange(perm.numel(), dtype=dtype, device=perm.device)
         return slots
 
     return cached_per_graph(rowptr, col, ("csc-slots", n_src), build)

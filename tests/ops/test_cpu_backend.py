@@ -122,7 +122,8 @@ def test_csc_slots_invert_the_transpose_and_are_cached(hub_graph):
     """CSR edge e is CSC edge slots[e]: the backward's row pass reads ds through it."""
     rowptr, col = hub_graph
     perm, slots = transpose(rowptr, col, N_SRC).perm, csc_slots(rowptr, col, N_SRC)
-    assert torch.equal(slots[perm], torch.arange(col.numel())) and torch.equal(perm[slots], torch.arange(col.numel()))
+    assert slots.dtype == torch.int32  # below 2^31 edges
+    assert torch.equal(slots[perm].long(), torch.arange(col.numel())) and torch.equal(perm[slots.long()], torch.arange(col.numel()))
     assert csc_slots(rowptr, col, N_SRC) is slots
 
 
