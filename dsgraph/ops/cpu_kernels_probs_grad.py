@@ -16,7 +16,8 @@ So backward gathers q_i and dy_i (1 KiB an edge at H=8, D=16, fp32), then k_j (5
 forward gathers k_j and v_j (1 KiB); p and ds are read at random, one cache line an edge. The
 earlier kernels gathered k_j and v_j in a row pass and recomputed p from a packed copy
 [q_i | dy_i | lse_i | delta_i] in the column pass: 2 KiB an edge and N x (2HD + 2H) floats of
-fresh memory per call (rmat:18, H=8, D=16: 232 ms against 192 ms for these, forward 125 ms).
+fresh memory per call (rmat:18, H=8, D=16, alternating processes: backward 235-257 ms against
+188-194 ms for these, forward 123-131 ms).
 Reading p instead of recomputing it saves a dot product and an exp per edge-head (column pass
 117 against 137 ms on rmat:18). The random reads are cheap only in huge pages (``huge_pages.py``;
 the row pass read ds from 4 KiB pages in 108 ms, from huge pages in 50 ms), so ds and every
