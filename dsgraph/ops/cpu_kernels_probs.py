@@ -7,8 +7,9 @@ reads (``cpu_kernels_probs_grad``); nothing needs the log-sum-exp. It reads k_j 
 over the row's edges (scores into p, running max per head), then v_j in a second
 (p = exp(score - max), sum, accumulate), then normalises p in place: every k_j and v_j is read
 once per edge and every exp is taken once, with no rescaling (the first sweep also prefetches v_j
-of the row's first edges, which the second sweep needs at once). k and v are gathered where they are: the sweeps read them separately, so a copy
-of the two side by side saves nothing but costs 2 x N x H x D of fresh memory per call.
+of the row's first edges, which the second sweep needs at once). k and v are gathered where they
+are: the sweeps read them separately, so a copy of the two side by side saves nothing but costs
+2 x N x H x D of fresh memory per call.
 
 It is valid only with the backward of the same attention call: the separate-pass API (a y and lse
 merged over several source blocks) runs the recomputing kernels of ``cpu_kernels.py``.

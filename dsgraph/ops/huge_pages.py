@@ -26,11 +26,12 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from dsgraph import TORCH_THP_SWITCH as TORCH_SWITCH  # read by torch's CPU allocator; set by ``import dsgraph``
+
 HUGE_PAGE_BYTES = 2 << 20
 PAGE_BYTES = mmap.PAGESIZE
 MIN_BYTES = 4 * HUGE_PAGE_BYTES  # smaller arrays fit the TLB anyway
 COPY_BLOCKS = 64  # parallel copies: blocks of rows, a few per thread
-TORCH_SWITCH = "THP_MEM_ALLOC_ENABLE"  # read by torch's CPU allocator (c10's alloc_cpu)
 
 
 def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
