@@ -18,7 +18,7 @@ VENV=.venv-dgl
 # dgl 2.1.0's graphbolt imports torchdata.datapipes (gone after torchdata 0.7.1) and pandas, yaml
 # and pydantic, which dgl does not declare.
 "$VENV/bin/pip" install -q "dgl==2.1.0" "torchdata==0.7.1" "torch==2.2.1" "numpy<2" pandas pyyaml pydantic pytest
-# numba: tools/bench_peers.py runs dsgraph's GraphTransformer here with DGL's attention, and the
+# numba: tools/benchmarks/bench_peers.py runs dsgraph's GraphTransformer here with DGL's attention, and the
 # model's modules import dsgraph.ops, whose CPU backend is numba.
 "$VENV/bin/pip" install -q numba "numpy<2"
 # dsgraph itself comes from this checkout (PYTHONPATH), without its dependencies: the interop code

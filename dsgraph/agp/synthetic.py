@@ -1,5 +1,5 @@
 """Profiles built from stated per-unit costs instead of measurements: for tests, and for projecting
-a system that is not at hand from its published figures (see tools/agp_projection.py).
+a system that is not at hand from its published figures (see tools/reports/agp_projection.py).
 
 Each quantity is ``latency + x * per_unit`` sampled at powers of two over a size range and fitted
 in log-log space exactly as measured points are.

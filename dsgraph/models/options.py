@@ -3,7 +3,7 @@
 
 Every layer is multi-head scaled dot-product attention with learned Q and K over each node's
 in-edges; these options say what surrounds it. The defaults are the measured best on Cora
-(``tools/cora_ablation.py``, README "Accuracy on Cora"): a GAT-shaped network (Velickovic et al.,
+(``tools/reports/cora_ablation.py``, README "Accuracy on Cora"): a GAT-shaped network (Velickovic et al.,
 ICLR 2018) with dot-product scores.
 """
 

@@ -1,11 +1,13 @@
-"""Sparse attention backends as objects, and the one autograd Function the fused backends share.
+"""Sparse attention backends as objects, and the one autograd Function every fused backend runs.
 
 A backend is one implementation of the op's contract (``reference.py`` states it). It says which
 inputs it can run (``unsupported``), and computes ``attention``. A *fused* backend brings its own
-forward and backward kernels instead of torch's autograd: ``FusedAttention`` runs them, saves only
-q, k, v, the output in the accumulation dtype and the per-(row, head) log-sum-exp, and hands
-backward detached tensors (a kernel library reads them through DLPack, which refuses tensors that
-require grad; in fp32 the saved output is the Function's own output).
+forward and backward kernels instead of torch's autograd: its forward returns the output in the
+accumulation dtype, the per-(row, head) log-sum-exp and ``saved``, the tensors its own backward
+reads (the CPU kernels keep the probabilities p [E, H], the CUDA kernels only the log-sum-exp).
+``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
+kernel library reads them through DLPack, which refuses tensors that require grad; in fp32 the
+saved output is the Function's own output).
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ class FusedBackend(Backend):
     """A backend with forward and backward kernels of its own (run through ``FusedAttention``)."""
 
     @abstractmethod
-    def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns (y in q's dtype, y in the accumulation dtype, lse [N_dst, H] in the accumulation
-        dtype). The two ys may be one tensor (fp32)."""
+    def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Returns (y [N_dst, H, D] and lse [N_dst, H], both in the accumulation dtype (fp32 for fp32
+        and bf16 inputs; lse -inf and y 0 for rows without edges), and ``saved``: the tensors this
+        backend's backward reads besides q, k, v and y)."""
 
     @abstractmethod
-    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale: float, needs: tuple[bool, bool, bool]):
-        """Returns (dq, dk, dv); an entry whose ``needs`` flag is False may be None."""
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs: tuple[bool, bool, bool]):
+        """Returns (dq, dk, dv) in the inputs' dtypes for the upstream gradient dy, given forward's y
+        (accumulation dtype) and ``saved``; an entry whose ``needs`` flag is False may be None."""
 
     def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
         return FusedAttention.apply(self, rowptr, col, q, k, v, scale)
@@ -63,18 +67,18 @@ class FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, backend: FusedBackend, rowptr, col, q, k, v, scale):
-        y, y_acc, lse = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
-        ctx.save_for_backward(q, k, v, y_acc, lse)
+        y_acc, _, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
+        ctx.save_for_backward(q, k, v, y_acc, *saved)
         ctx.backend, ctx.graph, ctx.scale = backend, (rowptr, col), scale
-        return y
+        return y_acc.to(q.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        q, k, v, y_acc, lse = (t.detach() for t in ctx.saved_tensors)
+        q, k, v, y_acc, *saved = (t.detach() for t in ctx.saved_tensors)
         needs = tuple(ctx.needs_input_grad[3:6])
         with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):  # autograd runs it outside the forward's region
-            dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, lse, dy.detach(), ctx.scale, needs)
+            dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs)
         return None, None, None, *(g if need else None for g, need in zip((dq, dk, dv), needs)), None
 
 

@@ -59,10 +59,10 @@ class CudaBackend(FusedBackend):
 
     def forward(self, rowptr, col, q, k, v, scale: float):
         y_f32, lse = attention_forward(rowptr, col, q, k, v, scale)
-        return y_f32.to(q.dtype), y_f32, lse
+        return y_f32, lse, (lse,)
 
-    def backward(self, rowptr, col, q, k, v, y_f32, lse, dy, scale: float, needs):
-        return attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale, need_kv=needs[1] or needs[2])
+    def backward(self, rowptr, col, q, k, v, y_f32, saved, dy, scale: float, needs):
+        return attention_backward(rowptr, col, q, k, v, y_f32, saved[0], dy, scale, need_kv=needs[1] or needs[2])
 
 
 def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:

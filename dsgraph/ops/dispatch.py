@@ -120,28 +120,8 @@ def sparse_attention(
         return chosen.attention(rowptr, col, q, k, v, scale)
 
 
-def attention_forward(rowptr, col, q, k, v, *, scale: float | None = None, backend: str = "auto"):
-    """The forward pass alone, without autograd, for strategies that merge partial results (one
-    block of sources at a time): (y, lse) with y [N_dst, H, D] and lse [N_dst, H] in the
-    accumulation dtype (fp32 for fp32 and bf16 inputs); rows without edges give y = 0, lse = -inf."""
-    chosen, scale = _prepare(rowptr, col, q, k, v, scale, backend)
-    with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_forward"):
-        _, y_acc, lse = chosen.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
-    return y_acc, lse
-
-
-def attention_backward(rowptr, col, q, k, v, y, lse, dy, *, scale: float | None = None, backend: str = "auto",
-                       needs: tuple[bool, bool, bool] = (True, True, True)):  # fmt: skip
-    """The backward pass alone, without autograd: (dq, dk, dv) in the inputs' dtype for the upstream
-    gradient dy, given y and lse in the accumulation dtype. With the y and lse of a whole attention
-    and one block of its sources, it gives that block's exact share of dq and the block's dk, dv."""
-    chosen, scale = _prepare(rowptr, col, q, k, v, scale, backend)
-    with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_backward"):
-        return chosen.backward(rowptr, col, q.detach(), k.detach(), v.detach(), y, lse, dy, scale, needs)
-
-
-def _prepare(rowptr, col, q, k, v, scale, backend):
-    """Checks (shapes per call, indices once per graph); the backend with kernels for the inputs."""
+def prepare_fused(rowptr, col, q, k, v, scale, backend) -> tuple[FusedBackend, float]:
+    """Checks (shapes per call, indices once per graph); the fused backend for the inputs and the scale."""
     _check_shapes(rowptr, col, q, k, v)
     chosen = backend_for_inputs(backend, q, {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v})
     if not isinstance(chosen, FusedBackend):

@@ -90,7 +90,7 @@ class ReferenceBackend(FusedBackend):
 
     def forward(self, rowptr, col, q, k, v, scale: float):
         y, lse = reference_forward(rowptr, col, q, k, v, scale)
-        return y.to(q.dtype), y, lse
+        return y, lse, (lse,)
 
-    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale: float, needs):
-        return reference_backward(rowptr, col, q, k, v, y_acc, lse, dy, scale)
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs):
+        return reference_backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale)

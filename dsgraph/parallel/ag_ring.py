@@ -1,15 +1,17 @@
 """GP-AG ring: GP-AG without the N x d replica. K/V blocks travel around the ring of ranks while
-each rank computes attention over the block it holds; partial results merge by their log-sum-exp.
+each rank computes attention over the block it holds; partial results merge by their log-sum-exp
+(``dsgraph.ops.blocks``).
 
 Rank r's in-edges are grouped by the rank that owns their source (one CSR per source rank, with
 the source's local ids). In step t = 0..P-1 rank r holds block s = (r - t) mod P: it sends that
 block on to rank r + 1 while it attends over it, and receives block s - 1 from rank r - 1. The
 forward keeps a running (y, lse) per (row, head) and merges each block's partial result:
-``lse = logaddexp(lse_a, lse_b)``, ``y = e^(lse_a - lse) y_a + e^(lse_b - lse) y_b``.
+``lse = logaddexp(lse_a, lse_b)``, ``y = e^(lse_a - lse) y_a + e^(lse_b - lse) y_b``; it keeps
+what each block's backward reads (the probabilities on CPU, the log-sum-exp on CUDA).
 
-Backward (FlashAttention-2 style, symmetric): the K/V blocks go around again; for the block it
-holds, a rank computes its rows' share of dq and its contribution to the block's dK, dV from the
-saved final y and lse; each block's dK/dV accumulator travels with the ring (in the activation
+Backward (symmetric): the K/V blocks go around again; for the block it holds, a rank computes its
+rows' share of dq and its contribution to the block's dK, dV from the final y and lse and the
+block's saved forward; each block's dK/dV accumulator travels with the ring (in the activation
 dtype, summed in fp32) and is back with its owner after P steps. Per rank and layer this keeps its
 own K, V and two blocks in flight instead of all N rows, and sends (3P - 2) / (2P - 2) times
 GP-AG's bytes (2x at 2 ranks, 1.67x at 4, towards 1.5x).
@@ -24,7 +26,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from dsgraph.comm import GraphParallelGroup, start_ring_shift
-from dsgraph.ops import attention_backward, attention_forward
+from dsgraph.ops import Partial, attention_backward, attention_forward, merge
 from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
 
 PLAN = "ring_plan"  # the key of the plan in RankGraph.derived
@@ -69,17 +71,6 @@ class RingPlan:
         return [(self.rowptr[s], self.col[self.offsets[s] : self.offsets[s + 1]]) for s in range(len(self.counts))]
 
 
-def merge(y_a, lse_a, y_b, lse_b):
-    """Two partial softmax results over disjoint sources -> the result over both (rows that have no
-    edges in either stay y = 0, lse = -inf)."""
-    m = torch.maximum(lse_a, lse_b)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    w = w_a + w_b
-    y = (w_a[..., None] * y_a + w_b[..., None] * y_b) / w.clamp_min(torch.finfo(w.dtype).tiny)[..., None]
-    return y, m + torch.log(w)
-
-
 class _Ring(torch.autograd.Function):
     """K/V blocks travel as rows [2 n_s, H, D] (K rows, then V rows), encoded once by their owner
     (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``."""
@@ -89,25 +80,27 @@ class _Ring(torch.autograd.Function):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
         own = torch.stack([k, v]).detach().view(-1, *k.shape[1:])  # [2 n, H, D]
         payload, held = att.codec.encode(own), own  # what travels, and the block it stands for
-        y = lse = None
+        parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = held.view(2, -1, *k.shape[1:])
-            y_b, lse_b = attention_forward(*att.blocks[s], q, k_s, v_s, backend=att.backend)
-            y, lse = (y_b, lse_b) if y is None else merge(y, lse, y_b, lse_b)
+            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, backend=att.backend)
+            whole = (parts[s].y, parts[s].lse) if whole is None else merge(whole, parts[s])
             if pending is not None:
                 payload = pending.wait()
                 held = att.codec.decode(payload, own)
-        ctx.save_for_backward(q, k, v, y, lse)
-        ctx.att = att
-        return y.to(q.dtype)
+        ctx.save_for_backward(q, k, v, *whole, *(t for part in parts for t in (part.lse, *part.saved)))
+        ctx.att, ctx.saved_per_part = att, 1 + len(parts[0].saved)  # through save_for_backward: checkpointing's hooks see them
+        return whole[0].to(q.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        q, k, v, y, lse = (t.detach() for t in ctx.saved_tensors)
-        att = ctx.att
+        q, k, v, y, lse, *flat = (t.detach() for t in ctx.saved_tensors)
+        att, n = ctx.att, ctx.saved_per_part
+        parts = [Partial(y, flat[i], tuple(flat[i + 1 : i + n])) for i in range(0, len(flat), n)]  # the block's y is not read
+        whole = (y, lse) if len(parts) > 1 else None  # one block: it is the whole attention
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
         own = torch.stack([k, v]).view(-1, *k.shape[1:])
         payload, held = att.codec.encode(own), own  # the same encoding as in forward: the same K/V
@@ -117,7 +110,7 @@ class _Ring(torch.autograd.Function):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = held.view(2, -1, *k.shape[1:])
-            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, y, lse, dy, backend=att.backend)
+            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, whole=whole, backend=att.backend)
             dq += dq_b
             acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
             if arriving is not None:

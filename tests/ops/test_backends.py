@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from dsgraph.ops import attention_backward, attention_forward, available_backends, get_backend, register_backend, sparse_attention
+from dsgraph.ops import attention_backward, attention_forward, available_backends, get_backend, merge, register_backend, sparse_attention
 from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import backend_for_inputs, unregister_backend
@@ -51,10 +51,10 @@ class DLPackKernels(FusedBackend):
     def forward(self, rowptr, col, q, k, v, scale):
         y = sparse_attention_reference(rowptr, col, q, k, v, scale)
         lse = torch.zeros(q.shape[:2])
-        return y, y, lse
+        return y, lse, (lse,)
 
-    def backward(self, rowptr, col, q, k, v, y_acc, lse, dy, scale, needs):
-        for t in (q, k, v, y_acc, lse, dy):
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale, needs):
+        for t in (q, k, v, y_acc, *saved, dy):
             t.__dlpack__()  # the protocol CuPy's from_dlpack uses: BufferError for a tensor that requires grad
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
@@ -137,7 +137,7 @@ def test_auto_falls_back_to_reference_with_a_logged_reason(caplog):
 @pytest.mark.parametrize("name", [n for n in available_backends() if isinstance(get_backend(n), FusedBackend)])
 def test_separate_passes_split_over_source_blocks_equal_the_whole(hub_graph, name):
     """attention_forward/backward on two blocks of sources, merged by their log-sum-exp (forward) and
-    fed the whole attention's y and lse (backward), give the whole attention's y and gradients."""
+    given the whole attention's y and lse (backward), give the whole attention's y and gradients."""
     rowptr, col = hub_graph
     device = torch.device(get_backend(name).device_type or "cpu")
     rowptr, col = rowptr.to(device), col.to(device)
@@ -153,14 +153,14 @@ def test_separate_passes_split_over_source_blocks_equal_the_whole(hub_graph, nam
         block_rowptr = torch.zeros_like(rowptr)
         block_rowptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rowptr.numel() - 1), 0)
         parts.append((block_rowptr, (col[keep] - lo).to(torch.int32), lo, hi))
-    ys = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], scale=0.25, backend=name) for r, c, lo, hi in parts]
-    lse = torch.logaddexp(ys[0][1], ys[1][1])
-    y = sum(torch.exp(l - lse).nan_to_num(0.0)[:, :, None] * y_b for y_b, l in ys)
+    blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], scale=0.25, backend=name) for r, c, lo, hi in parts]
+    y, lse = merge(blocks[0], blocks[1])
     assert_relative_close(y, y_ref.detach(), 1e-5)
+    assert_relative_close(lse, torch.logaddexp(blocks[0].lse, blocks[1].lse), 1e-6)
     dq = torch.zeros_like(q)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    for r, c, lo, hi in parts:
-        dq_b, dk_b, dv_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], y, lse, dy, scale=0.25, backend=name)
+    for (r, c, lo, hi), block in zip(parts, blocks):
+        dq_b, dk_b, dv_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], block, dy, whole=(y, lse), scale=0.25, backend=name)
         dq, dk[lo:hi], dv[lo:hi] = dq + dq_b, dk_b, dv_b
     for got, want in zip((dq, dk, dv), grads_ref):
         assert_relative_close(got, want, 1e-5)

@@ -13,7 +13,7 @@ from dsgraph.graph import load_dataset
 from dsgraph.ops import sparse_attention
 from dsgraph.ops.csc import build_transpose, csc_slots, transpose
 from dsgraph.ops.dispatch import resolve_backend
-from dsgraph.ops.peak_memory import cpu_peak_supported, peak_extra_bytes
+from tools.common.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops import cases
 from tests.ops.cases import HUB_COLUMN_ROWS, HUB_DEGREE, N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32

@@ -11,7 +11,7 @@ from dsgraph.graph import load_dataset
 from dsgraph.ops import available_backends, sparse_attention
 from dsgraph.ops.cuda_plan import build_plan
 from dsgraph.ops.cuda_source import DTYPES, HEAD_DIMS, KERNELS, compile_options
-from dsgraph.ops.nvrtc_check import NvrtcUnavailable, compile_cubin, nvrtc_version
+from tools.common.nvrtc import NvrtcUnavailable, compile_cubin, nvrtc_version
 
 ARCHS = ("sm_80", "sm_90")
 

@@ -1,4 +1,4 @@
-"""The CUDA backend against the pure-torch reference on a GPU (run by tools/gpu_check.sh).
+"""The CUDA backend against the pure-torch reference on a GPU (run by tools/gpu/check.sh).
 
 Every kernel is covered: the R-MAT graph with a hub has rows with no edges (small bin), rows of
 tens to hundreds of edges (small and warp bins) and a 20,000-edge row and a 6,000-edge column

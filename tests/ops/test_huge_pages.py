@@ -1,4 +1,4 @@
-"""dsgraph/ops/huge_pages.py: the arrays the CPU kernels gather from, in transparent huge pages."""
+"""dsgraph/ops/cpu/huge_pages.py: the arrays the CPU kernels gather from, in transparent huge pages."""
 
 import subprocess
 import sys
@@ -7,8 +7,9 @@ import numpy as np
 import torch
 
 from dsgraph.graph.rmat import rmat_graph
-from dsgraph.ops import huge_pages, sparse_attention
-from dsgraph.ops.cpu_arrays import gather_source
+from dsgraph.ops import sparse_attention
+from dsgraph.ops.cpu import huge_pages
+from dsgraph.ops.cpu.arrays import gather_source
 
 
 def test_large_arrays_start_on_a_huge_page_and_small_ones_are_plain():
@@ -29,7 +30,7 @@ def test_copy_keeps_the_values():
 
 
 def test_import_dsgraph_asks_torch_for_huge_pages_and_keeps_a_users_choice():
-    probe = "import dsgraph, torch; from dsgraph.ops import huge_pages; print(huge_pages.torch_allocates_huge_pages())"
+    probe = "import dsgraph, torch; from dsgraph.ops.cpu import huge_pages; print(huge_pages.torch_allocates_huge_pages())"
     for setting, expected in ((None, "True"), ("0", "False")):
         env = {"PATH": "/usr/bin:/bin"} | ({} if setting is None else {huge_pages.TORCH_SWITCH: setting})
         out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout

@@ -1,13 +1,12 @@
-"""tools/bench_kernels.py on the CPU: which backends run, out-of-memory as a result, the JSON."""
+"""tools/benchmarks/bench_kernels.py on the CPU: which backends run, out-of-memory as a result, the JSON."""
 
 import json
 
 import pytest
 import torch
 
-from tests.tools.loader import load_tool
 
-bench = load_tool("bench_kernels")
+from tools.benchmarks import bench_kernels as bench
 CPU = torch.device("cpu")
 
 

@@ -1,4 +1,4 @@
-"""tools/bench_models.py on the CPU: the dsgraph command, the PyG model's shape, OOM as a result."""
+"""tools/benchmarks/bench_models.py on the CPU: the dsgraph command, the PyG model's shape, OOM as a result."""
 
 import json
 from types import SimpleNamespace
@@ -10,9 +10,8 @@ from dsgraph.graph import load_dataset
 from dsgraph.models.graph_transformer import GraphTransformer
 from dsgraph.models.options import TRANSFORMER
 from dsgraph.train.config import load_ds_config
-from tests.tools.loader import load_tool
 
-bench = load_tool("bench_models")
+from tools.benchmarks import bench_models as bench
 
 
 def _args(**kw):

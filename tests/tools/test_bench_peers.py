@@ -1,4 +1,4 @@
-"""tools/peer_models.py and tools/bench_peers.py: the peers against the reference, and the benchmark."""
+"""tools/benchmarks/peer_models.py and tools/benchmarks/bench_peers.py: the peers against the reference, and the benchmark."""
 
 import json
 from pathlib import Path
@@ -9,10 +9,9 @@ import torch
 from dsgraph.graph import load_dataset
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops.cases import assert_relative_close
-from tests.tools.loader import load_tool
 
-peers = load_tool("peer_models")
-bench = load_tool("bench_peers")
+from tools.benchmarks import peer_models as peers
+from tools.benchmarks import bench_peers as bench
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
-"""tools/gpu_pack.py without the network: wheel tags, requirements, duplicates and the size limit."""
+"""tools/gpu/pack.py without the network: wheel tags, requirements, duplicates and the size limit."""
 
 import zipfile
 
 import pytest
 
-from tests.tools.loader import load_tool
 
-pack = load_tool("gpu_pack")
+from tools.gpu import pack
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""tools/gpu_results.py and tools/save_dataset.py on the CPU: verdicts and figures from pieces."""
+"""tools/gpu/results.py and tools/benchmarks/save_dataset.py on the CPU: verdicts and figures from pieces."""
 
 import json
 
@@ -7,10 +7,9 @@ import torch
 from dsgraph.agp.profile import with_collectives_from
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.graph import load_dataset
-from tests.tools.loader import load_tool
 
-results = load_tool("gpu_results")
-save_dataset = load_tool("save_dataset")
+from tools.gpu import results
+from tools.benchmarks import save_dataset
 PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 2e-9, "all_to_all_uneven": 2e-9}
 STEPS = ("install", "environment", "kernel_tests", "data", "training", "bench_kernels", "bench_kernels_rmat22",
          "bench_models_rmat22", "profile")

@@ -1,4 +1,4 @@
-"""tools/gpu_train_check.py on the CPU: the run matrix, configs, commands, loss comparison, and
+"""tools/gpu/train_check.py on the CPU: the run matrix, configs, commands, loss comparison, and
 one real run compared with itself."""
 
 import json
@@ -7,9 +7,8 @@ import pytest
 
 from dsgraph.agp.profile import load_profile
 from dsgraph.train.config import load_ds_config
-from tests.tools.loader import load_tool
 
-tool = load_tool("gpu_train_check")
+from tools.gpu import train_check as tool
 
 
 def test_matrix_covers_every_one_rank_strategy_in_both_dtypes():
@@ -85,9 +84,9 @@ def test_compare(run, ref, same, status, reason):
 
 
 def test_fingerprint_follows_the_sources(tmp_path):
-    for top in ("dsgraph", "launch", "ds_configs", "tools", "docs/agp"):
+    for top in ("dsgraph", "launch", "ds_configs", "tools/gpu", "docs/agp"):
         (tmp_path / top).mkdir(parents=True)
-    for rel in ("dsgraph/a.py", "launch/train.py", "ds_configs/gpu_quickstart.json", "tools/gpu_train_check.py",
+    for rel in ("dsgraph/a.py", "launch/train.py", "ds_configs/gpu_quickstart.json", "tools/gpu/train_check.py",
                 "docs/agp/dgx_h100_8gpu_profile.json", "docs/agp/dgx_h100_8gpu_bf16_profile.json"):  # fmt: skip
         (tmp_path / rel).write_text(rel)
     before = tool.fingerprint(tmp_path)

@@ -1,4 +1,4 @@
-"""tools/rss_watch.py, tools/memory_report.py and tools/peer_memory.py without training runs: the
+"""tools/common/rss_watch.py, tools/reports/memory_report.py and tools/benchmarks/peer_memory.py without training runs: the
 watcher sees a child's peak and enforces its cap; configs, ratios and the self loops are right."""
 
 import json
@@ -8,11 +8,10 @@ import torch
 
 from dsgraph.graph import Graph
 from dsgraph.train.config import load_ds_config
-from tests.tools.loader import load_tool
 
-watch = load_tool("rss_watch")
-report = load_tool("memory_report")
-peers = load_tool("peer_memory")
+from tools.common import rss_watch as watch
+from tools.reports import memory_report as report
+from tools.benchmarks import peer_memory as peers
 
 GROW = "import time; b = bytearray({mb} * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1.0)"
 

@@ -1,0 +1,99 @@
+"""The fused CPU backend of ``sparse_attention``: numba kernels, parallel over rows.
+
+Forward (``forward_kernel``) computes y, the probabilities p [E, H] and the log-sum-exp lse [N, H]
+(fp32, or fp64 for fp64 inputs; never an E x H x D tensor) in one pass per row. Backward
+(``backward_kernels``) computes delta_i = <dy_i, y_i>, then a column (CSC) pass gathers q_i, dy_i
+and p_ij per in-edge for dk and dv and writes ds [E, H] in CSC order, then a row (CSR) pass reads
+ds and gathers k_j for dq. What forward hands to backward is p (``saved``); lse serves callers that
+merge blocks of sources (``dispatch.attention_forward``). The per-graph structures are the
+transpose and the CSC slot of every CSR edge (``csc.py``). Deterministic: one thread per output row
+or column, a fixed order of additions, no atomics.
+
+The kernels gather where torch put the tensors, in transparent huge pages
+(``arrays.gather_source``; ``import dsgraph`` asks torch for them), and every output and work array
+comes from torch's allocator too: in huge pages, the random reads of p and ds cost no TLB miss per
+edge and first writes fault 512x fewer pages.
+
+dtypes: fp32 computes in fp32; bf16 is converted to fp32 inside (numba has no bf16), which copies
+N x H x D-sized tensors, never E-sized ones, and the outputs are cast back by the caller; fp64
+computes in fp64 (for gradcheck). The kernels are compiled on first use and cached on disk by numba.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
+from dsgraph.ops.cpu import backward_kernels
+from dsgraph.ops.cpu.arrays import as_compute_array, as_int32, bounds, compute_dtype, gather_source, set_threads
+from dsgraph.ops.cpu.forward_kernel import forward_kernel
+from dsgraph.ops.csc import csc_slots, transpose
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+
+
+class CpuBackend(FusedBackend):
+    """numba kernels on CPU tensors in fp32, bf16 (computed in fp32) or fp64 (for gradcheck)."""
+
+    name = "cpu"
+    priority = 10
+    device_type = "cpu"
+
+    def unsupported(self, q, tensors) -> str:
+        if q.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {q.dtype} is not supported; use one of {SUPPORTED_DTYPES}"
+        if max(tensors.get("k", q).shape[0], q.shape[0]) > INT32_MAX:
+            return "node counts must stay below 2^31 (int32 node ids)"
+        return on_one_device(tensors, "cpu")
+
+    def forward(self, rowptr, col, q, k, v, scale: float):
+        y, p, lse = forward(rowptr, col, q, k, v, scale)
+        return y, lse, (p,)
+
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs):
+        dq, dk, dv = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2])
+        return tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
+
+
+def forward(rowptr, col, q, k, v, scale: float):
+    """(y [N_dst, H, D], p [E, H] in CSR edge order, lse [N_dst, H]), all in the accumulation dtype."""
+    set_threads(col.numel() * q.shape[1])
+    cdt = compute_dtype(q.dtype)
+    q_ = as_compute_array(q, cdt)
+    k_, v_ = gather_source(k, cdt), gather_source(v, cdt)
+    rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
+    y, p = torch.empty(q_.shape, dtype=cdt), torch.empty((col_.size, q_.shape[1]), dtype=cdt)
+    lse = torch.empty(q_.shape[:2], dtype=cdt)
+    row_bounds = bounds(rowptr, col, rowptr_, "rows")
+    forward_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), y.numpy(), p.numpy(), lse.numpy())
+    return y, p, lse
+
+
+def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True):
+    """(dq, dk, dv) in the accumulation dtype from forward's y_acc and p; dq None unless need_q,
+    dk and dv None unless need_kv. The passes: ``backward_kernels``."""
+    set_threads(col.numel() * q.shape[1])
+    cdt = y_acc.dtype
+    dy_ = gather_source(dy, cdt)
+    k_ = gather_source(k, cdt) if need_q else as_compute_array(k, cdt)  # gathered only for dq
+    scale_ = dy_.dtype.type(scale)
+    rowptr_ = rowptr.numpy()
+    row_bounds = bounds(rowptr, col, rowptr_, "rows")
+    delta = torch.empty(dy_.shape[:2], dtype=cdt)
+    backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
+
+    csc = transpose(rowptr, col, k.shape[0])
+    colptr_ = csc.colptr.numpy()
+    q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
+    dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))  # one kernel signature
+    ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
+    backward_kernels.backward_columns_kernel(
+        bounds(rowptr, col, colptr_, "cols"), colptr_, csc.row.numpy(), csc.perm.numpy(), q_, dy_, delta.numpy(),
+        k_, as_compute_array(v, cdt), p.numpy().reshape(-1), scale_, dk.numpy(), dv.numpy(), ds.numpy(), need_q, need_kv,
+    )
+    dq = None
+    if need_q:
+        dq = torch.empty(dy_.shape, dtype=cdt)
+        slots = csc_slots(rowptr, col, k.shape[0]).numpy()
+        backward_kernels.backward_rows_kernel(row_bounds, rowptr_, as_int32(col).numpy(), slots, k_, ds.numpy(), scale_, dq.numpy())
+    return dq, (dk if need_kv else None), (dv if need_kv else None)

@@ -1,0 +1,107 @@
+"""numba kernels of the fused CPU backward, which reads the forward's probabilities p [E, H].
+
+Per edge (i, j) and head h, with p_ij the forward's probability and delta_i = <dy_i, y_i>:
+dp_ij = <dy_i, v_j>, ds_ij = p_ij (dp_ij - delta_i); then dk_j = scale * sum_i ds_ij q_i and
+dv_j = sum_i p_ij dy_i (column sums) and dq_i = scale * sum_j ds_ij k_j (a row sum). Three passes,
+one thread per output row or column, a fixed order of additions, no atomics:
+
+- ``row_deltas_kernel``: delta [N_dst, H];
+- ``backward_columns_kernel`` (CSC order): per in-edge of column j, gathers q_i, dy_i and delta_i
+  where they are and p_ij from the forward's p (its CSR slot, ``Transpose.perm``), forms ds_ij
+  (v_j is the column's own, so dp costs no gather) and writes it in CSC order, ds [E, H];
+- ``backward_rows_kernel`` (CSR order): dq_i from ds (each edge's CSC slot, ``csc.csc_slots``)
+  and k_j gathered where it is.
+
+So backward gathers q_i and dy_i (1 KiB an edge at H=8, D=16, fp32), then k_j (512 B), where the
+forward gathers k_j and v_j (1 KiB); p and ds are read at random, one cache line an edge. The
+earlier kernels gathered k_j and v_j in a row pass and recomputed p from a packed copy
+[q_i | dy_i | lse_i | delta_i] in the column pass: 2 KiB an edge and N x (2HD + 2H) floats of
+fresh memory per call (rmat:18, H=8, D=16, alternating processes: backward 235-257 ms against
+188-194 ms for these, forward 123-131 ms).
+Reading p instead of recomputing it saves a dot product and an exp per edge-head (column pass
+117 against 137 ms on rmat:18). The random reads are cheap only in huge pages (``huge_pages.py``;
+the row pass read ds from 4 KiB pages in 108 ms, from huge pages in 50 ms), so ds and every
+output come from torch's allocator.
+
+Arrays are C-contiguous float32 or float64: q, dy, y, dq [N_dst, H, D]; delta [N_dst, H]; k, v, dk,
+dv [N_src, H, D]; p and ds flat [E * H] (p in CSR, ds in CSC edge order); rowptr/colptr and perm
+int64; slots int32 (int64 from 2^31 edges); col/row int32. Flat indices as in ``simd``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from dsgraph.ops.cpu.prefetch import prefetch_span
+from dsgraph.ops.cpu.simd import head_axpy, head_dots, softmax_grad
+from dsgraph.ops.cpu.simd import scale as scale_into
+
+_OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
+COLUMN_AHEAD = 8  # edges: prefetch what the column pass gathers (18 cache lines an edge at H=8, D=16) this far ahead
+ROW_AHEAD = 16  # the row pass gathers 9 lines an edge: about as many lines in flight (rmat:18: 8 and 16 best)
+
+
+@njit(**_OPTIONS)
+def row_deltas_kernel(bounds, dy, y, delta):
+    """delta[i, h] = <dy_ih, y_ih> (bounds: row blocks)."""
+    heads, dim = dy.shape[1], dy.shape[2]
+    for b in prange(bounds.size - 1):
+        for i in range(bounds[b], bounds[b + 1]):
+            head_dots(delta, i * heads, dy, i * heads * dim, y, i * heads * dim, heads, dim, 1.0)
+
+
+@njit(inline="always")
+def _prefetch_edge(q, dy, delta, p, heads, width, i, slot, need_kv):
+    if need_kv:
+        prefetch_span(q, i * width, width)
+    prefetch_span(dy, i * width, width)
+    prefetch_span(delta, i * heads, heads)
+    prefetch_span(p, slot * heads, heads)
+
+
+@njit(**_OPTIONS)
+def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, scale, dk, dv, ds, keep_ds, need_kv):
+    """ds in CSC order (if keep_ds) and, if need_kv, dk_j = scale * sum_i ds_ij q_i and
+    dv_j = sum_i p_ij dy_i over the rows i of column j (bounds: column blocks)."""
+    heads, dim = k.shape[1], k.shape[2]
+    width = heads * dim
+    for b in prange(bounds.size - 1):
+        local = np.empty(heads, k.dtype)  # ds of the edge at hand when ds is not kept
+        dk_acc, dv_acc = np.empty(width, k.dtype), np.empty(width, k.dtype)
+        block_end = colptr[bounds[b + 1]]
+        for j in range(bounds[b], bounds[b + 1]):
+            dk_acc[:] = 0
+            dv_acc[:] = 0
+            for e in range(colptr[j], colptr[j + 1]):
+                if e + COLUMN_AHEAD < block_end:
+                    _prefetch_edge(q, dy, delta, p, heads, width, row[e + COLUMN_AHEAD], perm[e + COLUMN_AHEAD], need_kv)
+                i, at = row[e], perm[e] * heads
+                out, to = (ds, e * heads) if keep_ds else (local, 0)
+                head_dots(out, to, dy, i * width, v, j * width, heads, dim, 1.0)
+                softmax_grad(out, to, p, at, out, to, delta, i * heads, heads)
+                if need_kv:
+                    head_axpy(dv_acc, 0, p, at, dy, i * width, heads, dim)
+                    head_axpy(dk_acc, 0, out, to, q, i * width, heads, dim)
+            if need_kv:
+                scale_into(dk, j * width, scale, dk_acc, 0, width)
+                scale_into(dv, j * width, 1.0, dv_acc, 0, width)
+
+
+@njit(**_OPTIONS)
+def backward_rows_kernel(bounds, rowptr, col, slots, k, ds, scale, dq):
+    """dq_i = scale * sum_j ds_ij k_j over the edges of row i, ds_ij at CSC slot slots[e]
+    (bounds: row blocks). Rows without edges get dq = 0."""
+    heads, dim = k.shape[1], k.shape[2]
+    width = heads * dim
+    for b in prange(bounds.size - 1):
+        acc = np.empty(width, k.dtype)
+        block_end = rowptr[bounds[b + 1]]
+        for i in range(bounds[b], bounds[b + 1]):
+            acc[:] = 0
+            for e in range(rowptr[i], rowptr[i + 1]):
+                if e + ROW_AHEAD < block_end:
+                    prefetch_span(k, col[e + ROW_AHEAD] * width, width)
+                    prefetch_span(ds, slots[e + ROW_AHEAD] * heads, heads)
+                head_axpy(acc, 0, ds, slots[e] * heads, k, col[e] * width, heads, dim)
+            scale_into(dq, i * width, scale, acc, 0, width)

@@ -1,0 +1,84 @@
+"""numba kernel of the fused CPU forward: y, the attention probabilities p [E, H] and the log-sum-exp.
+
+The forward keeps what DGL keeps as well, the probabilities p [E, H] (fp32, CSR edge order; never
+an E x H x D tensor), which the backward passes read (``backward_kernels``) instead of recomputing
+two dot products and an exp per edge-head. It reads k_j in a first sweep over the row's edges
+(scores into p, running max per head), then v_j in a second (p = exp(score - max), sum,
+accumulate), then normalises p in place: every k_j and v_j is read once per edge and every exp is
+taken once, with no rescaling (the first sweep also prefetches v_j of the row's first edges, which
+the second sweep needs at once). k and v are gathered where they are: the sweeps read them
+separately, so a copy of the two side by side saves nothing but costs 2 x N x H x D of fresh
+memory per call. It also writes lse [N_dst, H] = max + log(sum) (-inf for rows without edges),
+which callers that merge partial results over blocks of sources need (``dispatch.merge``).
+
+Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H];
+lse [N_dst, H]; rowptr int64; col int32.
+The vector arithmetic is ``simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from dsgraph.ops.cpu.prefetch import prefetch_span
+from dsgraph.ops.cpu.simd import add, exp_diff, head_axpy, head_dots, maximum, mul
+from dsgraph.ops.cpu.simd import scale as scale_into
+
+_OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
+AHEAD = 8  # edges: prefetch the gathered rows of the edge this far ahead
+
+
+@njit(inline="always")
+def _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max):
+    """p[e, h] = scale * <q_ih, k_jh> for the row's edges (j = col[e]); row_max [H] their maximum."""
+    heads, dim = q.shape[1], q.shape[2]
+    width = heads * dim
+    row_max[:] = -np.inf
+    for e in range(start, min(end, start + AHEAD)):  # v of the first edges: _row_values needs them first
+        prefetch_span(v, col[e] * width, width)
+    for e in range(start, end):
+        if e + AHEAD < block_end:
+            prefetch_span(k, col[e + AHEAD] * width, width)
+        head_dots(p, e * heads, q, i * width, k, col[e] * width, heads, dim, scale)
+        maximum(row_max, 0, p, e * heads, heads)
+
+
+@njit(inline="always")
+def _row_values(v, col, start, end, p, row_max, total, acc):
+    """p[e] = exp(p[e] - row_max) for the row's edges, total [H] their sum and acc [H*D] the
+    p-weighted sum of v_j."""
+    heads, dim = v.shape[1], v.shape[2]
+    width = heads * dim
+    total[:] = 0
+    acc[:] = 0
+    for e in range(start, end):
+        if e + AHEAD < end:
+            prefetch_span(v, col[e + AHEAD] * width, width)
+        exp_diff(p, e * heads, row_max, 0, heads)
+        add(total, 0, p, e * heads, heads)
+        head_axpy(acc, 0, p, e * heads, v, col[e] * width, heads, dim)
+
+
+@njit(**_OPTIONS)
+def forward_kernel(bounds, rowptr, col, q, k, v, scale, y, p, lse):
+    """y, the probabilities p and lse of every row (see the module doc). Rows without edges give
+    y = 0 and lse = -inf."""
+    heads, dim = q.shape[1], q.shape[2]
+    for b in prange(bounds.size - 1):
+        row_max, total, acc = np.empty(heads, q.dtype), np.empty(heads, q.dtype), np.empty(heads * dim, q.dtype)
+        block_end = rowptr[bounds[b + 1]]
+        for i in range(bounds[b], bounds[b + 1]):
+            start, end = rowptr[i], rowptr[i + 1]
+            if start == end:
+                y[i] = 0
+                lse[i] = -np.inf
+                continue
+            _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max)
+            _row_values(v, col, start, end, p, row_max, total, acc)
+            for h in range(heads):
+                lse[i, h] = row_max[h] + np.log(total[h])
+                total[h] = 1 / total[h]
+                scale_into(y, (i * heads + h) * dim, total[h], acc, h * dim, dim)
+            for e in range(start, end):
+                mul(p, e * heads, total, 0, heads)

@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""Collects the pieces that tools/gpu/check.sh leaves in its log folder into ONE results file,
+gpu_results.json, with a PASSED/FAILED verdict per check and overall, and prints the figures of
+docs/GPU.md:
+
+- forward share of the no-reuse HBM roofline in bf16 on the >= 50M-edge graph (bench_kernels);
+- forward+backward speedup of the CUDA kernels over PyG-style message passing (bench_kernels);
+- the Graph Transformer's step time and peak memory beside PyG's TransformerConv model (bench_models);
+- the training losses against the CPU's (gpu_train_check) and the GPU's AGP profile (dsgraph profile).
+
+    python -m tools.gpu.results --log-dir $OUT --work-dir "$WORK"   # the mktemp folder gpu_check.sh made
+    python -m tools.gpu.results --environment FILE      # the environment step: GPU and versions
+
+Inputs in --work-dir (they stay off the log folder, which may hand back only 8 files): steps.tsv
+(one "name<TAB>exit code<TAB>seconds" line per step; an exit code of "skip" means it was left out
+for time), environment.json, gpu_tests.txt (pytest's output). In --log-dir: train.json,
+kernels.json, models_rmat22.json, models_rmat20.json, agp_profile_cuda_bf16.json. A missing piece
+makes its check FAILED (the optional bench_models_rmat20, when left out for time, SKIPPED).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+LARGE_EDGES = 50_000_000
+OPTIONAL = ("bench_models_rmat20",)  # left out when time runs short; never fails the check by its absence
+
+
+def read_steps(path: Path) -> dict[str, dict]:
+    steps = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3:
+                steps[parts[0]] = {"rc": parts[1], "seconds": float(parts[2])}
+    return steps
+
+
+def load_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pytest_counts(log: Path | None) -> dict:
+    """passed / failed / skipped / errors from pytest's closing line (the last line that counts
+    outcomes and ends with the run time)."""
+    text = log.read_text() if log and log.is_file() else ""
+    closing = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line) and re.search(r" in [\d.]+s", line)]
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", closing[-1] if closing else ""):
+        counts["errors" if what.startswith("error") else what] += int(n)
+    return counts
+
+
+def large_kernel_record(kernels) -> dict | None:
+    """bench_kernels' CUDA bf16 record on the largest graph of >= LARGE_EDGES edges."""
+    recs = [r for r in (kernels or {}).get("records", []) if r["backend"] == "cuda" and r["dtype"] == "bf16" and r["edges"] >= LARGE_EDGES]
+    return max(recs, key=lambda r: r["edges"]) if recs else None
+
+
+def profile_ok(path: Path) -> tuple[bool, str]:
+    from dsgraph.agp.profile import load_profile
+
+    try:
+        prof = load_profile(str(path))
+    except (OSError, ValueError) as err:
+        return False, str(err)
+    ok = prof.backend == "cuda" and prof.dtype == "bfloat16" and prof.max_ranks >= 2 and "collectives_source" in prof.system
+    return ok, f"{prof.backend} {prof.dtype} p=1..{prof.max_ranks}; {prof.system.get('description', '')}"
+
+
+def check_statuses(d: Path, work: Path) -> dict[str, dict]:
+    """Every check's status and detail, from exit codes and the content of its output."""
+    steps, tests = read_steps(work / "steps.tsv"), pytest_counts(work / "gpu_tests.txt")
+    pieces = {k: load_json(d / f) for k, f in (("train", "train.json"), ("kernels", "kernels.json"),
+                                                ("m22", "models_rmat22.json"), ("m20", "models_rmat20.json"))}  # fmt: skip
+    pieces["env"] = load_json(work / "environment.json")
+    big = large_kernel_record(pieces["kernels"])
+    prof_ok, prof_detail = profile_ok(d / "agp_profile_cuda_bf16.json")
+
+    def models_ok(m):
+        return bool(m) and m.get("dsgraph", {}).get("status") == "ok" and m.get("pyg", {}).get("status") in ("ok", "oom")
+
+    content = {
+        "install": (True, "deepspeed and its requirements from .gpu_pack/wheels"),
+        "environment": (bool(pieces["env"] and pieces["env"].get("cuda_available") and not pieces["env"].get("missing")),
+                        json.dumps(pieces["env"])),
+        "kernel_tests": (tests["passed"] > 0 and not (tests["failed"] or tests["skipped"] or tests["errors"]), json.dumps(tests)),
+        "data": (True, "rmat:20 and rmat:22 written as .npz"),
+        "training": (bool(pieces["train"] and pieces["train"].get("passed")), "see train.json"),
+        "bench_kernels": (any(r["backend"] == "cuda" and not r["oom"] for r in (pieces["kernels"] or {}).get("records", [])),
+                          "rmat:20, fp32 and bf16"),
+        "bench_kernels_rmat22": (big is not None and not big["oom"], "no CUDA bf16 record on >= 50M edges" if big is None else big["graph"]),
+        "bench_models_rmat22": (models_ok(pieces["m22"]), "dsgraph must finish; PyG finishes or runs out of memory"),
+        "bench_models_rmat20": (models_ok(pieces["m20"]), "dsgraph must finish; PyG finishes or runs out of memory"),
+        "profile": (prof_ok, prof_detail),
+    }
+    out = {}
+    for name, (ok, detail) in content.items():
+        step = steps.get(name)
+        if step is None or step["rc"] == "skip":
+            status = "SKIPPED" if name in OPTIONAL and step is not None else "FAILED"
+            out[name] = {"status": status, "detail": "left out: not enough time left" if step else "did not run"}
+            continue
+        passed = step["rc"] == "0" and ok
+        out[name] = {"status": "PASSED" if passed else "FAILED", "exit_code": step["rc"], "seconds": step["seconds"], "detail": detail}
+    return out
+
+
+def kernel_figures(kernels) -> dict:
+    """The roofline share at >= 50M edges and every fwd+bwd speedup over PyG-style."""
+    recs = (kernels or {}).get("records", [])
+    big = large_kernel_record(kernels)
+    roofline = None
+    if big and not big["oom"]:
+        roofline = {k: big[k] for k in ("graph", "nodes", "edges", "fwd_ms", "fwd_roofline", "peak_gbs", "model_bytes_fwd")}
+    speedups = []
+    for r in recs:
+        if r["backend"] != "cuda" or r["oom"]:
+            continue
+        pyg = next((x for x in recs if x["backend"] == "pyg" and x["graph"] == r["graph"] and x["dtype"] == r["dtype"]), None)
+        speedups.append({"graph": r["graph"], "edges": r["edges"], "dtype": r["dtype"], "cuda_fwd_bwd_ms": r["fwd_bwd_ms"],
+                         "pyg_fwd_bwd_ms": None if pyg is None or pyg["oom"] else pyg["fwd_bwd_ms"],
+                         "pyg": "not run" if pyg is None else ("out of memory" if pyg["oom"] else "ran"),
+                         "speedup_vs_pyg": r["speedup_vs_pyg"], "speedup_vs_reference": r["speedup_vs_reference"]})  # fmt: skip
+    return {"fwd_roofline_bf16_50M": roofline, "fwd_bwd_speedup_vs_pyg": speedups}
+
+
+def model_figures(models) -> dict | None:
+    if not models:
+        return None
+    ds, pyg = models.get("dsgraph", {}), models.get("pyg", {})
+    return {
+        "dataset": models.get("dataset"), "nodes": models.get("nodes"), "edges": models.get("edges"), "dtype": models.get("dtype"),
+        "dsgraph_status": ds.get("status"), "dsgraph_step_ms": _ms(ds.get("wall_step_s")),
+        "dsgraph_trainer_step_time_ms": _ms(ds.get("trainer_step_time_s")), "dsgraph_peak_mb": ds.get("peak_mem_mb"),
+        "pyg_status": pyg.get("status"), "pyg_step_ms": _ms(pyg.get("wall_step_s")),
+        "pyg_peak_mb": pyg.get("peak_mem_mb") or pyg.get("peak_mem_mb_before_oom"), "pyg_error": pyg.get("error"),
+    }  # fmt: skip
+
+
+def _ms(seconds):
+    return None if seconds is None else seconds * 1e3
+
+
+def training_figures(train) -> list[dict]:
+    return [{"run": r["name"], "status": r.get("check", {}).get("status"), "max_rel_diff": r.get("check", {}).get("max_rel_diff"),
+             "reason": r.get("check", {}).get("reason"), "seconds": r["seconds"]} for r in (train or {}).get("runs", [])]  # fmt: skip
+
+
+def markdown(figures: dict) -> str:
+    """The table of docs/GPU.md, filled."""
+    lines = ["| figure | value |", "|---|---|"]
+    roof = figures["kernels"]["fwd_roofline_bf16_50M"]
+    if roof:
+        lines.append(f"| forward, bf16, {roof['graph']} (E={roof['edges']:,}): % of the no-reuse HBM roofline "
+                     f"({roof['peak_gbs']:,.0f} GB/s) | {roof['fwd_roofline']:.1%} ({roof['fwd_ms']:.2f} ms) |")  # fmt: skip
+    for s in figures["kernels"]["fwd_bwd_speedup_vs_pyg"]:
+        value = f"{s['speedup_vs_pyg']:.1f}x" if s["speedup_vs_pyg"] else f"PyG-style: {s['pyg']}"
+        lines.append(f"| fwd+bwd speedup over PyG-style, {s['dtype']}, {s['graph']} (E={s['edges']:,}) | {value} "
+                     f"(cuda {s['cuda_fwd_bwd_ms']:.2f} ms) |")  # fmt: skip
+    for key in ("model_rmat22", "model_rmat20"):
+        m = figures.get(key)
+        if not m:
+            continue
+        pyg = f"{m['pyg_step_ms']:.1f} ms, {m['pyg_peak_mb']:,.0f} MB" if m["pyg_status"] == "ok" else f"{m['pyg_status']}"
+        ours = f"{m['dsgraph_step_ms']:.1f} ms, {m['dsgraph_peak_mb']:,.0f} MB" if m["dsgraph_status"] == "ok" else m["dsgraph_status"]
+        lines.append(f"| Graph Transformer step, {m['dataset']} (E={m['edges'] or 0:,}), {m['dtype']}: dsgraph | {ours} |")
+        lines.append(f"| same shape, PyG TransformerConv | {pyg} |")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    """What the check runs on: the GPU and driver (nvidia-smi), torch, CUDA, CuPy, DeepSpeed."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(), "python": sys.version.split()[0]}
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        env["nvidia_smi"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().splitlines()
+    if env["cuda_available"]:
+        env["gpu"], env["gpus"] = torch.cuda.get_device_name(0), torch.cuda.device_count()
+    env["missing"] = []
+    for name in ("cupy", "deepspeed", "torch_geometric", "pydantic"):
+        try:
+            env[name] = __import__(name).__version__
+        except Exception as err:  # reported, not raised: the environment check says what is missing
+            env[name] = f"not importable: {type(err).__name__}: {err}"
+            env["missing"].append(name)
+    from dsgraph.ops import available_backends
+
+    env["dsgraph_backends"] = available_backends()
+    return env
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--environment", metavar="FILE", help="only write the environment (GPU, versions) to FILE; exit 1 without a GPU")
+    p.add_argument("--log-dir", help="the folder gpu_check.sh wrote its pieces to")
+    p.add_argument("--work-dir", help="the folder with steps.tsv, environment.json and gpu_tests.txt (default: --log-dir)")
+    p.add_argument("--out", help="results file (default LOG_DIR/gpu_results.json)")
+    args = p.parse_args(argv)
+    if args.environment:
+        env = environment()
+        Path(args.environment).write_text(json.dumps(env, indent=1) + "\n")
+        print(json.dumps(env, indent=1))
+        return 0 if env["cuda_available"] and "cuda" in env["dsgraph_backends"] and not env["missing"] else 1
+    if not args.log_dir:
+        p.error("--log-dir is required (or --environment FILE)")
+    d = Path(args.log_dir)
+    work = Path(args.work_dir or args.log_dir)
+    checks = check_statuses(d, work)
+    figures = {"kernels": kernel_figures(load_json(d / "kernels.json")), "model_rmat22": model_figures(load_json(d / "models_rmat22.json")),
+               "model_rmat20": model_figures(load_json(d / "models_rmat20.json")), "training": training_figures(load_json(d / "train.json")),
+               "profile": load_json(d / "agp_profile_cuda_bf16.json")}  # fmt: skip
+    passed = all(c["status"] in ("PASSED", "SKIPPED") for c in checks.values())
+    results = {"format": "dsgraph-gpu-results", "passed": passed, "environment": load_json(work / "environment.json"),
+               "checks": checks, "figures": figures, "table": markdown(figures)}  # fmt: skip
+    out = Path(args.out or d / "gpu_results.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    for name, c in checks.items():
+        print(f"{c['status']:<8} {name:<22} {c.get('seconds', '-')!s:>6} s  {c['detail'][:150]}")
+    print(results["table"])
+    print(f"gpu_check: {'PASSED' if passed else 'FAILED'} (results in {out})")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

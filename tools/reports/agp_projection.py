@@ -1,0 +1,181 @@
+"""Projects per-iteration time and per-rank memory of GP-AG, GP-A2A and GP-Halo on an 8-GPU
+NVLink system for ogbn-products-sized and ogbn-papers100M-sized graphs, p = 1..8.
+
+    python -m tools.reports.agp_projection --out-dir docs/agp
+    python -m tools.reports.agp_projection --out-dir docs/agp --profiles-only   # only the two profile JSONs
+
+The system profile is written from published figures, not measured (no such machine here); every
+figure and assumption is listed in ``FIGURES`` and copied into the profile's system description.
+Two profiles are written: dgx_h100_8gpu_profile.json (fp32, the projection below) and
+dgx_h100_8gpu_bf16_profile.json (bf16, for bf16 GPU configs and as the collective fits that
+``dsgraph profile --backend cuda --collectives-from`` merges into a one-GPU measurement):
+
+- NVIDIA H100 SXM5: 80 GB HBM3 at about 3.35 TB/s; 67 TFLOPS FP32 without tensor cores, about
+  989 TFLOPS dense BF16 on tensor cores.
+- NVLink 4 through NVSwitch in a DGX H100: 900 GB/s per GPU in both directions together (450 GB/s
+  each way); NCCL's all-gather and reduce-scatter reach a bus bandwidth of about 360 GB/s on 8 GPUs
+  for large messages, and a small-message latency of some tens of microseconds.
+- Assumptions (not published): all-to-all reaches half the all-gather bus bandwidth; the fused
+  attention kernel moves ~3.5 x 2 x D x b bytes per edge-head (forward plus backward; b = 4 in fp32,
+  2 in bf16) at 40% of HBM bandwidth; dense layers run at 60% of the FP32 (or BF16 tensor-core) peak;
+  the METIS halo is 10% of the remote nodes. Collective fits are per byte, the same in both dtypes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+from dsgraph.agp.model import GraphShape, ModelShape, predict, strategy_names  # noqa: E402
+from dsgraph.agp.synthetic import linear_profile  # noqa: E402
+
+FIGURES = {
+    "hbm_bytes_per_s": 3.35e12,
+    "hbm_capacity_bytes": 80e9,
+    "fp32_flops": 67e12,
+    "bf16_tensor_flops": 989e12,
+    "nvlink_bytes_per_s_per_direction": 450e9,
+    "nccl_all_gather_bus_bytes_per_s": 360e9,
+    "all_to_all_fraction_of_all_gather": 0.5,
+    "collective_latency_s": 3e-5,
+    "attention_hbm_efficiency": 0.4,
+    "dense_flops_efficiency": 0.6,
+    "halo_fraction": 0.1,
+}
+HEAD_DIM, HEADS = 16, 8
+GRAPHS = {
+    "ogbn-products-sized": dict(nodes=2_449_029, edges=61_859_140, in_dim=100, classes=47),
+    "ogbn-papers100M-sized": dict(nodes=111_059_956, edges=1_615_685_872, in_dim=128, classes=172),
+}
+MODEL = dict(layers=3, hidden=128, heads=HEADS, ffn_mult=2)
+
+
+DTYPE_COSTS = {"float32": (4, "fp32_flops"), "bfloat16": (2, "bf16_tensor_flops")}  # element bytes, peak figure
+PROFILE_FILES = {"float32": "dgx_h100_8gpu_profile.json", "bfloat16": "dgx_h100_8gpu_bf16_profile.json"}
+
+
+def dgx_h100_profile(dtype: str = "float32"):
+    """The projected 8 x H100 profile for activations in ``dtype`` (float32 or bfloat16)."""
+    f = FIGURES
+    elem_bytes, peak = DTYPE_COSTS[dtype]
+    busbw = f["nccl_all_gather_bus_bytes_per_s"]
+    a2a_bw = busbw * f["all_to_all_fraction_of_all_gather"]
+    per_byte = {"all_gather": 1 / busbw, "reduce_scatter": 1 / busbw, "all_to_all": 1 / a2a_bw, "all_to_all_uneven": 1 / a2a_bw}
+
+    def scale(c, p):  # x = bytes per rank: all-gather/reduce-scatter move (p-1) x, all-to-all (p-1)/p x
+        return (p - 1) if c in ("all_gather", "reduce_scatter") else (p - 1) / p
+
+    return linear_profile(
+        max_ranks=8,
+        attention_s_per_edge_head=3.5 * 2 * HEAD_DIM * elem_bytes / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
+        rest_s_per_mac=6 / (f[peak] * f["dense_flops_efficiency"]),
+        collective_s_per_byte=per_byte,
+        collective_latency_s=f["collective_latency_s"],
+        backend="cuda",
+        dtype=dtype,
+        heads=HEADS,
+        head_dim=HEAD_DIM,
+        system={
+            "description": f"DGX H100 (8 x H100 SXM5 80 GB, NVLink 4 / NVSwitch), {dtype}, projected from published figures",
+            "device": "cuda",
+            "memory_capacity_bytes": f["hbm_capacity_bytes"],
+            "memory_shared_by_ranks": False,
+            "figures": FIGURES,
+            "source": "tools/reports/agp_projection.py (published figures and stated assumptions; not measured)",
+        },
+        bandwidth_scale=scale,
+    )
+
+
+def project(profile) -> list[dict]:
+    rows = []
+    for name, g in GRAPHS.items():
+        shape = GraphShape.from_counts(g["nodes"], g["edges"] + g["nodes"], range(1, 9), FIGURES["halo_fraction"])
+        model = ModelShape(in_dim=g["in_dim"], num_classes=g["classes"], **MODEL)
+        for p in range(1, 9):
+            for s in strategy_names():
+                x = predict(s, p, shape, model, profile)
+                rows.append({"graph": name, **x.as_dict()})
+    return rows
+
+
+def markdown(rows) -> str:
+    lines = [
+        f"Model: L={MODEL['layers']}, d={MODEL['hidden']}, H={MODEL['heads']}, FFN x{MODEL['ffn_mult']}, fp32; "
+        f"one iteration = full-graph forward + backward + gradient sync. Memory capacity 80 GB per GPU.",
+        "",
+        "| graph | p | ag s | a2a s | halo s | ag GiB | a2a GiB | halo GiB | pick |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for graph in GRAPHS:
+        for p in range(1, 9):
+            at = {r["strategy"]: r for r in rows if r["graph"] == graph and r["p"] == p}
+
+            def t(s):
+                r = at[s]
+                return f"{r['time_s']:.3f}" if r["feasible"] else f"({r['time_s']:.3f}) x" if r["time_s"] != float("inf") else "x"
+
+            def m(s):
+                r = at[s]
+                return f"{r['memory_bytes'] / 2**30:.1f}" if r["memory_bytes"] == r["memory_bytes"] else "-"
+
+            feasible = [r for r in at.values() if r["feasible"]]
+            pick = min(feasible, key=lambda r: r["time_s"])["strategy"] if feasible else "none fits"
+            lines.append(f"| {graph} | {p} | {t('ag')} | {t('a2a')} | {t('halo')} | {m('ag')} | {m('a2a')} | {m('halo')} | {pick} |")
+    lines.append("")
+    lines.append("x: infeasible (memory over 80 GB per GPU, or H % p != 0 for a2a); a time in parentheses is what it would take.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"ag": "tab:blue", "a2a": "tab:orange", "halo": "tab:green"}
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for col, graph in enumerate(GRAPHS):
+        for s in strategy_names():
+            sel = [r for r in rows if r["graph"] == graph and r["strategy"] == s and r["time_s"] != float("inf")]
+            ps = [r["p"] for r in sel]
+            axes[0, col].plot(ps, [r["time_s"] for r in sel], "o-", c=colours[s], label=s, alpha=0.8)
+            for r in sel:
+                if not r["feasible"]:
+                    axes[0, col].plot(r["p"], r["time_s"], "x", c="k", ms=9)
+            axes[1, col].plot(ps, [r["memory_bytes"] / 2**30 for r in sel], "o-", c=colours[s], label=s, alpha=0.8)
+        axes[1, col].axhline(80e9 / 2**30, c="r", ls="--", lw=1, label="80 GB")
+        axes[0, col].set_title(f"{graph}: time per iteration (x: infeasible)")
+        axes[0, col].set_yscale("log"), axes[1, col].set_yscale("log")
+        axes[0, col].set_ylabel("s"), axes[1, col].set_ylabel("GiB per GPU"), axes[1, col].set_xlabel("GPUs p")
+        axes[0, col].legend(fontsize=8), axes[1, col].legend(fontsize=8)
+    fig.suptitle("AGP projection on 8 x H100 (NVLink), from published figures")
+    fig.tight_layout(), fig.savefig(path, dpi=110), plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-dir", default="docs/agp", help="folder for the profile JSONs, projection.md and projection.png")
+    ap.add_argument("--profiles-only", action="store_true", help="write only the fp32 and bf16 profile JSONs")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    for dtype, name in PROFILE_FILES.items():
+        dgx_h100_profile(dtype).save(os.path.join(args.out_dir, name))
+    print(f"wrote {', '.join(os.path.join(args.out_dir, n) for n in PROFILE_FILES.values())}")
+    if args.profiles_only:
+        return 0
+    profile = dgx_h100_profile("float32")
+    rows = project(profile)
+    text = markdown(rows)
+    with open(os.path.join(args.out_dir, "projection.md"), "w") as f:
+        f.write(text)
+    plot(rows, os.path.join(args.out_dir, "projection.png"))
+    print(text)
+    print(f"wrote {args.out_dir}/projection.md, projection.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
