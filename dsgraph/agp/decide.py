@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from dsgraph.agp.choose import SWITCH_GAIN, choose
 from dsgraph.agp.model import Calibration, Prediction, predict
 from dsgraph.agp.profile import load_profile
-from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape
+from dsgraph.graph.partition import partition_quality
+from dsgraph.parallel import auto_candidates
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 
 FALLBACK = "ag"  # works for every head count and node order
 
@@ -26,8 +28,6 @@ def contiguous_shape(structure, counts: list[int]) -> GraphShape:
     """N, E, and the edges and halo of each range of the run's row split (``structure`` has
     rowptr, col and num_edges: a Graph or a Csr); the same split serves every candidate."""
     import numpy as np
-
-    from dsgraph.graph.partition import partition_quality
 
     starts = np.concatenate([[0], np.cumsum(counts)])
     split = SplitShape.from_quality(partition_quality(structure, np.stack([starts[:-1], starts[1:]], axis=1)))
@@ -50,17 +50,16 @@ class Decision:
         return f"{self.strategy} (auto: {self.reasons[0]})"
 
 
-def plan_decision(cfg, shape: GraphShape, model: ModelShape, world: int, backend: str, dtype: str,
+def plan_decision(profile_path: str | None, shape: GraphShape, model: ModelShape, world: int, backend: str, dtype: str,
                   calibration=Calibration(), measured=None) -> tuple[Decision, list[Prediction]]:  # fmt: skip
-    """Rank 0's decision at ``world`` ranks. Raises ValueError/FileNotFoundError on a bad profile."""
-    from dsgraph.parallel.registry import auto_candidates
-
-    if not cfg.agp_profile:
+    """Rank 0's decision at ``world`` ranks from the profile at ``profile_path``. Raises
+    ValueError/FileNotFoundError on a missing or bad profile."""
+    if not profile_path:
         raise ValueError("\"strategy\": \"auto\" needs 'agp_profile' (a JSON from `dsgraph profile`)")
-    profile = load_profile(cfg.agp_profile)
+    profile = load_profile(profile_path)
     profile.check_matches(backend, dtype)
     if world not in profile.ranks:
-        raise ValueError(f"{cfg.agp_profile}: the profile covers rank counts {sorted(profile.ranks)}, not the world size {world}")
+        raise ValueError(f"{profile_path}: the profile covers rank counts {sorted(profile.ranks)}, not the world size {world}")
     preds = [predict(s, world, shape, model, profile, calibration=calibration) for s in auto_candidates()]
     if measured:  # strategies already run: their measured time replaces the prediction
         preds = [_with_time(x, measured[x.strategy]) if x.strategy in measured and x.feasible else x for x in preds]
@@ -80,8 +79,12 @@ class AutoStrategy:
     Every method is collective (all ranks call it at the same step); ``events`` collects metrics
     rows (kind "agp") for the training loop to write."""
 
-    def __init__(self, cfg, shape: GraphShape, model: ModelShape, pg, control, backend: str, dtype: str, log=print):
-        self.cfg, self.shape, self.model, self.pg, self.control = cfg, shape, model, pg, control
+    def __init__(self, profile_path: str | None, recalibrate_after: int, shape: GraphShape, model: ModelShape, pg, control,
+                 backend: str, dtype: str, log=print):  # fmt: skip
+        """``recalibrate_after``: measured steps (after a warm-up step) before rank 0 recalibrates
+        the model and may switch (0: never)."""
+        self.profile_path, self.recalibrate_after = profile_path, recalibrate_after
+        self.shape, self.model, self.pg, self.control = shape, model, pg, control
         self.backend, self.dtype, self.log = backend, dtype, log
         self.events: list[dict] = []
         self.samples: list[tuple[float, float]] = []  # (step s, comm s) of the current strategy
@@ -99,7 +102,7 @@ class AutoStrategy:
         return self.decision.strategy
 
     def _plan(self, calibration=Calibration(), measured=None):
-        return plan_decision(self.cfg, self.shape, self.model, self.pg.world_size, self.backend, self.dtype, calibration, measured)
+        return plan_decision(self.profile_path, self.shape, self.model, self.pg.world_size, self.backend, self.dtype, calibration, measured)
 
     def _adopt(self, decision: Decision, event: str, measured_s: float | None = None) -> None:
         self.decision = decision
@@ -118,10 +121,10 @@ class AutoStrategy:
         self._adopt(Decision(name, None, [reason], self.decision.table), event="switch")
 
     def after_step(self, step_s: float, comm_s: float) -> None:
-        """Records a measured step; after ``agp_recalibrate_after`` steps (the first step of a
+        """Records a measured step; after ``recalibrate_after`` steps (the first step of a
         strategy is a warm-up and not counted) rank 0 recalibrates and all ranks adopt its verdict."""
         self.samples.append((step_s, comm_s))
-        after = self.cfg.agp_recalibrate_after
+        after = self.recalibrate_after
         if self.decision.fallback or after <= 0 or self.current in self.measured or len(self.samples) < after + 1:
             return
         steady = self.samples[1:]

@@ -30,11 +30,6 @@ class LogLogFit:
             return 0.0
         return math.exp(self.log_a + self.slope * math.log(x))
 
-    @property
-    def x_range(self) -> tuple[float, float]:
-        xs = [x for x, _ in self.points]
-        return (min(xs), max(xs)) if xs else (0.0, 0.0)
-
     def to_dict(self) -> dict:
         return {"log_a": self.log_a, "slope": self.slope, "r2": self.r2, "points": [list(p) for p in self.points]}
 

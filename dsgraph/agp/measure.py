@@ -35,6 +35,7 @@ import torch
 from dsgraph.agp.fits import fit_loglog
 from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
+from dsgraph.ops.dispatch import resolve_backend
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ATTENTION_DEGREE = 16
@@ -288,18 +289,6 @@ def check_cuda_profile(backend: str, head_dim: int) -> int:
     return torch.cuda.device_count()
 
 
-def cpu_backend(backend: str) -> str:
-    """The CPU attention backend a profile measures: 'auto' is the fused 'cpu' one when available."""
-    from dsgraph.ops import available_backends
-
-    have = available_backends()
-    if backend == "auto":
-        return "cpu" if "cpu" in have else "reference"
-    if backend not in have:
-        raise ValueError(f"--backend {backend} is not available on this machine (available: {', '.join(have)})")
-    return backend
-
-
 def measurable_ranks(backend: str, max_ranks: int, head_dim: int) -> int:
     """How many rank counts this machine can measure: every one on the CPU, one per GPU on cuda."""
     if max_ranks < 1:
@@ -335,7 +324,7 @@ def measure_profile(
     if dtype not in DTYPES:
         raise ValueError(f"profile dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
     ranks_here = measurable_ranks(backend, max_ranks, head_dim)
-    backend = cpu_backend(backend) if backend != "cuda" else backend
+    backend = resolve_backend(backend, torch.device("cpu")) if backend != "cuda" else backend
     max_bytes = max_bytes or default_max_bytes(backend, ranks_here)
     comm = "nccl" if backend == "cuda" else "gloo"
     ranks = {}

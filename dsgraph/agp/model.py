@@ -34,13 +34,12 @@ import math
 from dataclasses import dataclass, field
 
 from dsgraph.agp.profile import Profile
-from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
+from dsgraph.parallel.registry import auto_candidates, get_strategy
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
 
 
 def strategy_names() -> list[str]:
     """The strategies AGP predicts: the registry's auto candidates."""
-    from dsgraph.parallel.registry import auto_candidates
-
     return auto_candidates()
 
 
@@ -153,8 +152,6 @@ def predict(
     """Time and memory of ``strategy`` on ``p`` ranks. ``step`` adds the input projection, the
     classifier and the gradient sync (a whole training step); without it the result is the
     ``layers`` attention layers alone."""
-    from dsgraph.parallel.registry import get_strategy
-
     spec, kinds = get_strategy(strategy), model.layer_kinds()
     reason = _infeasible(p, graph, profile)
     all_terms = [] if reason else [spec.cost(p, graph, kind.shape, profile.dtype_bytes) for kind in kinds]

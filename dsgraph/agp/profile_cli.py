@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-BACKENDS = ("auto", "reference", "cpu", "cuda")
+from dsgraph.ops import backend_names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, default=16, help="head dimension D (default 16)")
     p.add_argument("--ffn-mult", type=int, default=2, help="FFN width multiple (default 2)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
+    p.add_argument("--backend", choices=["auto", *backend_names()], default="auto",
                    help="attention backend (default: auto, the CPU's fused kernel); cuda profiles the GPUs")  # fmt: skip
     p.add_argument("--collectives-from", dest="collectives_from", metavar="PROFILE",
                    help="AGP profile whose collective fits are used for the rank counts above those measured here "

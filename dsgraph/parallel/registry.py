@@ -1,7 +1,8 @@
 """The graph-parallel strategies dsgraph knows: one spec per strategy, registered once.
 
 Config validation, the command line, the trainer, AGP's model and candidates, tools and tests all
-read this registry; a new strategy is its own file plus one line below.
+read this registry; a new strategy is its own file plus one line below. ``auto``, which composes
+the others, lives with AGP (a layer above) and registers itself there (``dsgraph/agp/__init__.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ BUILTIN = (  # the registry: one line per strategy, "module:class"
     "dsgraph.parallel.a2a:AllToAll",
     "dsgraph.parallel.halo:Halo",
     "dsgraph.parallel.ag_ring:AllGatherRing",
-    "dsgraph.parallel.auto:Auto",
 )
 
 

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from dsgraph.comm.compress import get_codec
+from dsgraph.comm.control import TorchControlPlane
 if TYPE_CHECKING:
-    from dsgraph.agp.shapes import GraphShape, ModelShape
+    from dsgraph.parallel.shapes import GraphShape, ModelShape
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.graph.rank_graph import RankGraph
 
@@ -99,8 +101,12 @@ class StrategyContext:
     """The sparse attention backend name every local op call uses."""
     control: Any = None
     """The run's ControlPlane (small objects between ranks); None: torch object collectives."""
-    config: Any = None
-    """The run's DsgraphConfig, for strategies with settings of their own (auto)."""
+    model: "ModelShape | None" = None
+    """The model's shape, for strategies that predict their own cost (auto)."""
+    agp_profile: str | None = None
+    """auto: the AGP profile JSON (``dsgraph profile``); None: auto falls back to ag."""
+    agp_recalibrate_after: int = 5
+    """auto: measured steps before recalibrating (0: never)."""
     dtype: str = "float32"
     """The activation dtype of the run ('float32' or 'bfloat16')."""
     log: Callable[[str], None] = print
@@ -117,20 +123,14 @@ class StrategyContext:
 
     @property
     def codec(self):
-        from dsgraph.comm.compress import get_codec
-
         return get_codec(self.comm_dtype)
 
     @property
     def grad_codec(self):
-        from dsgraph.comm.compress import get_codec
-
         return get_codec(self.comm_grad_dtype)
 
     def control_plane(self):
         if self.control is None:
-            from dsgraph.comm.control import TorchControlPlane
-
             return TorchControlPlane()
         return self.control
 

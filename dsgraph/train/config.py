@@ -11,9 +11,14 @@ import json
 import os
 from dataclasses import dataclass
 
+import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
+from dsgraph.modes.isolated.config import IsolatedConfig
+from dsgraph.modes.registry import mode_names
+from dsgraph.modes.sampled.config import SampledConfig
+from dsgraph.parallel import Needs, get_strategy, strategy_names
 
 DEFAULT_STRATEGY = "ag"
 
@@ -77,7 +82,7 @@ class DsgraphConfig:
     checkpoint_activations (a checkpointed block gathers them again in its recompute anyway)."""
     host_mmap_threshold_mb: int = 0
     """Host memory: fix glibc's mmap threshold at this many MiB at start-up, so that freed tensors of
-    that size or more leave the resident set (``dsgraph/train/host_memory.py``); 0: glibc's own
+    that size or more leave the resident set (``dsgraph/runtime/host_memory.py``); 0: glibc's own
     dynamic threshold, under which the heap keeps freed tensors below 32 MiB. Lower peak RSS per
     rank, slower steps (every such tensor is a fresh mapping whose pages fault in)."""
     checkpoint_activations: bool = False
@@ -102,39 +107,15 @@ class DsgraphConfig:
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
-    fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
-    """Mode 'sampled': in-neighbours drawn per node at hop 1..L, one entry per layer."""
-    batch_size: int = 1024
-    """Mode 'sampled': seed nodes per global mini-batch (split evenly over the ranks)."""
-    prefetch_depth: int = 4
-    """Mode 'sampled': mini-batches prepared ahead by a background thread (0: prepare in the loop)."""
-    cache_fraction: float = 0.1
-    """Mode 'sampled': share of nodes (the most often sampled) whose features are cached on the device."""
-    feature_dtype: str = "float32"
-    """Mode 'sampled': storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
-    isolated_chunks: int = 0
-    """Mode 'isolated': chunks C the graph is split into, a multiple of 2 x ranks (0: 2 x ranks)."""
-    repart_every: int = 5
-    """Mode 'isolated': epochs per super-epoch; the chunks rotate (round-robin) after each one."""
-    isolated_sync: str = "super_epoch"
-    """Mode 'isolated': 'super_epoch' (local steps, parameters averaged at super-epoch boundaries, as
-    Grappa does) or 'step' (DeepSpeed reduces gradients in every step)."""
-    isolated_batch_size: int = 1000
-    """Mode 'isolated': training nodes per local mini-batch on each rank (0: all of them in one step)."""
-    isolated_correction: str = "resample"
-    """Mode 'isolated': loss weights: 'resample' (the seed's), 'uniform', 'coverage' or 'none'."""
-    isolated_halo_fraction: float = 0.05
-    """Mode 'isolated': halo cache size as a share of a rank's rows (0: no cache)."""
-    isolated_comm_dtype: str = "bfloat16"
-    """Mode 'isolated': dtype of what isolated training sends: parameter changes at boundaries and
-    halo features, 'bfloat16' or 'float32'."""
-    chunk_method: str = "random"
-    """Mode 'isolated': how nodes are split into chunks, 'random' or 'metis'."""
-    isolated_prefetch: bool = True
-    """Mode 'isolated': load the next super-epoch's chunks in a background thread."""
-    isolated_store: str | None = None
-    """Mode 'isolated': folder for the chunk store (rank 0 writes it; must be shared by all ranks);
-    null: every rank writes its own in a temporary folder."""
+    sampled: SampledConfig = dataclasses.field(default_factory=SampledConfig)
+    """Mode 'sampled': its settings, a JSON object (``dsgraph/modes/sampled/config.py``): fanouts,
+    batch_size, prefetch_depth, cache_fraction, feature_dtype. The older top-level spellings of these
+    keys are still accepted."""
+    isolated: IsolatedConfig = dataclasses.field(default_factory=IsolatedConfig)
+    """Mode 'isolated': its settings, a JSON object (``dsgraph/modes/isolated/config.py``): chunks,
+    repart_every, sync, batch_size, correction, halo_fraction, comm_dtype, chunk_method, prefetch,
+    store. The older top-level spellings (isolated_chunks, repart_every, isolated_sync, ...) are
+    still accepted."""
     agp_profile: str | None = None
     """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
     agp_recalibrate_after: int = 5
@@ -151,6 +132,9 @@ class DsgraphConfig:
                 self.model = ModelOptions.from_dict(self.model)
             except ValueError as err:
                 raise ValueError(f"dsgraph config: {err}") from None
+        for name, cls in SECTIONS.items():
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, _section(cls, getattr(self, name), name))
         for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers", "comm_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
@@ -168,8 +152,7 @@ class DsgraphConfig:
             if getattr(self, name) not in CODECS:
                 raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
         _check_agp(self)
-        _check_sampled(self)
-        _check_isolated(self)
+        _check_mode_sections(self)
         if self.partition_method is not None and self.partition_method not in METHODS:
             raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
         if not self.timeout_s > 0:
@@ -182,8 +165,10 @@ class DsgraphConfig:
 
     @classmethod
     def from_dict(cls, section: dict, source: str = "config") -> "DsgraphConfig":
+        """The validated section; a mode's keys may also be given at the top level (older spellings)."""
         if not isinstance(section, dict):
             raise ValueError(f"{source}: the \"dsgraph\" section must be a JSON object")
+        section = _nest_flat_keys(section, source)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(section) - set(fields))
         if unknown:
@@ -202,12 +187,58 @@ class DsgraphConfig:
         return dataclasses.asdict(self)
 
 
+SECTIONS = {"sampled": SampledConfig, "isolated": IsolatedConfig}  # config section -> its dataclass (one per mode with settings)
+
+
+def _nest_flat_keys(section: dict, source: str) -> dict:
+    """Moves the older top-level spellings of the modes' keys into their sections (a key given both
+    ways is an error that names both)."""
+    section = dict(section)
+    for name, cls in SECTIONS.items():
+        flat = {old: new for old, new in cls.FLAT_KEYS.items() if old in section}
+        if not flat:
+            continue
+        nested = section.get(name, {})
+        if not isinstance(nested, dict):
+            raise ValueError(f"{source}: \"dsgraph\" key '{name}' must be a JSON object, got {nested!r}")
+        nested = dict(nested)
+        for old, new in flat.items():
+            if new in nested:
+                raise ValueError(f"{source}: '{old}' and '{name}.{new}' are the same setting; keep one")
+            nested[new] = section.pop(old)
+        section[name] = nested
+    return section
+
+
+def _section(cls, data: dict, name: str):
+    """A mode's section from its JSON object: unknown keys and wrong types are errors that name them."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"dsgraph config: unknown key(s) {', '.join(repr(k) for k in unknown)} in '{name}'; "
+                         f"valid keys: {', '.join(fields)}")  # fmt: skip
+    for key, value in data.items():
+        _check_type(f"{name}.{key}", value, fields[key].type, "dsgraph config")
+    try:
+        return cls(**data)
+    except ValueError as err:
+        raise ValueError(f"dsgraph config: '{name}': {err}") from None
+
+
+def _check_mode_sections(cfg: DsgraphConfig) -> None:
+    """What a mode's settings need of the rest of the run, for the mode that runs."""
+    try:
+        if cfg.mode == "sampled":
+            cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
+        if cfg.mode == "isolated":
+            cfg.isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+    except ValueError as err:
+        raise ValueError(f"dsgraph config: {err}") from None
+
+
 def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
     """A registered strategy and mode (the older spellings 'strategy': 'sampled' | 'isolated' become
     the mode), and data a strategy can run on."""
-    from dsgraph.parallel import Needs, get_strategy, strategy_names
-    from dsgraph.train.modes import mode_names
-
     modes = mode_names()
     if cfg.strategy in modes and cfg.strategy != "full":
         if cfg.mode not in ("full", cfg.strategy):
@@ -246,51 +277,8 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
     return a, b
 
 
-def _check_sampled(cfg: DsgraphConfig) -> None:
-    """The mini-batch settings (checked whatever the strategy; fanouts must match layers only for 'sampled')."""
-    if not cfg.fanouts or any(f < 1 for f in cfg.fanouts):
-        raise ValueError(f"dsgraph config: 'fanouts' must be a non-empty list of integers >= 1, got {cfg.fanouts}")
-    if cfg.mode == "sampled" and len(cfg.fanouts) != cfg.layers:
-        raise ValueError(f"dsgraph config: 'fanouts' needs one entry per layer ({cfg.layers}), got {cfg.fanouts}")
-    if cfg.mode == "sampled" and cfg.partitions is not None:
-        raise ValueError("dsgraph config: mode 'sampled' samples from the whole graph; drop 'partitions'")
-    if cfg.batch_size < 1 or cfg.prefetch_depth < 0:
-        raise ValueError("dsgraph config: 'batch_size' must be >= 1 and 'prefetch_depth' >= 0")
-    if not 0.0 <= cfg.cache_fraction <= 1.0:
-        raise ValueError(f"dsgraph config: 'cache_fraction' must be in [0, 1], got {cfg.cache_fraction}")
-    if cfg.feature_dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"dsgraph config: 'feature_dtype' must be 'float32' or 'bfloat16', got '{cfg.feature_dtype}'")
-
-
-def _check_isolated(cfg: DsgraphConfig) -> None:
-    """The isolated-training settings (the chunk count is checked against the rank count at start-up)."""
-    from dsgraph.parallel.isolated import CHUNK_METHODS, CORRECTIONS
-
-    if cfg.isolated_chunks < 0 or cfg.repart_every < 1:
-        raise ValueError("dsgraph config: 'isolated_chunks' must be >= 0 (0: 2 x ranks) and 'repart_every' >= 1")
-    if cfg.isolated_correction not in CORRECTIONS:
-        raise ValueError(f"dsgraph config: 'isolated_correction' must be one of {', '.join(CORRECTIONS)}; got '{cfg.isolated_correction}'")
-    if cfg.chunk_method not in CHUNK_METHODS:
-        raise ValueError(f"dsgraph config: 'chunk_method' must be one of {', '.join(CHUNK_METHODS)}; got '{cfg.chunk_method}'")
-    if cfg.isolated_sync not in ("super_epoch", "step"):
-        raise ValueError(f"dsgraph config: 'isolated_sync' must be 'super_epoch' or 'step'; got '{cfg.isolated_sync}'")
-    if cfg.isolated_batch_size < 0 or not 0.0 <= cfg.isolated_halo_fraction <= 1.0:
-        raise ValueError("dsgraph config: 'isolated_batch_size' must be >= 0 (0: one batch) and 'isolated_halo_fraction' in [0, 1]")
-    if cfg.isolated_comm_dtype not in ("bfloat16", "float32"):
-        raise ValueError(f"dsgraph config: 'isolated_comm_dtype' must be 'bfloat16' or 'float32'; got '{cfg.isolated_comm_dtype}'")
-    if cfg.mode == "isolated" and cfg.partitions is not None:
-        raise ValueError("dsgraph config: mode 'isolated' writes its own chunk store; drop 'partitions'")
-    if cfg.mode == "isolated" and cfg.isolated_sync == "super_epoch":
-        for name in ("eval_every", "checkpoint_every"):
-            if getattr(cfg, name) % cfg.repart_every:
-                raise ValueError(
-                    f"dsgraph config: with 'isolated_sync' 'super_epoch' the ranks' parameters agree only at super-epoch "
-                    f"boundaries, so '{name}' ({getattr(cfg, name)}) must be a multiple of 'repart_every' ({cfg.repart_every})"
-                )
-
-
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
-          "ModelOptions": (dict, ModelOptions)}
+          "ModelOptions": (dict, ModelOptions), "SampledConfig": (dict, SampledConfig), "IsolatedConfig": (dict, IsolatedConfig)}
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:
@@ -300,7 +288,7 @@ def _check_type(key: str, value, type_name: str, source: str) -> None:
     if isinstance(value, bool) and bool not in allowed:
         allowed = ()
     if not isinstance(value, allowed):
-        what = "a JSON object" if type_name == "ModelOptions" else type_name
+        what = "a JSON object" if type_name in ("ModelOptions", *(c.__name__ for c in SECTIONS.values())) else type_name
         raise ValueError(f"{source}: \"dsgraph\" key '{key}' must be {what}, got {value!r}")
 
 

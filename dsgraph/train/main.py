@@ -17,8 +17,8 @@ from dsgraph.graph.partition import METHODS
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
-from dsgraph.train.modes import mode_names
-from dsgraph.train.watchdog import Watchdog
+from dsgraph.modes.registry import mode_names
+from dsgraph.runtime.watchdog import Watchdog
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix)
     or 3 (another rank died or went silent). A watchdog covers every phase from here on, so no
     phase of start-up or training can wait silently forever."""
-    from dsgraph.train import host_memory
+    from dsgraph.runtime import host_memory
 
     args = parse_args(argv)
     try:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.host_mmap_threshold_mb:
         host_memory.fix_mmap_threshold(cfg.host_mmap_threshold_mb << 20)  # before the graph is loaded (host_memory.py)
 
-    from dsgraph.train import extensions
+    from dsgraph.runtime import extensions
 
     main_thread = threading.main_thread().ident
     with Watchdog(launcher_rank(), cfg.timeout_s, diagnose=lambda: extensions.stuck_build(main_thread)) as watchdog:
@@ -102,9 +102,9 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     """Joins the job and trains; every exit path removes this rank's shared memory."""
     import deepspeed.comm as dist
 
-    from dsgraph.train import shm
+    from dsgraph.runtime import shm
     from dsgraph.train.trainer import init_distributed
-    from dsgraph.train.watchdog import is_peer_failure
+    from dsgraph.runtime.watchdog import is_peer_failure
 
     watchdog.beat("start-up: joining the process group (init_distributed)")
     try:
@@ -156,7 +156,7 @@ def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device
 def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
     """Once per machine (local rank 0): removes DeepSpeed all-reduce buffers that runs which ended
     without cleaning up left in /dev/shm, and says how much memory that freed."""
-    from dsgraph.train import shm
+    from dsgraph.runtime import shm
 
     if int(os.environ.get("LOCAL_RANK", rank)) != 0:
         return
@@ -169,7 +169,7 @@ def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
 def _cpu_optimizer(ds_config: dict, rank: int) -> dict:
     """On CPU, Adam/AdamW through torch.optim, so start-up needs no C++ build (see
     ``extensions.prefer_torch_adam``)."""
-    from dsgraph.train import extensions
+    from dsgraph.runtime import extensions
 
     ds_config, changed = extensions.prefer_torch_adam(ds_config)
     if changed and rank == 0:
@@ -180,7 +180,7 @@ def _cpu_optimizer(ds_config: dict, rank: int) -> dict:
 
 def _exit_peer_failure(rank: int | None, timeout_s: float, err: BaseException) -> None:
     """A peer died or went silent: stop now, without waiting on it again (no barrier, no destroy)."""
-    from dsgraph.train.watchdog import EXIT_PEER_FAILURE, peer_failure_message
+    from dsgraph.runtime.watchdog import EXIT_PEER_FAILURE, peer_failure_message
 
     detail = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
     print(peer_failure_message(rank, timeout_s, detail), file=sys.stderr, flush=True)

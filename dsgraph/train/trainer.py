@@ -25,8 +25,8 @@ from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.train import checkpoint
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
-from dsgraph.train.mode import EvalBatch, Step
-from dsgraph.train.modes import make_mode
+from dsgraph.modes.base import EvalBatch, Step
+from dsgraph.modes.registry import make_mode
 from dsgraph.train.trace import StepTracer
 
 
@@ -35,7 +35,7 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     under mpirun/mpiexec with ``mpi_discovery``); collectives on the default group fail after
     ``timeout_s`` seconds. Returns this rank's training device. DeepSpeed's CPU shared-memory
     all-reduce, which training never uses, is kept out (see ``shm.py``)."""
-    from dsgraph.train import shm
+    from dsgraph.runtime import shm
 
     shm.disable_shm_allreduce()
     accel = deepspeed.get_accelerator()

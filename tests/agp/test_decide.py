@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dsgraph.agp.decide import AutoStrategy, contiguous_shape
-from dsgraph.agp.shapes import ModelShape
+from dsgraph.parallel.shapes import ModelShape
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.parallel import auto_candidates
@@ -35,7 +35,8 @@ def _auto(tmp_path, profile_path=None, backend="reference", world=2, **cfg):
     cfg = DsgraphConfig(**settings)
     shape = contiguous_shape(graph, list(RowSplit.even(graph.num_nodes, world).counts))
     model = ModelShape(cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_mult, graph.num_features, graph.num_classes)
-    return AutoStrategy(cfg, shape, model, pg, OneRankControl(), backend, "float32", log=lambda m: None)
+    return AutoStrategy(cfg.agp_profile, cfg.agp_recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
+                        log=lambda m: None)  # fmt: skip
 
 
 def _write_profile(tmp_path, per_byte=COMM_HEAVY, backend="reference", max_ranks=2):

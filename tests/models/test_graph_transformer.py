@@ -15,7 +15,7 @@ from dsgraph.models.blocks import AttentionBlock, OutputAttention, TransformerBl
 from dsgraph.models.options import BLOCKS, HEADS, NORMS, RESIDUALS
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel import StrategyContext
-from dsgraph.train.full_graph import rank_attention
+from dsgraph.modes.full.mode import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 

@@ -6,7 +6,7 @@ gradients stay within the quantisation error of the uncompressed run."""
 import pytest
 import torch
 
-from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit, get_codec
 from dsgraph.graph.partition import partition_quality
 from dsgraph.parallel import get_strategy, strategy_names

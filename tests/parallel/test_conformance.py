@@ -7,20 +7,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dsgraph.agp.shapes import GraphShape, ModelShape, SplitShape
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
-from dsgraph.train.config import DEFAULT_STRATEGY, DsgraphConfig
-from dsgraph.train.full_graph import rank_attention
+from dsgraph.train.config import DEFAULT_STRATEGY
+from dsgraph.modes.full.mode import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 
 HEADS, HIDDEN, LAYERS = 4, 32, 2
 SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneven on purpose
-CONFIG = DsgraphConfig(hidden=HIDDEN, heads=HEADS, layers=LAYERS)  # auto without a profile: its fallback
+MODEL = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS)  # auto without a profile: its fallback
 
 
 def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
@@ -29,7 +29,7 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
     head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``."""
-    ctx = StrategyContext(heads=HEADS, backend=backend, config=CONFIG, control=control, log=lambda line: None,
+    ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None,
                           comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)

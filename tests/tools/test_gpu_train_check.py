@@ -40,9 +40,9 @@ def test_isolated_configs_are_ones_isolated_mode_accepts(tmp_path, dtype):
     """Local steps (the default isolated_sync) need ZeRO-0 without bf16; bf16 checks the per-step sync."""
     ds, cfg = load_ds_config(str(tool.write_config(tool.RunSpec(f"cora-{dtype}-isolated", "isolated", dtype, "cora", 5), tmp_path)))
     if dtype == "fp32":
-        assert ds["zero_optimization"]["stage"] == 0 and not ds["bf16"]["enabled"] and cfg.isolated_sync == "super_epoch"
+        assert ds["zero_optimization"]["stage"] == 0 and not ds["bf16"]["enabled"] and cfg.isolated.sync == "super_epoch"
     else:
-        assert cfg.isolated_sync == "step"
+        assert cfg.isolated.sync == "step"
 
 
 def test_commands_use_the_cli_and_a_matching_agp_profile(tmp_path):

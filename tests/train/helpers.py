@@ -37,7 +37,7 @@ def write_random_graph(tmp: str) -> str:
 def make_trainer(tmp: str, ds: dict, **cfg) -> Trainer:
     settings = dict(dataset=write_random_graph(tmp), hidden=32, heads=4, layers=2, self_loops=False, seed=3)
     settings.update(cfg)
-    return Trainer(DsgraphConfig(**settings), ds, torch.device("cpu"))
+    return Trainer(DsgraphConfig.from_dict(settings), ds, torch.device("cpu"))
 
 
 def dump(tmp: str, name: str, value) -> None:

@@ -13,7 +13,7 @@ from dsgraph.ops.backend import FusedBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.parallel import auto_candidates, strategy_names
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.modes import make_mode
+from dsgraph.modes.registry import make_mode
 from tests.train.helpers import write_random_graph
 
 META = torch.device("meta")
@@ -58,8 +58,8 @@ def recording():
 
 
 def _mode(tmp_path, **settings):
-    cfg = DsgraphConfig(dataset=write_random_graph(str(tmp_path)), hidden=HEADS * DIM, heads=HEADS, layers=1,
-                        backend="recording", seed=1, **settings)  # fmt: skip
+    cfg = DsgraphConfig.from_dict(dict(dataset=write_random_graph(str(tmp_path)), hidden=HEADS * DIM, heads=HEADS, layers=1,
+                                       backend="recording", seed=1, **settings))  # fmt: skip
     mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None)
     mode.attach(META, torch.float32)
     return mode

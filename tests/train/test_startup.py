@@ -24,7 +24,7 @@ import time
 import pytest
 
 from dsgraph.comm.ports import free_port
-from dsgraph.train import extensions, shm
+from dsgraph.runtime import extensions, shm
 from tests.train.helpers import write_random_graph
 from tests.train.test_faults import _rank_env, _train_cmd, _write_config, lose_a_rank
 
@@ -83,7 +83,7 @@ def test_prefer_torch_adam_only_fills_in_what_the_config_leaves_open():
 
 _WATCHDOG_SCRIPT = """
 import sys, time
-from dsgraph.train.watchdog import Watchdog
+from dsgraph.runtime.watchdog import Watchdog
 marker, cause = sys.argv[1], sys.argv[2] or None
 with Watchdog(None, 0.5, poll_s=0.05, diagnose=lambda: cause, on_exit=lambda: open(marker, "w").close()) as dog:
     dog.beat("start-up: a phase that never ends")

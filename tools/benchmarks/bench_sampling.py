@@ -26,10 +26,10 @@ import torch.nn.functional as F
 
 from dsgraph.graph import load_dataset
 from dsgraph.models import GraphTransformer
-from dsgraph.sampling import (
+from dsgraph.modes.sampled import (
     BatchBuilder, FeatureStore, NeighborSampler, Prefetcher, epoch_batches, in_degree_scores, sampling_frequency_scores,
 )  # fmt: skip
-from dsgraph.train.sampled import SubgraphAttention
+from dsgraph.modes.sampled.mode import SubgraphAttention
 
 
 def bench_dedup(builder: BatchBuilder, batches: list[np.ndarray], count: int) -> None:

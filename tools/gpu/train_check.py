@@ -93,7 +93,7 @@ def write_config(spec: RunSpec, folder: Path) -> Path:
         if spec.dtype == "fp32":
             config["zero_optimization"] = {"stage": 0}
         else:
-            config["dsgraph"]["isolated_sync"] = "step"
+            config["dsgraph"].setdefault("isolated", {})["sync"] = "step"
     path = folder / f"{spec.name}.json"
     path.write_text(json.dumps(config, indent=1))
     return path

@@ -12,7 +12,7 @@ its variant. Runs already in --results are not repeated, so a long report can be
 
 Bytes per epoch and rank come from the step rows: the sum over an epoch's rows of
 ``comm_bytes`` (activations, and halo features in isolated mode) and ``sync_bytes`` (DeepSpeed's
-gradient reduction as counted by ``dsgraph.train.sync``, or the parameter average at super-epoch
+gradient reduction as counted by ``dsgraph.modes.sync``, or the parameter average at super-epoch
 boundaries), averaged over the run's epochs; a synchronisation is a step with ``sync_bytes`` > 0.
 Variants of the bytes part:
 
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     accuracy_table(results)
     from dsgraph.train.config import load_ds_config
 
-    acceptance(results, load_ds_config(args.config)[1].repart_every)
+    acceptance(results, load_ds_config(args.config)[1].isolated.repart_every)
     return 0
 
 

@@ -1,0 +1,89 @@
+"""A rank's graph read from the dataset file, only its rows (see ``graph/rank_reader.py``).
+
+Without a partition store every rank used to load the whole dataset; here each rank memory-maps the
+dataset's .npz and keeps the in-edges and node data of its own rows, plus what its strategy needs:
+the whole structure for a strategy that reads every row, the in-degrees for the balanced split, a
+permutation for a partition (computed on rank 0 from the structure alone and broadcast). Synthetic
+datasets are written to the cache first, by one process per machine in a child process (so its
+memory does not count against the rank), while the other ranks wait at the next collective.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import numpy as np
+
+from dsgraph.graph.datasets import dataset_file, write_synthetic
+from dsgraph.graph.partition import partition_nodes
+from dsgraph.graph.rank_errors import raise_if_any_rank_failed
+from dsgraph.graph.rank_graph import RankGraph
+from dsgraph.graph.rank_reader import DatasetFile
+from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
+
+
+def dataset_path(spec: str, seed: int, control, heartbeat=lambda phase: None) -> str:
+    """The .npz of ``spec``; a synthetic one missing from the cache is written first by local rank
+    0 of every machine (the others wait for it in a collective, whose failure report names it)."""
+    path, error = None, None
+    try:
+        path, ready = dataset_file(spec, seed)
+        if not ready and local_rank(control.rank) == 0:
+            _generate(spec, seed, path, heartbeat)
+    except (ValueError, FileNotFoundError) as err:
+        error = err
+    raise_if_any_rank_failed(control, error)
+    return path
+
+
+def local_rank(rank: int) -> int:
+    """This process's rank on its machine, as the launcher announced it (else its global rank)."""
+    for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return rank
+
+
+def _generate(spec: str, seed: int, path: str, heartbeat) -> None:
+    """Writes the synthetic ``spec`` to ``path`` in a child process, beating while it runs."""
+    child = multiprocessing.get_context("spawn").Process(target=write_synthetic, args=(spec, seed, path))
+    child.start()
+    while child.is_alive():
+        heartbeat(f"start-up: generating {spec} into {path}")
+        child.join(timeout=1.0)
+    if child.exitcode != 0 or not os.path.isfile(path):
+        raise ValueError(f"generating {spec} into {path} failed (exit code {child.exitcode})")
+
+
+def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, *, whole: bool = False) -> tuple[object, RankGraph]:
+    """This rank's share of ``data`` split by ``pg``'s split if it has one, else by ``method``
+    (``whole``: the whole structure too); equal to ``loading.from_graph`` on the whole graph (tested)."""
+    perm = None
+    if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
+        perm, split = _partition(data, pg, control, method, self_loops, seed)
+        pg = pg.with_split(split)
+    elif pg.split is None:
+        pg = pg.with_split(contiguous_split(method if method in CONTIGUOUS_METHODS else "balanced",
+                                            data.in_degrees(self_loops), pg.world_size))  # fmt: skip
+    if pg.num_rows != data.num_nodes:
+        raise ValueError(f"row split {pg.counts} does not cover the graph's {data.num_nodes} nodes")
+    start, end = pg.rows
+    block = data.rows(start, end, self_loops, perm)
+    ids = np.arange(start, end) if perm is None else perm[start:end]
+    structure = None
+    if whole:
+        structure = block if (start, end) == (0, data.num_nodes) else data.rows(0, data.num_nodes, self_loops, perm)
+    graph = RankGraph(num_nodes=data.num_nodes, block=block, nodes=data.node_data(ids, node_ids=ids),
+                      num_features=data.num_features, num_classes=data.num_classes(), whole=structure)  # fmt: skip
+    return pg, graph
+
+
+def _partition(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int) -> tuple[np.ndarray, RowSplit]:
+    """Rank 0 partitions the structure; every rank gets (perm new id -> old id, the split)."""
+    parts = None
+    if pg.rank == 0:
+        parts = partition_nodes(data.structure(self_loops), pg.world_size, method, seed=seed, metis_balance="edges")
+    parts = control.bcast(parts, root=0)
+    perm = np.argsort(parts, kind="stable").astype(np.int64)  # the order relabel() gives
+    return perm, RowSplit(tuple(int(c) for c in np.bincount(parts, minlength=pg.world_size)))

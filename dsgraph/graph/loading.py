@@ -1,0 +1,128 @@
+"""Where a rank's graph comes from: the whole dataset (optionally relabelled by an in-memory
+partition), or its own part of a partition store (``--partitions DIR``).
+
+Either way the result is the process group with the run's row split and a ``RankGraph`` on the
+CPU: this rank's CSR block (global source ids of the relabelled graph), the whole structure when
+the strategy needs it, and the rank's node data. Node ids handed to the model are the dataset's
+original ids, so dropout masks do not depend on the partition or on the number of ranks.
+
+``pg`` is the job's ``dsgraph.comm.GraphParallelGroup`` and ``control`` its control plane
+(``dsgraph.comm.control``); the loaders use only their rank, size, split and object collectives,
+so this module needs nothing from the layers above the graph.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from dsgraph.graph.file_loading import dataset_path, from_file
+from dsgraph.graph.graph import Graph
+from dsgraph.graph.partition import partition_nodes, relabel
+from dsgraph.graph.rank_errors import raise_if_any_rank_failed
+from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph
+from dsgraph.graph.rank_reader import DatasetFile
+from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
+from dsgraph.graph.store import load_part, load_permutation
+
+
+def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adds a self loop to every row of the block (rows are global ids start..start+n-1) that has
+    none; each row's sources end up sorted, as ``Graph.with_self_loops`` leaves them."""
+    n = rowptr.size - 1
+    dst = np.repeat(np.arange(start, start + n, dtype=np.int64), np.diff(rowptr))
+    src = np.asarray(col, dtype=np.int64)
+    has_loop = np.zeros(n, dtype=bool)
+    has_loop[dst[src == dst] - start] = True
+    missing = np.flatnonzero(~has_loop) + start
+    dst, src = np.concatenate([dst, missing]), np.concatenate([src, missing])
+    order = np.lexsort((src, dst))
+    new_rowptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst - start, minlength=n), out=new_rowptr[1:])
+    return torch.from_numpy(new_rowptr), torch.from_numpy(src[order].astype(np.int32))
+
+
+def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, split_method: str, whole: bool,
+                    partitions: str | None = None, graph: Graph | None = None, heartbeat=lambda phase: None):  # fmt: skip
+    """(``pg`` with the run's row split, this rank's RankGraph): from the partition store
+    ``partitions``, from ``graph`` (the dataset, self loops added as configured, when the caller
+    holds it already), or else only this rank's rows read from the ``dataset`` file
+    (``file_loading.py``). ``split_method`` splits the rows when ``pg`` has no split yet;
+    ``whole``: the rank also holds the whole structure (a strategy that reads every row)."""
+    if partitions is not None:
+        if whole:
+            raise ValueError("'partitions' loads one part per rank, but this strategy needs the whole graph on every rank")
+        return from_store(partitions, pg, control, self_loops)
+    if graph is not None:
+        return from_graph(graph, pg, control, split_method, seed, whole=whole)
+    path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
+    error, data = None, None
+    try:
+        data = DatasetFile(path)
+    except (ValueError, FileNotFoundError) as err:
+        error = err
+    raise_if_any_rank_failed(control, error)
+    return from_file(data, pg, control, split_method, self_loops, seed, whole=whole)
+
+
+def from_store(store_dir: str, pg, control, self_loops: bool) -> tuple[object, RankGraph]:
+    """Memory-maps only this rank's part of the store (checked against META.json's sizes and sha256);
+    the store must have exactly one part per rank."""
+    error = None
+    try:
+        part = load_part(store_dir, pg.rank, pg.world_size)
+        perm = load_permutation(store_dir)
+    except (ValueError, FileNotFoundError) as err:
+        error = err
+    raise_if_any_rank_failed(control, error)
+    meta = part.meta
+    pg = pg.with_split(RowSplit(tuple(int(end) - int(start) for start, end in meta["node_ranges"])))
+    rowptr, col = np.asarray(part.rowptr), np.asarray(part.col)
+    if self_loops:
+        block = Csr(*block_with_self_loops(rowptr, col, part.start))
+    else:
+        block = Csr(torch.from_numpy(rowptr.copy()), torch.from_numpy(col.copy()))
+    copy = lambda a: torch.from_numpy(np.array(a))  # noqa: E731 (writable tensors from read-only maps)
+    nodes = NodeData(
+        node_ids=copy(perm[part.start : part.end]).long(), x=copy(part.x).float(), y=copy(part.y),
+        train_mask=copy(part.train_mask), val_mask=copy(part.val_mask), test_mask=copy(part.test_mask),
+    )  # fmt: skip
+    num_classes = meta.get("num_classes")
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"{os.path.join(store_dir, 'META.json')}: needs a positive integer 'num_classes'")
+    graph = RankGraph(num_nodes=part.num_nodes, block=block, nodes=nodes, num_features=int(meta["num_features"]),
+                      num_classes=num_classes)  # fmt: skip
+    return pg, graph
+
+
+def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whole: bool = False) -> tuple[object, RankGraph]:
+    """This rank's share of a graph every rank holds, split by ``pg``'s split if it has one (the
+    caller chose it), else by ``method`` (None: 'balanced'). A contiguous method ('balanced',
+    'contiguous') keeps the node order; a partition ('metis', 'random') is computed on rank 0, its
+    part ids reach the others through the control plane, and every rank relabels the graph so that
+    each part is one contiguous row range."""
+    num_classes = graph.num_classes
+    perm = None
+    method = method or "balanced"
+    if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
+        parts = partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges") if pg.rank == 0 else None
+        parts = control.bcast(parts, root=0)
+        graph, perm, ranges = relabel(graph, parts, pg.world_size)
+        pg = pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
+    elif pg.split is None:
+        pg = pg.with_split(contiguous_split(method if method in CONTIGUOUS_METHODS else "balanced", graph.in_degrees(), pg.world_size))
+    if pg.num_rows != graph.num_nodes:
+        raise ValueError(f"row split {pg.counts} does not cover the graph's {graph.num_nodes} nodes")
+    start, end = pg.rows
+    structure = Csr(graph.rowptr, graph.col)
+    block = structure if (start, end) == (0, graph.num_nodes) else Csr(*graph.rows(start, end))
+    node_ids = torch.arange(start, end) if perm is None else torch.from_numpy(perm[start:end])
+    nodes = NodeData(
+        node_ids=node_ids, x=graph.x[start:end], y=graph.y[start:end], train_mask=graph.train_mask[start:end],
+        val_mask=graph.val_mask[start:end], test_mask=graph.test_mask[start:end],
+    )  # fmt: skip
+    rank_graph = RankGraph(num_nodes=graph.num_nodes, block=block, nodes=nodes, num_features=graph.num_features,
+                           num_classes=num_classes, whole=structure if whole else None)  # fmt: skip
+    return pg, rank_graph

@@ -1,0 +1,113 @@
+"""A training mode decides how steps are made; a strategy decides how attention is split.
+
+One training loop (``trainer.py``) runs over the ``Step`` objects a ``Mode`` yields and evaluates on
+the ``EvalBatch`` it gives. Three modes exist (``modes.py``): the whole graph each step, sampled
+mini-batches, and isolated (Grappa) subgraphs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from dsgraph.modes.sync import EveryStep
+
+@dataclass(kw_only=True)
+class Step:
+    """One optimizer step's input on this rank."""
+
+    epoch: int
+    x: torch.Tensor  # [n, F] in the model's dtype, on the device
+    attention: object  # GraphAttention over these n rows
+    node_ids: torch.Tensor  # int64 [n], dataset ids (dropout masks)
+    loss_rows: torch.Tensor | slice  # which rows carry the loss
+    labels: torch.Tensor  # int64 [m], their labels
+    global_count: float
+    """The loss is sum(weights * losses) * W / global_count on every rank (ZeRO averages over W);
+    sum(weights * losses) / global_count in a ``local`` step."""
+    weights: torch.Tensor | None = None  # float32 [m]: per-row loss weights
+    dropout_step: int | None = None  # the dropout key's step (None: the optimizer step count)
+    reduce: bool = True
+    """Sum loss and accuracy (and ``summed``) over ranks for the row; False: this rank's own."""
+    summed: dict[str, float] = field(default_factory=dict)
+    """Numbers the row reports summed over ranks (with ``reduce``)."""
+    fields: dict = field(default_factory=dict)
+    """Columns of this mode's own for the step's metrics row."""
+    ends_epoch: bool = True
+    local: bool = False
+    """No gradient reduction: the rank steps on its own gradients (needs the mode's ``LocalSteps``)."""
+    sync: bool = False
+    """After this local step the ranks average their parameters (a super-epoch boundary)."""
+    sync_weight: float = 0.0
+    """This rank's weight in that average; the weights sum to 1 over the ranks."""
+    input_bytes: int = 0
+    """Bytes this rank sent to build the step's input (halo features), counted in ``comm_bytes``."""
+
+
+@dataclass(kw_only=True)
+class EvalBatch:
+    """The whole-graph forward that evaluation runs on this rank."""
+
+    x: torch.Tensor
+    attention: object
+    node_ids: torch.Tensor
+    y: torch.Tensor
+    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # train, val, test
+    reduce: bool = True
+    """Sum counts over ranks (each rank holds its own rows); False: every rank holds every row."""
+    dropout_step: int | None = None
+
+
+class Mode(ABC):
+    """How a run makes its steps. Built on the CPU (data loaded, ``pg`` with its row split), then
+    ``attach``-ed to the device once the engine exists (the model's dtype is known then)."""
+
+    name: str = ""
+    pg = None  # the GraphParallelGroup with the run's row split
+    num_features: int = 0
+    num_classes: int = 0
+
+    @abstractmethod
+    def attach(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Moves this rank's data to ``device`` (features in ``dtype``) and builds its attention."""
+
+    @abstractmethod
+    def steps(self, start_epoch: int, end_epoch: int | None = None) -> Iterator[Step]:
+        """Every step of epochs ``start_epoch`` .. ``end_epoch`` - 1 (default: the last epoch), in order."""
+
+    @abstractmethod
+    def eval_batch(self) -> EvalBatch:
+        """The evaluation input (the whole graph, split as the mode evaluates it)."""
+
+    @property
+    def strategy_label(self) -> str:
+        """The ``strategy`` column of metrics rows."""
+        return self.name
+
+    @property
+    def train_attention(self):
+        """The attention whose hooks (after_step, row_fields, drain_events) the loop calls."""
+        return None
+
+    def sync(self):
+        """How the ranks keep one model during this mode's steps (``dsgraph.modes.sync``)."""
+        return EveryStep()
+
+    def step_fields(self, step: Step, summed: dict[str, float]) -> dict:
+        """The row's columns from ``summed`` (already summed over ranks when the step reduces)."""
+        return dict(summed)
+
+    def epoch_line(self, epoch: int, rows: list[dict]) -> str:
+        """The log line of an epoch from its step rows."""
+        row = rows[-1]
+        return f"epoch {epoch:4d}  loss {row['loss']:.4f}  train_acc {row['train_acc']:.3f}"
+
+    def step_time_note(self, rows: list[dict]) -> str:
+        row = rows[-1]
+        return f"  step {row['step_time_s'] * 1e3:.0f} ms (comm {row['comm_time_s'] * 1e3:.0f} ms)"
+
+    def close(self) -> None:
+        """Stops background work (prefetch threads)."""

@@ -1,0 +1,190 @@
+"""Isolated (Grappa-style) training, mode 'isolated': every rank trains on its chunks' local
+subgraph (plus a halo cache) with one-rank attention, so a training step moves no activations.
+The chunks rotate round-robin every ``repart_every`` epochs (a super-epoch; see
+``dsgraph.modes.isolated.chunks``); the next super-epoch is loaded ahead by a background thread and its
+halo features arrive at the switch.
+
+Each epoch is a pass over the rank's training nodes in ``isolated_batch_size`` mini-batches (the
+same number of batches on every rank), each one optimizer step on the whole local subgraph with the
+loss on the batch: ``sum_i c_i * loss_i / |B|`` (the seed's batch-level correction, c from
+``isolated_correction``).
+
+- ``isolated_sync: "super_epoch"`` (the default, Grappa's): the steps are local (no collective) and
+  the ranks average their parameters after the last step of each super-epoch (``sync.LocalSteps``:
+  weighted by training nodes, the change since the last boundary sent in ``isolated_comm_dtype``).
+  Adam's moments are not averaged: each rank keeps its own (they describe its own gradients), so a
+  boundary sends the parameters once and nothing else. Gradient clipping uses the rank's own norm.
+  This needs ZeRO stage 0 in fp32 (the rank holds the whole optimizer state); other engines are
+  refused with a message naming the fix.
+- ``isolated_sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
+  ``sum_i c_i * loss_i * W / sum_r |B_r|``, the mean over the global batch.
+
+Evaluation is the normal full-graph path (the configured strategy over all ranks, on the same loaded
+dataset), so accuracy compares directly with the other modes; with local steps it runs only at
+super-epoch boundaries, where the ranks' parameters agree. A step row's ``loss`` and ``train_acc``
+cover this rank's batch only (a global value would need a collective in the step).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+from dsgraph.graph import load_dataset
+from dsgraph.modes.isolated.local_steps import LocalSteps
+from dsgraph.modes.sync import EveryStep
+from dsgraph.modes.isolated.chunks import (
+    RotationSchedule, assign_chunks, batch_sizes, default_num_chunks, num_batches, super_epoch_of,
+)  # fmt: skip
+from dsgraph.modes.isolated.chunk_store import (
+    COMM_DTYPES, ChunkLoader, ChunkPrefetcher, LoadSettings, SuperEpochData, exchange_halo, write_chunk_store,
+)  # fmt: skip
+from dsgraph.modes.full.mode import GraphOnRanks
+from dsgraph.graph.loading import raise_if_any_rank_failed
+from dsgraph.modes.base import Mode, Step
+from dsgraph.modes.sampled.mode import local_attention
+
+
+@dataclass(frozen=True, slots=True)
+class _EpochPlan:
+    """What the mini-batch steps of one epoch share."""
+
+    epoch: int
+    batches: int  # mini-batches per epoch, the same on every rank
+    counts: list[int]  # training nodes of every rank in this super-epoch
+    boundary: bool  # the epoch ends a super-epoch (or the run)
+    stall_s: float  # the switch's wait for the load, if the epoch starts a super-epoch
+    halo_time_s: float  # the switch's halo exchange
+    halo_bytes: int  # what the halo exchange sent
+    global_counts: list[int]  # loss rows of each mini-batch over all ranks (cut as tensor_split does)
+
+
+class Isolated(Mode):
+    """``switch_times`` lists (super-epoch, stall seconds, load seconds) of every switch."""
+
+    name = "isolated"
+
+    def __init__(self, cfg, pg, control, log, heartbeat):
+        self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
+        self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
+        heartbeat("start-up: loading the graph")
+        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        graph = graph.with_self_loops() if cfg.self_loops else graph
+        self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
+        self.pg = self.eval_ranks.pg
+        self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        heartbeat("start-up: writing the chunk store")
+        self.store_dir = self._write_store(graph)
+        self.data: SuperEpochData | None = None
+        self.switch_times: list[tuple[int, float, float]] = []
+        self.local = cfg.isolated.sync == "super_epoch"
+        s = self.schedule
+        log(f"isolated: {s.num_chunks} {cfg.isolated.chunk_method} chunks, {s.chunks_per_rank} per rank, rotating round-robin "
+            f"every {cfg.isolated.repart_every} epochs (cycle {s.cycle_length} super-epochs), sync every "
+            f"{'super-epoch' if self.local else 'step'}, batches of {cfg.isolated.batch_size or 'all'}, "
+            f"halo cache {cfg.isolated.halo_fraction:.0%}, correction '{cfg.isolated.correction}', "
+            f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}")  # fmt: skip
+
+    def _write_store(self, graph) -> str:
+        """Rank 0 chooses the chunks; with ``isolated_store`` rank 0 writes the store there, otherwise
+        every rank writes its own copy in a temporary folder (removed at exit)."""
+        cfg, rank = self.cfg, self.pg.rank
+        num_chunks = self.schedule.num_chunks
+        chunk_of = assign_chunks(graph, num_chunks, cfg.isolated.chunk_method, cfg.seed) if rank == 0 else None
+        chunk_of = self.control.bcast(chunk_of, root=0)
+        if cfg.isolated.store is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"dsgraph-chunks-r{rank}-")
+            store_dir, writer = os.path.join(self._tmp.name, "store"), True
+        else:
+            store_dir, writer = cfg.isolated.store, rank == 0
+        error = None
+        if writer:
+            try:
+                write_chunk_store(graph, chunk_of, num_chunks, store_dir, method=cfg.isolated.chunk_method, seed=cfg.seed, dataset=cfg.dataset)
+            except (ValueError, OSError) as err:
+                error = ValueError(f"writing the chunk store {store_dir} failed: {err}")
+        raise_if_any_rank_failed(self.control, error)  # also makes the other ranks wait for rank 0's store
+        return store_dir
+
+    def sync(self):
+        return LocalSteps(COMM_DTYPES[self.cfg.isolated.comm_dtype]) if self.local else EveryStep()
+
+    def attach(self, device, dtype):
+        cfg = self.cfg
+        self.eval_ranks.attach(device, dtype)
+        settings = LoadSettings(correction=cfg.isolated.correction, layers=cfg.layers, halo_fraction=cfg.isolated.halo_fraction,
+                                halo_self_loops=cfg.self_loops, repart_every=cfg.isolated.repart_every, epochs=cfg.epochs, seed=cfg.seed)  # fmt: skip
+        self.loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
+        self.chunks = ChunkPrefetcher(self.loader, cfg.isolated.prefetch)
+
+    def _switch(self, super_epoch: int) -> tuple[float, float, int]:
+        """Makes ``super_epoch``'s data current (its halo filled), starts loading the next one;
+        returns the stall (seconds waiting for the load), the halo exchange's seconds (with the
+        wait for the other ranks to arrive) and the halo bytes this rank sent."""
+        previous = self.data
+        reuse = previous is not None and previous.super_epoch == super_epoch - 1
+        self.data, stall = self.chunks.get(super_epoch, reuse)
+        if (super_epoch + 1) * self.cfg.isolated.repart_every < self.cfg.epochs:
+            self.chunks.prefetch(super_epoch + 1, reuse=True)
+        start = time.perf_counter()
+        halo_bytes = exchange_halo(self.data, previous, self.pg, COMM_DTYPES[self.cfg.isolated.comm_dtype])
+        halo_time = time.perf_counter() - start
+        self.attention = local_attention(self.data.graph, self.cfg.backend)
+        self.switch_times.append((super_epoch, stall, self.data.load_time_s))
+        return stall, halo_time, halo_bytes
+
+    def _batches(self, super_epoch: int) -> tuple[int, list[int]]:
+        """(mini-batches per epoch, training nodes of every rank) in ``super_epoch``."""
+        counts = self.loader.rank_train_counts(super_epoch)
+        return num_batches(counts, self.cfg.isolated.batch_size), counts
+
+    def _first_step(self, epoch: int) -> int:
+        """Steps before ``epoch`` (the same on every rank): the dropout masks' step key."""
+        r = self.cfg.isolated.repart_every
+        before = sum(self._batches(s)[0] * r for s in range(super_epoch_of(epoch, r)))
+        return before + (epoch % r) * self._batches(super_epoch_of(epoch, r))[0]
+
+    def steps(self, start_epoch, end_epoch=None):
+        first = self._first_step(start_epoch)
+        for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
+            steps = self.epoch_steps(epoch, first)
+            first += len(steps)
+            yield from steps
+
+    def epoch_steps(self, epoch: int, first_step: int) -> list[Step]:
+        """The epoch's mini-batch steps; the first one after a switch carries the halo bytes."""
+        r = self.cfg.isolated.repart_every
+        s = super_epoch_of(epoch, r)
+        stall, halo_time, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
+        batches, counts = self._batches(s)
+        plan = _EpochPlan(epoch=epoch, batches=batches, counts=counts, boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
+                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes,
+                          global_counts=[sum(sizes) for sizes in zip(*(batch_sizes(c, batches) for c in counts))])  # fmt: skip
+        rows = self.data.orders[epoch - s * r].tensor_split(batches)
+        return [self._step(plan, j, rows[j], first_step + j) for j in range(batches)]
+
+    def _step(self, plan: "_EpochPlan", j: int, rows, dropout_step: int) -> Step:
+        data, last, first = self.data, j == plan.batches - 1, j == 0
+        graph, nodes, halo = data.graph, data.graph.nodes, data.halo
+        fields = {"super_epoch": data.super_epoch, "chunks": list(data.chunks), "batch": j, "batches": plan.batches,
+                  "coverage": data.coverage, "local_nodes": graph.num_nodes, "local_edges": graph.block.num_edges,
+                  "halo_nodes": data.halo_nodes, "halo_reused": halo.reuse_dst.numel(), "halo_hits": data.halo_hits,
+                  "halo_misses": data.halo_misses, "halo_hit_rate": data.halo_hits / max(data.halo_hits + data.halo_misses, 1),
+                  "halo_bytes": plan.halo_bytes if first else 0, "halo_time_s": plan.halo_time_s if first else 0.0,
+                  "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
+        total = sum(plan.counts)
+        count = len(rows) if self.local else plan.global_counts[j]
+        return Step(epoch=plan.epoch, x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
+                    labels=nodes.y[rows], weights=data.row_weights[rows], global_count=max(count, 1), dropout_step=dropout_step,
+                    reduce=False, fields=fields, ends_epoch=last, local=self.local, sync=self.local and plan.boundary and last,
+                    sync_weight=plan.counts[self.pg.rank] / total if total else 1.0 / len(plan.counts),
+                    input_bytes=plan.halo_bytes if first else 0)  # fmt: skip
+
+    def eval_batch(self):
+        return self.eval_ranks.eval_batch()
+
+    def close(self):
+        if getattr(self, "chunks", None) is not None:
+            self.chunks.close()

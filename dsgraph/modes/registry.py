@@ -1,0 +1,24 @@
+"""The training modes, registered once: how a run makes its steps (``base.py`` says what a mode is).
+
+A new mode is its own package beside these (its ``Mode`` subclass, its data path, a config section
+of its own if it has settings) plus one line in ``MODES``.
+"""
+
+from __future__ import annotations
+
+from dsgraph.modes.full.mode import FullGraph
+from dsgraph.modes.isolated.mode import Isolated
+from dsgraph.modes.sampled.mode import Sampled
+
+MODES = {mode.name: mode for mode in (FullGraph, Sampled, Isolated)}  # the registry: one entry per mode
+
+
+def mode_names() -> list[str]:
+    return list(MODES)
+
+
+def make_mode(cfg, pg, control, log, heartbeat):
+    """The configured mode, with this rank's data loaded (on the CPU)."""
+    if cfg.mode not in MODES:
+        raise ValueError(f"unknown mode '{cfg.mode}'; choose from {', '.join(MODES)}")
+    return MODES[cfg.mode](cfg, pg, control, log, heartbeat)

@@ -1,0 +1,144 @@
+"""Sampled mini-batch training (mode 'sampled') on the same model, kernels and DeepSpeed engine.
+
+Ranks are data-parallel over seed nodes: every epoch the training nodes are shuffled (keyed by seed
+and epoch) and cut into global batches of ``batch_size``; each rank takes its share of a batch,
+samples its L-hop subgraph (``dsgraph.modes.sampled``), and runs the unchanged Graph Transformer on that
+compact graph, held whole by the rank (no graph-parallel traffic). The loss is taken on the seed
+rows as ``local_sum * W / global_batch``, so DeepSpeed's gradient averaging over W ranks gives the
+mean over the global batch. A background thread prepares batches (sampling and feature gathering)
+up to ``prefetch_depth`` ahead; features come from a store in fp32 or bf16 with a hot-node cache.
+
+Evaluation runs the model on the whole graph on every rank (all ranks must run the forward under
+ZeRO-3), so it needs the graph to fit one rank, as Cora and rmat graphs up to a few million edges do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dsgraph.comm import GraphParallelGroup
+from dsgraph.graph import load_dataset
+from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph, whole_graph
+from dsgraph.parallel import StrategyContext, get_strategy
+from dsgraph.modes.sampled import (
+    FEATURE_DTYPES, BatchBuilder, FeatureStore, MiniBatch, NeighborSampler, Prefetcher, epoch_batches,
+    sampling_frequency_scores,
+)  # fmt: skip
+from dsgraph.modes.base import EvalBatch, Mode, Step
+
+LOCAL_STRATEGY = "ag"  # a graph held whole by one rank: the plain op (every strategy reduces to it on one rank)
+
+
+def local_attention(graph: RankGraph, backend: str):
+    """The attention of a graph held whole by this rank (already on its device)."""
+    pg = GraphParallelGroup.single(graph.num_nodes)
+    return get_strategy(LOCAL_STRATEGY).build(graph, pg, StrategyContext(heads=1, backend=backend))
+
+
+def batch_graph(batch: MiniBatch, num_features: int, num_classes: int) -> RankGraph:
+    """A mini-batch as a rank graph: its compact subgraph, with the seeds' labels (seeds first, the
+    other rows unlabelled) and the seeds as the training rows."""
+    sub = batch.graph
+    n, seeds = sub.num_nodes, sub.num_seeds
+    y = torch.full((n,), -1, dtype=torch.int64)
+    y[:seeds] = batch.y
+    train = torch.zeros(n, dtype=torch.bool)
+    train[:seeds] = True
+    none = torch.zeros(n, dtype=torch.bool)
+    nodes = NodeData(node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none)
+    csr = Csr(sub.rowptr, sub.col)
+    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=num_features, num_classes=num_classes)
+
+
+class Sampled(Mode):
+    """One epoch is a pass over the training nodes in global batches."""
+
+    name = "sampled"
+
+    def __init__(self, cfg, pg, control, log, heartbeat):
+        self.cfg, self.pg, self.log = cfg, pg, log
+        heartbeat("start-up: loading the graph")
+        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
+        if self.train_ids.size == 0:
+            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        self.batches_per_epoch = len(epoch_batches(self.train_ids, cfg.sampled.batch_size, cfg.seed, 0, pg.world_size))
+        self.graph = graph
+
+    def attach(self, device, dtype):
+        cfg, graph = self.cfg, self.graph
+        self.device, self.dtype = device, dtype
+        hot = sampling_frequency_scores(graph.rowptr, graph.col, cfg.sampled.fanouts[-1]) if cfg.sampled.cache_fraction else None
+        self.store = FeatureStore(graph.x, dtype=FEATURE_DTYPES[cfg.sampled.feature_dtype], cache_fraction=cfg.sampled.cache_fraction,
+                                  hot_scores=hot, device=device)  # fmt: skip
+        sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.self_loops)
+        self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed)
+        self.eval_source = graph.with_self_loops() if cfg.self_loops else graph
+        self.graph = None
+        self.log(
+            f"sampled: fanouts {cfg.sampled.fanouts}, batch {cfg.sampled.batch_size} over {self.pg.world_size} rank(s), "
+            f"{self.batches_per_epoch} steps/epoch, prefetch depth {cfg.sampled.prefetch_depth}; features "
+            f"{self.store.table_bytes / 2**20:.1f} MB ({cfg.sampled.feature_dtype}), cache {self.store.cached_ids.numel()} "
+            f"nodes ({self.store.cache_bytes / 2**20:.1f} MB)"
+        )
+
+    def prepare(self, epoch: int, index: int) -> MiniBatch:
+        """Batch ``index`` of ``epoch`` for this rank."""
+        batches = epoch_batches(self.train_ids, self.cfg.sampled.batch_size, self.cfg.seed, epoch, self.pg.world_size)
+        return self.builder.build(epoch, index, batches[index], self.pg.rank, self.pg.world_size)
+
+    def steps(self, start_epoch, end_epoch=None):
+        """One prefetcher feeds every step from ``start_epoch`` on, so the queue keeps filling across
+        epoch ends, evaluations and checkpoints."""
+        end = self.cfg.epochs if end_epoch is None else end_epoch
+        nb = self.batches_per_epoch
+        produce = lambda i: self.prepare(start_epoch + i // nb, i % nb)  # noqa: E731
+        with Prefetcher(produce, (end - start_epoch) * nb, self.cfg.sampled.prefetch_depth) as batches:
+            for batch in batches:
+                yield self._step(batch, batches.last_wait)
+
+    def _step(self, batch: MiniBatch, queue_wait_s: float) -> Step:
+        graph = batch_graph(batch, self.num_features, self.num_classes).to(self.device, self.dtype)
+        nodes, sub = graph.nodes, batch.graph
+        return Step(
+            epoch=batch.epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
+            loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=batch.global_size,
+            summed={"sampled_nodes_before_dedup": sub.nodes_before_dedup, "sampled_nodes_after_dedup": sub.num_nodes,
+                    "sampled_edges": sub.num_edges, "cache_hits": batch.cache_hits, "queue_wait_s": queue_wait_s,
+                    "prepare_time_s": batch.sample_time_s + batch.gather_time_s},
+            fields={"batch": batch.index}, ends_epoch=batch.index + 1 == self.batches_per_epoch,
+        )  # fmt: skip
+
+    def step_fields(self, step, summed):
+        world = self.pg.world_size
+        return {
+            "sampled_nodes_before_dedup": int(summed["sampled_nodes_before_dedup"]),
+            "sampled_nodes_after_dedup": int(summed["sampled_nodes_after_dedup"]),
+            "sampled_edges": int(summed["sampled_edges"]),
+            "cache_hit_rate": summed["cache_hits"] / max(summed["sampled_nodes_after_dedup"], 1.0),
+            "queue_wait_s": summed["queue_wait_s"] / world,
+            "prepare_time_s": summed["prepare_time_s"] / world,
+        }
+
+    def eval_batch(self):
+        """The whole graph on every rank (so every rank counts every node: no reduction), moved to
+        the device for this evaluation only."""
+        graph = whole_graph(self.eval_source).to(self.device, self.dtype)
+        nodes = graph.nodes
+        return EvalBatch(x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
+                         y=nodes.y, masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), reduce=False)  # fmt: skip
+
+    def epoch_line(self, epoch, rows):
+        mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
+        dedup = 1.0 - mean("sampled_nodes_after_dedup") / max(mean("sampled_nodes_before_dedup"), 1.0)
+        return (
+            f"epoch {epoch:4d}  loss {mean('loss'):.4f}  train_acc {mean('train_acc'):.3f}  steps {len(rows)}  "
+            f"step {mean('step_time_s') * 1e3:.0f} ms  wait {mean('queue_wait_s') * 1e3:.1f} ms  "
+            f"nodes {mean('sampled_nodes_after_dedup'):.0f} (dedup -{100 * dedup:.0f}%)  "
+            f"cache hit {100 * mean('cache_hit_rate'):.0f}%"
+        )
+
+    def step_time_note(self, rows):
+        return ""

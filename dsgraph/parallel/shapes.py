@@ -1,0 +1,201 @@
+"""What AGP's model knows of a graph and of a model: sizes, and how rows split over p ranks."""
+
+from __future__ import annotations
+
+from dsgraph.comm.compress import get_codec
+from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
+from dsgraph.graph.split import contiguous_split
+from dsgraph.models.blocks import padded_head_dim
+from dsgraph.models.options import BLOCKS, HEADS
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SplitShape:
+    """Rows split into p contiguous ranges: per part its nodes, in-edges, the distinct remote sources
+    its rows read (its halo) and the rows of it that other parts read (what a halo exchange sends)."""
+
+    part_nodes: list[int]
+    part_edges: list[int]
+    halo_sizes: list[int]
+    send_sizes: list[int]
+
+    @classmethod
+    def from_quality(cls, q) -> "SplitShape":
+        """From a ``PartitionQuality`` of the split."""
+        return cls(list(q.part_nodes), list(q.part_edges), list(q.halo_sizes), list(q.send_sizes))
+
+    @classmethod
+    def even(cls, num_nodes: int, num_edges: int, p: int, halo_fraction: float = 0.0) -> "SplitShape":
+        """A graph known by its sizes only: equal parts, and a halo of ``halo_fraction`` of the
+        remote nodes per part (sent as much as received)."""
+        n = math.ceil(num_nodes / p)
+        halo = int(halo_fraction * (num_nodes - n))
+        return cls([n] * p, [math.ceil(num_edges / p)] * p, [halo] * p, [halo] * p)
+
+    def largest(self) -> tuple[int, int]:
+        """The most nodes and the most in-edges any part has (each part's memory and work bound)."""
+        return max(self.part_nodes), max(self.part_edges)
+
+
+@dataclass(slots=True)
+class GraphShape:
+    """What the model needs to know about a graph."""
+
+    num_nodes: int
+    num_edges: int
+    rows: dict[int, SplitShape] = field(default_factory=dict)
+    """Per rank count: the row split that strategies on their own rows (or the whole graph) use.
+    Missing: equal parts."""
+    partitions: dict[int, SplitShape] = field(default_factory=dict)
+    """Per rank count: a partition with few cut edges; strategies that need one are infeasible
+    at a p without it."""
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1 or self.num_edges < 0:
+            raise ValueError(f"graph shape: need num_nodes >= 1 and num_edges >= 0, got {self.num_nodes}, {self.num_edges}")
+
+    def row_split(self, p: int) -> SplitShape:
+        return self.rows.get(p) or SplitShape.even(self.num_nodes, self.num_edges, p)
+
+    @classmethod
+    def from_counts(cls, num_nodes: int, num_edges: int, rank_counts, halo_fraction: float | None = None) -> "GraphShape":
+        """A graph known only by its sizes: even parts, and (when ``halo_fraction`` is given) an
+        assumed partition whose parts read ``halo_fraction * (N - N/p)`` remote rows, for
+        projections of graphs that are not at hand."""
+        shape = cls(int(num_nodes), int(num_edges))
+        if halo_fraction is not None:
+            if not 0.0 <= halo_fraction <= 1.0:
+                raise ValueError(f"halo fraction must be in [0, 1], got {halo_fraction}")
+            for p in rank_counts:
+                shape.partitions[p] = SplitShape.even(num_nodes, num_edges, p, halo_fraction)
+        return shape
+
+    @classmethod
+    def from_graph(cls, graph, rank_counts, partition_method: str | None = "metis", seed: int = 0) -> "GraphShape":
+        """Measures ``graph`` for every p in ``rank_counts``: the default row split, and (when
+        ``partition_method`` is given) a partition with that method, relabelled."""
+        shape = cls(graph.num_nodes, graph.num_edges)
+        for p in rank_counts:
+            if p > graph.num_nodes:
+                continue
+            starts = contiguous_split("balanced", graph.in_degrees(), p).starts
+            ranges = [(starts[r], starts[r + 1]) for r in range(p)]
+            shape.rows[p] = SplitShape.from_quality(partition_quality(graph, ranges))
+            if partition_method is None:
+                continue
+            parts = partition_nodes(graph, p, partition_method, seed=seed, metis_balance="edges")
+            relabelled, _, part_ranges = relabel(graph, parts, p)
+            shape.partitions[p] = SplitShape.from_quality(partition_quality(relabelled, part_ranges))
+        return shape
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """Model sizes: L attention layers of hidden size d with H heads, arranged as the config's
+    ``model`` section says (``block``, ``head``, ``input_projection``; ``dsgraph/models/options.py``).
+    The defaults here are the Transformer block with a linear classifier."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn_mult: int = 2
+    in_dim: int = 0
+    num_classes: int = 0
+    checkpoint_every: int = 0
+    """Activation checkpointing of blocks 0, k, 2k, ... (k = checkpoint_every); 0: none."""
+    checkpoint_nested: bool = False
+    """With checkpointing: a Transformer block keeps only its input, and its backward runs the
+    attention sublayer's forward twice (``checkpoint_nested`` in the config)."""
+    comm_dtype: str = "none"
+    """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
+    comm_grad_dtype: str = "none"
+    """How their gradients travel."""
+    comm_chunks: int = 1
+    """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
+    regather_kv: bool = False
+    """GP-AG all-gathers K and V again in backward instead of keeping them (``regather_kv``; off
+    under checkpointing, whose recompute gathers them anyway)."""
+    block: str = "transformer"
+    """'transformer' (attention, W_o, then an FFN) or 'attention' (GAT-shaped: q, k, v and an ELU)."""
+    head: str = "linear"
+    """'linear' (a classifier after the last block) or 'attention' (the last attention layer has class
+    logits as values: H x pad(C) wide, its own layer kind)."""
+    input_projection: bool = True
+    """A Linear(in_dim, hidden) before the first block."""
+
+    def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
+        """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""
+        return get_codec(self.comm_grad_dtype if gradient else self.comm_dtype).wire_bytes(values_per_row, dtype_bytes)
+
+    def __post_init__(self) -> None:
+        if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:
+            raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
+        if self.block not in BLOCKS or self.head not in HEADS:
+            raise ValueError(f"model shape: block must be one of {BLOCKS} and head one of {HEADS}, got {self}")
+        if self.head == "attention" and self.num_classes < 1:
+            raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def layer_kinds(self) -> list["LayerKind"]:
+        """The model's attention layers grouped by kind: the hidden blocks, then (head 'attention') the
+        output layer, which attends with H x pad(C) values; each with how many of them checkpointing
+        recomputes (blocks 0, k, 2k, ... of all of them, as ``models/checkpointing.py`` picks)."""
+        d, k, f = self.hidden, self.checkpoint_every, self.ffn_mult
+        hidden = self.layers - (self.head == "attention")
+
+        def checkpointed(first: int, stop: int) -> int:
+            return sum(1 for i in range(first, stop) if k and i % k == 0)
+
+        ffn = self.block == "transformer"
+        kinds = [LayerKind(self, hidden, checkpointed(0, hidden), d * d * (4 + 2 * f if ffn else 3), ffn)] if hidden else []
+        if self.head == "attention":
+            c = padded_head_dim(self.num_classes)
+            out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
+            kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), d * self.heads * (2 * c + self.num_classes), False))
+        return kinds
+
+    @property
+    def num_params(self) -> int:
+        d, f, c = self.hidden, self.ffn_mult, self.num_classes
+        total = 2 * d  # a final norm
+        for kind in self.layer_kinds():
+            per_layer = kind.macs_per_node + (9 * d + f * d if kind.ffn else kind.shape.hidden * 3)  # weights + biases, norms
+            total += kind.count * per_layer
+        if self.input_projection:
+            total += self.in_dim * d + d
+        if self.head == "linear":
+            total += d * c + c
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKind:
+    """Attention layers of one kind, as AGP counts them."""
+
+    shape: ModelShape
+    """The sizes the layer runs at (``hidden`` = H x its head dim; the strategies' cost terms take it)."""
+    count: int
+    checkpointed: int
+    """How many of them activation checkpointing recomputes."""
+    macs_per_node: int
+    """Multiply-adds per node of its projections (QKV, W_o and FFN; the output layer's q, k and logits)."""
+    ffn: bool
+    """A Transformer block: an FFN sublayer after the attention (checkpointed per sublayer, or nested)."""
+
+    @property
+    def attention_macs_per_node(self) -> int:
+        """The attention sublayer's share of ``macs_per_node`` (what a nested recompute runs again)."""
+        return self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node
+
+    @property
+    def attention_recomputes(self) -> int:
+        """Forwards of its attention (and collectives) that checkpointing adds per iteration."""
+        return self.checkpointed * (2 if self.ffn and self.shape.checkpoint_nested else 1)
