@@ -78,18 +78,16 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, att: "RingAttention"):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        own = torch.stack([k, v]).detach().view(-1, *k.shape[1:])  # [2 n, H, D]
-        payload, held = att.codec.encode(own), own  # what travels, and the block it stands for
+        payload = att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None  # [2 n, H, D]
         parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
-            k_s, v_s = held.view(2, -1, *k.shape[1:])
+            k_s, v_s = (k.detach(), v.detach()) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
             parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, backend=att.backend)
             whole = (parts[s].y, parts[s].lse) if whole is None else merge(whole, parts[s])
             if pending is not None:
                 payload = pending.wait()
-                held = att.codec.decode(payload, own)
         ctx.save_for_backward(q, k, v, *whole, *(t for part in parts for t in (part.lse, *part.saved)))
         ctx.att, ctx.saved_per_part = att, 1 + len(parts[0].saved)  # through save_for_backward: checkpointing's hooks see them
         return whole[0].to(q.dtype)
@@ -100,28 +98,27 @@ class _Ring(torch.autograd.Function):
         q, k, v, y, lse, *flat = (t.detach() for t in ctx.saved_tensors)
         att, n = ctx.att, ctx.saved_per_part
         parts = [Partial(y, flat[i], tuple(flat[i + 1 : i + n])) for i in range(0, len(flat), n)]  # the block's y is not read
-        whole = (y, lse) if len(parts) > 1 else None  # one block: it is the whole attention
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        own = torch.stack([k, v]).view(-1, *k.shape[1:])
-        payload, held = att.codec.encode(own), own  # the same encoding as in forward: the same K/V
+        if p == 1:  # one block: the whole attention, nothing travels
+            needs = tuple(ctx.needs_input_grad[:3])
+            return (*attention_backward(*att.blocks[0], q, k, v, parts[0], dy, backend=att.backend, needs=needs), None)
+        payload = att.codec.encode(torch.stack([k, v]).view(-1, *k.shape[1:]))  # the same encoding as in forward: the same K/V
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
-            k_s, v_s = held.view(2, -1, *k.shape[1:])
-            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, whole=whole, backend=att.backend)
+            k_s, v_s = (k, v) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
+            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, whole=(y, lse), backend=att.backend)
             dq += dq_b
             acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
             if arriving is not None:
                 acc += att.grad_codec.decode(arriving.wait(), acc).float()
             send = att.grad_codec.encode(acc.to(k.dtype))
-            arriving = start_ring_shift(send, att.rows_shape(s - 1, send), pg) if p > 1 else None
+            arriving = start_ring_shift(send, att.rows_shape(s - 1, send), pg)
             if pending is not None:
                 payload = pending.wait()
-                held = att.codec.decode(payload, own)
-        grads = att.grad_codec.decode(arriving.wait(), own).float() if arriving is not None else acc
-        grads = grads.view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
+        grads = att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
         return (dq.to(q.dtype) if need[0] else None, grads[0].to(k.dtype) if need[1] else None,
                 grads[1].to(v.dtype) if need[2] else None, None)  # fmt: skip
