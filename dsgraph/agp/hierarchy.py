@@ -86,33 +86,34 @@ def node_then_rank_split(graph, p: int, ranks_per_node: int, method: str = "meti
 
 
 def estimated_node_split(num_nodes: int, num_edges: int, p: int, ranks_per_node: int, halo_fraction: float,
-                         node_halo_fraction: float | None = None) -> NodeSplitShape:  # fmt: skip
-    """Even parts whose halo is ``halo_fraction`` of the remote nodes (``SplitShape.even``); of it, the
-    share on other nodes is estimated:
+                         node_halo_fraction: float | None = None, cross_node_share: float | None = None) -> NodeSplitShape:  # fmt: skip
+    """Even parts whose halo is ``halo_fraction`` of the remote nodes (``SplitShape.even``), with
+    estimates of what lies on other nodes:
 
-    - ``node_halo_fraction`` None: the remote rows spread evenly over the other ranks, (P - g) / (P - 1)
-      of the halo (no locality between nodes: an upper bound for a node-then-rank partition);
-    - ``node_halo_fraction`` F: the node's halo is F x (N - N/n) rows (the assumed fraction at the node
-      level), split evenly over its g ranks (no rank reads more than its whole halo)."""
+    - a rank's cross-node halo: ``cross_node_share`` of its halo; None: the remote rows spread evenly
+      over the other ranks, (P - g) / (P - 1) of it (no locality between nodes: an upper bound for a
+      node-then-rank partition);
+    - a node's halo (the union over its ranks, for the a2a|halo placement): ``node_halo_fraction`` of
+      the nodes on other nodes; None: the union of g independent reads of the rank's cross-node halo."""
     g = ranks_per_node
     n = p // g
     even = SplitShape.even(num_nodes, num_edges, p, halo_fraction)
-    others = num_nodes - num_nodes / n  # nodes on other nodes
-    if node_halo_fraction is None:
-        inter = [round(h * (p - g) / (p - 1)) if p > 1 else 0 for h in even.halo_sizes]
-        node_halo = others * (1 - (1 - max(inter) / others) ** g)  # the union of g such reads, independent
-        source = (f"estimate from the graph's size: halo {halo_fraction:g} of the remote nodes, spread evenly over the other "
-                  f"ranks, so {p - g}/{p - 1} of it on other nodes (an upper bound for a node-then-rank partition)")  # fmt: skip
-    else:
-        node_halo = node_halo_fraction * others
-        inter = [min(h, round(node_halo / g)) for h in even.halo_sizes]
-        source = (f"estimate from the graph's size: halo {halo_fraction:g} of the remote nodes per rank; a node's halo "
-                  f"{node_halo_fraction:g} of the nodes on other nodes, split evenly over its {g} ranks")  # fmt: skip
+    others = num_nodes - num_nodes / n  # graph nodes on other nodes
+    share = (p - g) / (p - 1) if cross_node_share is None else cross_node_share
+    if not 0.0 <= share <= 1.0 or not 0.0 <= (node_halo_fraction or 0.0) <= 1.0:
+        raise ValueError(f"cross-node share and node halo fraction must be in [0, 1], got {cross_node_share}, {node_halo_fraction}")
+    inter = [round(h * share) for h in even.halo_sizes]
+    node_halo = others * (1 - (1 - max(inter) / others) ** g) if node_halo_fraction is None else node_halo_fraction * others
+    source = (f"estimate from the graph's size: halo {halo_fraction:g} of the remote nodes per rank, "
+              + (f"{p - g}/{p - 1} of it on other nodes (spread evenly over the other ranks: an upper bound for a node-then-rank "
+                 "partition)" if cross_node_share is None else f"{cross_node_share:g} of it on other nodes (--cross-node-share)")
+              + ("" if node_halo_fraction is None else f"; a node's halo {node_halo_fraction:g} of the nodes on other nodes"))  # fmt: skip
     return NodeSplitShape(even.part_nodes, even.part_edges, even.halo_sizes, even.send_sizes, g, inter, [round(node_halo)] * n, source)
 
 
 def add_node_splits(shape: GraphShape, rank_counts, ranks_per_node: int, *, graph=None, method: str = "metis",
-                    halo_fraction: float | None = None, node_halo_fraction: float | None = None, seed: int = 0) -> list[str]:  # fmt: skip
+                    halo_fraction: float | None = None, node_halo_fraction: float | None = None,
+                    cross_node_share: float | None = None, seed: int = 0) -> list[str]:  # fmt: skip
     """Replaces ``shape.partitions[p]`` for every p in ``rank_counts`` that spans nodes by a split that
     knows its cross-node halo: measured on ``graph`` when given, else estimated (needs
     ``halo_fraction``). Returns one line per p saying which."""
@@ -125,7 +126,8 @@ def add_node_splits(shape: GraphShape, rank_counts, ranks_per_node: int, *, grap
                 continue
             split = node_then_rank_split(graph, p, ranks_per_node, method, seed)
         elif halo_fraction is not None:
-            split = estimated_node_split(shape.num_nodes, shape.num_edges, p, ranks_per_node, halo_fraction, node_halo_fraction)
+            split = estimated_node_split(shape.num_nodes, shape.num_edges, p, ranks_per_node, halo_fraction, node_halo_fraction,
+                                         cross_node_share)  # fmt: skip
         else:
             continue
         shape.partitions[p] = split

@@ -34,9 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--nodes", type=float, help="node count N (with --edges, instead of --dataset)")
     g.add_argument("--edges", type=float, help="edge count E")
     g.add_argument("--halo-fraction", type=float, help="with --nodes/--edges: assumed halo per rank as a fraction of the remote nodes")
+    g.add_argument("--cross-node-share", type=float,
+                   help="with --nodes/--edges on several nodes: the share of a rank's halo that lives on other nodes (default: "
+                        "(P - g) / (P - 1), the halo spread evenly over the other ranks; an upper bound for a node-then-rank partition)")
     g.add_argument("--node-halo-fraction", type=float,
-                   help="with --nodes/--edges on several nodes: assumed halo of a whole node as a fraction of the nodes on other "
-                        "nodes (default: a rank's halo spread evenly over the other ranks, an upper bound)")
+                   help="with --nodes/--edges on several nodes: a node's halo as a fraction of the graph nodes on other nodes, for "
+                        "the a2a|halo placement (default: the union of its ranks' cross-node halos, read independently)")
     g.add_argument("--partition-method", "--halo-method", dest="partition_method", default="metis", choices=[*METHODS, "none"],
                    help="partitioner for the strategies that need a partition (default metis; none: no partition)")
     g.add_argument("--self-loops", action=argparse.BooleanOptionalAction, default=True, help="add self loops as training does (default on)")
@@ -118,13 +121,16 @@ def _graph_and_sizes(args, profile) -> tuple[GraphShape, int, int, list[str], ob
         graph = load_dataset(args.dataset)
         if args.self_loops:
             graph = graph.with_self_loops()
-        shape = GraphShape.from_graph(graph, [p for p in ranks if g is None or p <= g], partition_method=method)
+        shape = GraphShape.from_graph(graph, ranks, partition_method=None)  # the row splits at every p
+        flat = GraphShape.from_graph(graph, [p for p in ranks if g is None or p <= g], partition_method=method)
+        shape.partitions.update(flat.partitions)  # flat partitions within a node; node-then-rank ones beyond
         notes = add_node_splits(shape, ranks, g, graph=graph, method=method) if g and method else []
         return shape, graph.num_features, graph.num_classes, notes, graph
     if args.nodes is None or args.edges is None:
         raise ValueError("give --dataset, or both --nodes and --edges")
     shape = GraphShape.from_counts(args.nodes, args.edges, ranks, args.halo_fraction)
-    notes = add_node_splits(shape, ranks, g, halo_fraction=args.halo_fraction, node_halo_fraction=args.node_halo_fraction) if g else []
+    notes = add_node_splits(shape, ranks, g, halo_fraction=args.halo_fraction, node_halo_fraction=args.node_halo_fraction,
+                            cross_node_share=args.cross_node_share) if g else []  # fmt: skip
     return shape, 0, 0, notes, None
 
 
@@ -244,7 +250,7 @@ def _next_smaller(args, profile, graph, model, predictions, world, cap, loaded, 
             g = GraphShape.from_counts(args.nodes, args.edges, [p], halo_fraction)
             if profile.hierarchy is not None:
                 add_node_splits(g, [p], profile.hierarchy.ranks_per_node, halo_fraction=halo_fraction,
-                                node_halo_fraction=args.node_halo_fraction)  # fmt: skip
+                                node_halo_fraction=args.node_halo_fraction, cross_node_share=args.cross_node_share)  # fmt: skip
         return predict_all(g, shape, profile, p, rank_counts=[p])
 
     fixes = remedies(p, model, repredict, args.halo_fraction if loaded is None else None, cap)

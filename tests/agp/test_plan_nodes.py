@@ -117,7 +117,7 @@ def test_halo_knows_its_cross_node_share():
     model = ModelShape(layers=2, hidden=64, heads=4)
     graph = GraphShape.from_counts(40_000, 400_000, [4], halo_fraction=0.1)
     uniform = predict("halo", 4, graph, model, profile)
-    graph.partitions[4] = estimated_node_split(40_000, 400_000, 4, 2, 0.1, node_halo_fraction=0.02)
+    graph.partitions[4] = estimated_node_split(40_000, 400_000, 4, 2, 0.1, cross_node_share=0.1)
     local = predict("halo", 4, graph, model, profile)
     assert local.inter_node_bytes < uniform.inter_node_bytes and local.comm_s < uniform.comm_s
     assert local.memory_bytes == pytest.approx(uniform.memory_bytes)  # the same halo rows, from nearer ranks
