@@ -47,7 +47,12 @@ def command(graph: str, world: int) -> list[str]:
     return args
 
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
 def run(args: list[str]) -> tuple[int, dict | None, str]:
+    """``dsgraph plan`` with ``args`` (the profile path relative to the repository): (rc, its JSON, its output)."""
+    args = [os.path.join(ROOT, a) if a == PROFILE else a for a in args]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "plan.json")
         text, err = io.StringIO(), io.StringIO()
@@ -58,7 +63,8 @@ def run(args: list[str]) -> tuple[int, dict | None, str]:
 
 
 def _cell(x: dict) -> str:
-    return f"{x['strategy']} {x['memory_bytes'] / 2**30:.1f} GiB, {x['time_s']:.2f} s"
+    name = x["strategy"].replace("|", "\\|")  # a2a|halo: the bar escaped in a markdown table
+    return f"{name} {x['memory_bytes'] / 2**30:.1f} GiB, {x['time_s']:.2f} s"
 
 
 def row(graph: str, world: int) -> str:
@@ -67,7 +73,7 @@ def row(graph: str, world: int) -> str:
     if plan is None:
         best = [line.strip() for line in text.splitlines() if "does not fit: the smallest" in line]
         why = best[0].split(": the smallest is ")[-1].split(";")[0] if best else "see the command's output"
-        return f"| {graph} | {world} ({nodes}) | none fits (smallest: {why}) | | | | | |"
+        return f"| {graph} | {world} ({nodes}) | none fits (smallest: {why}) | | | | | | |"
     pick = plan["pick_at_world_size"]
     t = pick["time_terms"]
     comm = t["collectives"] + t["collectives recompute"] + t["overlap"]

@@ -150,3 +150,14 @@ def test_placement_variants_are_costed_and_compared():
     assert gathered.memory_terms["K/V replicas"] == pytest.approx(2 * 40_000 * (2 * 64 / 2) * 4)  # per layer N x 2d/g in fp32
     assert predict("a2a|halo", 2, graph, model, profile, spec=A2AHalo(2)).reason.startswith("a placement across whole nodes")
     assert [v.p for v in predict_variants(graph, model, profile, [1, 2, 4])] == [4, 4]
+
+
+def test_plans_page_holds_the_table_its_commands_give():
+    from tests.tools.loader import load_tool
+
+    plans = load_tool("agp_plans")
+    with open(os.path.join(DOCS, "plans.md")) as f:
+        page = f.read()
+    assert plans.table() in page
+    for line in plans.commands().splitlines():
+        assert "    " + line in page
