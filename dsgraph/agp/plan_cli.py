@@ -207,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ndsgraph plan: error: {err}", file=sys.stderr)
         return 2
     print("\nchoice over p = %s:" % (f"1..{args.world_size}" if h is None else ", ".join(map(str, ranks))))
+    rejected = [x for x in choice.rejected if x.p != args.world_size]
     for line in choice.reasons:
-        print("  " + line)
+        if not any(line == f"rejected {x.strategy} on {x.p} ranks: {x.reason}" for x in rejected) or len(rejected) <= 12:
+            print("  " + line)
+    if len(rejected) > 12:
+        print(f"  ({len(rejected)} pairs below {args.world_size} ranks rejected: see the table)")
     pick = at_world.best
     print(f"\nat world size {args.world_size}: {pick.strategy} ({pick.time_s * 1e3:.2f} ms, {pick.memory_bytes / 2**30:.2f} GiB per rank"
           f"{f', {pick.nodes} nodes' if pick.nodes > 1 else ''})")  # fmt: skip

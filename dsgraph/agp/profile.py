@@ -49,7 +49,7 @@ import os
 from dataclasses import dataclass, field
 
 from dsgraph.agp.fits import LogLogFit
-from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, hierarchy_from_dict, node_count
+from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, Tier, hierarchy_from_dict, node_count
 
 FORMAT = "dsgraph-agp-profile"
 VERSION = 1
@@ -285,5 +285,8 @@ def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> 
     hierarchy = measured.hierarchy or other.hierarchy  # nodes of g ranks need fits for p = 1..g
     if hierarchy is not None and not all(p in ranks for p in range(1, hierarchy.ranks_per_node + 1)):
         hierarchy = None
+    if hierarchy is not None and measured.hierarchy is None:  # the compute is this measurement now
+        compute = Tier(measured.system.get("description", "") or measured.backend, "measured", f"{measured.source} (p = 1)")
+        hierarchy = dataclasses.replace(hierarchy, compute=compute)
     return Profile(measured.backend, measured.dtype, measured.heads, measured.head_dim, measured.ffn_mult, system, ranks, measured.source,
                    hierarchy)  # fmt: skip

@@ -160,3 +160,17 @@ def test_hierarchy_must_be_an_object():
     d["hierarchy"] = [8]
     with pytest.raises(ValueError, match="hierarchy must be an object"):
         profile_from_dict(d)
+
+
+def test_a_one_gpu_measurement_with_projected_collectives_keeps_the_nodes():
+    from dsgraph.agp.profile import with_collectives_from
+    from dsgraph.agp.synthetic import linear_profile
+
+    one = linear_profile(max_ranks=1, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12,
+                         collective_s_per_byte=dict.fromkeys(("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven"), 1e-9),
+                         system={"description": "one measured GPU"})  # fmt: skip
+    merged = with_collectives_from(one, toy_profile(), 4)
+    assert merged.hierarchy.ranks_per_node == 4 and merged.covers(8)
+    assert merged.hierarchy.compute.status == "measured" and "one measured GPU" in merged.hierarchy.compute.name
+    assert merged.hierarchy.inter.status == "projected"
+    assert with_collectives_from(one, toy_profile(), 2).hierarchy is None  # nodes of 4 need fits for p = 1..4
