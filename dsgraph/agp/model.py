@@ -58,13 +58,37 @@ class Prediction:
     """Bytes each rank sends per iteration through the strategy's collectives."""
     feasible: bool = True
     reason: str = ""
+    memory_terms: dict = field(default_factory=dict)
+    """``memory_bytes`` by term (``MEMORY_TERMS``; they sum to it)."""
+    time_terms: dict = field(default_factory=dict)
+    """``time_s`` by term (``TIME_TERMS``; they sum to it)."""
+    inter_node_bytes: float = 0.0
+    """Of the strategy's traffic, the bytes per rank and iteration that cross the inter-node tier."""
+    nodes: int = 1
+    """Nodes the p ranks span (1 on a single-tier profile)."""
 
     def as_dict(self) -> dict:
         return {
             "strategy": self.strategy, "p": self.p, "time_s": self.time_s, "attention_s": self.attention_s,
             "comm_s": self.comm_s, "rest_s": self.rest_s, "memory_bytes": self.memory_bytes,
             "comm_bytes": self.comm_bytes, "feasible": self.feasible, "reason": self.reason,
+            "memory_terms": dict(self.memory_terms), "time_terms": dict(self.time_terms),
+            "inter_node_bytes": self.inter_node_bytes, "nodes": self.nodes,
         }  # fmt: skip
+
+
+MEMORY_TERMS = ("optimizer states", "features", "graph", "K/V replicas", "halo", "activations", "checkpoints", "backward buffer")
+"""Per-rank memory by term: fp32 parameters with gradients and two Adam states; the rank's input
+features; the strategy's graph arrays (CSR, cached CSC, plans); K/V rows of other ranks held for
+attention (GP-AG's N x 2d replica, GP-A2A's head slice of all N rows); halo rows (GP-Halo); the other
+activations kept for backward (and a checkpointed layer's recomputed sublayer); what checkpointing
+keeps per checkpointed block; the largest short-lived buffer of the backward."""
+TIME_TERMS = ("attention", "attention recompute", "collectives", "collectives recompute", "overlap", "projections", "gradient sync",
+              "overhead")  # fmt: skip
+"""Per-iteration time by term: the attention kernels (forward + backward) and the forwards that
+checkpointing runs again; the strategy's collectives and their recomputed forwards; what overlap of
+collectives with attention saves (<= 0); the projections, FFN, input projection and classifier;
+ZeRO's gradient reduction; a calibrated overhead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +102,9 @@ class Calibration:
 
 
 def _infeasible(p: int, graph: GraphShape, profile: Profile) -> str:
-    if p not in profile.ranks:
-        return f"the profile covers rank counts {sorted(profile.ranks)}, not {p}"
+    if not profile.covers(p):
+        nodes = f" and whole nodes of {profile.hierarchy.ranks_per_node}" if profile.hierarchy else ""
+        return f"the profile covers rank counts {sorted(profile.ranks)}{nodes}, not {p}"
     if p > graph.num_nodes:
         return f"{p} ranks for {graph.num_nodes} nodes"
     return ""
@@ -102,41 +127,77 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
     return 4 + 2 * ffn_mult + 1 / dtype_bytes
 
 
-def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> float:
-    """Bytes per rank: optimizer-held parameters, features, the strategy's graph and activations.
-    A checkpointed layer keeps its input (a Transformer block also its attention sublayer's output,
-    unless nested); during its backward one sublayer is recomputed at a time and holds its activations."""
+def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
+    """Bytes per rank by term (``MEMORY_TERMS``): optimizer-held parameters, features, the strategy's
+    graph and activations. A checkpointed layer keeps its input (a Transformer block also its attention
+    sublayer's output, unless nested); during its backward one sublayer is recomputed at a time and
+    holds its activations."""
     b, rows = dtype_bytes, all_terms[0].rows
     block_input = rows * model.hidden * b  # a row of d values per node
-    saved, recomputed = 0.0, 0.0
+    saved = checkpoints = kv = halo = 0.0
+    recomputed = (0.0, 0.0, 0.0)  # the largest recomputed sublayer: (bytes, of which K/V replicas, of which halo)
     for kind, terms in zip(kinds, all_terms):
         attention = rows * kind.shape.hidden * b * attention_sublayer_units(b) + terms.activation_bytes
         ffn = block_input * ffn_sublayer_units(model.ffn_mult, b) if kind.ffn else 0.0
         nested = kind.ffn and model.checkpoint_nested
         kept_rows = 2 if kind.ffn and not nested else 1
-        saved += (kind.count - kind.checkpointed) * (attention + ffn) + kind.checkpointed * kept_rows * block_input
+        plain = kind.count - kind.checkpointed
+        saved += plain * (attention + ffn)
+        kv, halo = kv + plain * terms.kv_replica_bytes, halo + plain * terms.halo_bytes
+        checkpoints += kind.checkpointed * kept_rows * block_input
         if kind.checkpointed:  # nested: the FFN's input is recomputed too
-            recomputed = max(recomputed, attention, ffn + block_input if nested else ffn)
-    params = 16.0 * model.num_params  # fp32 weights, gradients, two Adam states
-    features = rows * model.in_dim * b
-    transient = max(terms.transient_bytes for terms in all_terms)
-    return params + features + all_terms[0].graph_bytes + saved + recomputed + transient
+            for candidate in ((attention, terms.kv_replica_bytes, terms.halo_bytes), (ffn + block_input if nested else ffn, 0.0, 0.0)):
+                recomputed = max(recomputed, candidate, key=lambda c: c[0])
+    kv, halo = kv + recomputed[1], halo + recomputed[2]
+    return {
+        "optimizer states": 16.0 * model.num_params,  # fp32 weights, gradients, two Adam states
+        "features": rows * model.in_dim * b,
+        "graph": all_terms[0].graph_bytes,
+        "K/V replicas": kv,
+        "halo": halo,
+        "activations": saved + recomputed[0] - kv - halo,
+        "checkpoints": checkpoints,
+        "backward buffer": max(terms.transient_bytes for terms in all_terms),
+    }
 
 
-def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float) -> tuple[float, float, float, float]:
-    """Attention and collective seconds of all layers (recomputed forwards included), the share of
-    the forward collectives that runs during attention, and the projections' multiply-adds."""
-    attention = comm = hidden = macs = 0.0
+def _message_s(fits, message) -> float:
+    """Seconds of one (name, bytes per rank, times[, bytes of it across nodes]) message."""
+    name, size, times = message[:3]
+    fit = fits.collectives[name]
+    if len(message) > 3 and hasattr(fit, "split"):  # a tiered collective whose cross-node share is known
+        return times * fit.split(size, message[3])
+    return times * fit(size)
+
+
+def _message_inter_bytes(fits, message) -> float:
+    """Bytes per rank of one message that cross the inter-node tier (0 within one node)."""
+    fit = fits.collectives[message[0]]
+    if not hasattr(fit, "inter_bytes"):
+        return 0.0
+    return message[2] * fit.inter_bytes(message[1], message[3] if len(message) > 3 else None)
+
+
+def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float) -> dict:
+    """Attention and collective seconds of all layers, each split into the layers' own and the
+    forwards checkpointing recomputes; the share of the forward collectives that runs during
+    attention (``hidden``); the projections' multiply-adds; the bytes across nodes."""
+    out = dict.fromkeys(("attention", "attention_recompute", "comm", "comm_recompute", "hidden", "macs", "inter"), 0.0)
     for kind, terms in zip(kinds, all_terms):
         d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
-        attention += (kind.count + FORWARD_SHARE * kind.attention_recomputes) * fits.attention(terms.edge_heads * d_scale)
-        layer = sum(times * fits.collectives[name](size) for name, size, times in terms.messages)
-        forward = sum(times * fits.collectives[name](size) for name, size, times in terms.forward_messages)
-        comm += (kind.count * layer + kind.attention_recomputes * forward) * scale
-        hidden += kind.count * terms.forward_hidden * forward
-        macs += terms.rows * (kind.count + FORWARD_SHARE * kind.checkpointed) * kind.macs_per_node
-        macs += terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
-    return attention, comm, hidden, macs
+        one = fits.attention(terms.edge_heads * d_scale)
+        out["attention"] += kind.count * one
+        out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
+        layer = sum(_message_s(fits, m) for m in terms.messages)
+        forward = sum(_message_s(fits, m) for m in terms.forward_messages)
+        out["comm"] += kind.count * layer * scale
+        out["comm_recompute"] += kind.attention_recomputes * forward * scale
+        out["hidden"] += kind.count * terms.forward_hidden * forward
+        out["inter"] += kind.count * sum(_message_inter_bytes(fits, m) for m in terms.messages)
+        out["inter"] += kind.attention_recomputes * sum(_message_inter_bytes(fits, m) for m in terms.forward_messages)
+        out["macs"] += terms.rows * (kind.count + FORWARD_SHARE * kind.checkpointed) * kind.macs_per_node
+        out["macs"] += terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
+    return out
 
 
 def predict(
@@ -148,37 +209,50 @@ def predict(
     *,
     step: bool = True,
     calibration: Calibration = Calibration(),
+    spec=None,
 ) -> Prediction:
     """Time and memory of ``strategy`` on ``p`` ranks. ``step`` adds the input projection, the
     classifier and the gradient sync (a whole training step); without it the result is the
-    ``layers`` attention layers alone."""
-    spec, kinds = get_strategy(strategy), model.layer_kinds()
+    ``layers`` attention layers alone. ``spec``: an object with the strategies' ``cost`` method to
+    predict instead of the registered strategy of that name (the placement variants, ``placements.py``)."""
+    spec, kinds = spec or get_strategy(strategy), model.layer_kinds()
     reason = _infeasible(p, graph, profile)
     all_terms = [] if reason else [spec.cost(p, graph, kind.shape, profile.dtype_bytes) for kind in kinds]
     reason = reason or next((t for t in all_terms if isinstance(t, str)), "")
+    nodes = profile.nodes(p)
     if reason:
-        return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason)
+        return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason, nodes=nodes)
     fits = profile.fits(p)
-    attention, comm, hidden, macs = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0))
-    rows = all_terms[0].rows
+    t = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0))
+    attention, comm = t["attention"] + t["attention_recompute"], t["comm"] + t["comm_recompute"]
+    rows, macs = all_terms[0].rows, t["macs"]
     if step:  # the input projection and the classifier, where the model has them
         projected = (model.in_dim if model.input_projection else 0) + (model.num_classes if model.head == "linear" else 0)
         macs += rows * model.hidden * projected
-    rest = fits.rest(macs)
+    projections = rest = fits.rest(macs)
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
-    comm -= min(hidden, FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
+    hidden = min(t["hidden"], FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
+    comm -= hidden
     layers = max(attention, comm) if all_terms[0].overlapped else attention + comm
     total = layers + rest + calibration.overhead_s
-    memory = _memory(kinds, all_terms, model, profile.dtype_bytes)
+    time_terms = {
+        "attention": t["attention"], "attention recompute": t["attention_recompute"],
+        "collectives": t["comm"], "collectives recompute": t["comm_recompute"],
+        "overlap": layers - attention - comm - hidden, "projections": projections, "gradient sync": rest - projections,
+        "overhead": calibration.overhead_s,
+    }  # fmt: skip
+    memory_terms = _memory(kinds, all_terms, model, profile.dtype_bytes)
+    memory = sum(memory_terms.values())
     sent = sum(t.bytes_sent * k.count + t.forward_bytes * k.attention_recomputes for k, t in zip(kinds, all_terms))
+    extra = dict(memory_terms=memory_terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:
         reason = f"memory over capacity: {memory / 2**30:.2f} GiB per rank > {per_rank / 2**30:.2f} GiB"
-        return Prediction(strategy, p, total, attention, comm, rest, memory, sent, False, reason)
-    return Prediction(strategy, p, total, attention, comm, rest, memory, sent)
+        return Prediction(strategy, p, total, attention, comm, rest, memory, sent, False, reason, **extra)
+    return Prediction(strategy, p, total, attention, comm, rest, memory, sent, **extra)
 
 
 def predict_all(
@@ -190,14 +264,15 @@ def predict_all(
     strategies=None,
     step: bool = True,
     calibration: Calibration = Calibration(),
+    rank_counts=None,
 ) -> list[Prediction]:
-    """Every (strategy, p) for p = 1..max_ranks, in (p, strategy) order."""
+    """Every (strategy, p) for p = 1..max_ranks (or the given ``rank_counts``), in (p, strategy) order."""
     if max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1, got {max_ranks}")
     names = strategy_names() if strategies is None else strategies
     return [
         predict(s, p, graph, model, profile, step=step, calibration=calibration)
-        for p in range(1, max_ranks + 1)
+        for p in (range(1, max_ranks + 1) if rank_counts is None else rank_counts)
         for s in names
     ]
 

@@ -8,7 +8,10 @@ import sys
 
 from dsgraph.agp.choose import choose
 from dsgraph.agp.model import GraphShape, ModelShape, Prediction, predict_all, scaling_test, strategy_names
+from dsgraph.agp.hierarchy import add_node_splits
+from dsgraph.agp.placements import predict_variants
 from dsgraph.agp.profile import load_profile
+from dsgraph.agp.report import memory_lines, next_smaller, projected_inputs, remedies, shape_advice, smaller_lines, time_lines
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import BLOCKS, HEADS, ModelOptions
@@ -22,12 +25,21 @@ def build_parser() -> argparse.ArgumentParser:
         "and pick one.",
     )
     p.add_argument("--profile", required=True, help="AGP profile JSON written by `dsgraph profile`")
-    p.add_argument("--world-size", type=int, required=True, help="largest rank count to consider")
+    p.add_argument("--world-size", type=int, required=True,
+                   help="largest rank count to consider (beyond one node: a multiple of the ranks per node)")
+    p.add_argument("--ranks-per-node", type=int,
+                   help="ranks (GPUs) per node, for a profile with a 'hierarchy' (default: the profile's; docs/agp/plans.md)")
     g = p.add_argument_group("graph (a dataset, or sizes only)")
     g.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
     g.add_argument("--nodes", type=float, help="node count N (with --edges, instead of --dataset)")
     g.add_argument("--edges", type=float, help="edge count E")
     g.add_argument("--halo-fraction", type=float, help="with --nodes/--edges: assumed halo per rank as a fraction of the remote nodes")
+    g.add_argument("--cross-node-share", type=float,
+                   help="with --nodes/--edges on several nodes: the share of a rank's halo that lives on other nodes (default: "
+                        "(P - g) / (P - 1), the halo spread evenly over the other ranks; an upper bound for a node-then-rank partition)")
+    g.add_argument("--node-halo-fraction", type=float,
+                   help="with --nodes/--edges on several nodes: a node's halo as a fraction of the graph nodes on other nodes, for "
+                        "the a2a|halo placement (default: the union of its ranks' cross-node halos, read independently)")
     g.add_argument("--partition-method", "--halo-method", dest="partition_method", default="metis", choices=[*METHODS, "none"],
                    help="partitioner for the strategies that need a partition (default metis; none: no partition)")
     g.add_argument("--self-loops", action=argparse.BooleanOptionalAction, default=True, help="add self loops as training does (default on)")
@@ -59,19 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def format_table(predictions: list[Prediction]) -> str:
-    head = f"{'p':>3} {'strategy':<8} {'time ms':>10} {'attn ms':>9} {'comm ms':>9} {'rest ms':>9} {'mem MiB':>10}  status"
+def format_table(predictions: list[Prediction], nodes: bool = False) -> str:
+    """One line per prediction; ``nodes``: with the node count and the MiB per rank across nodes."""
+    extra = f" {'nodes':>5} {'x-node MiB':>10}" if nodes else ""
+    head = f"{'p':>3} {'strategy':<8} {'time ms':>10} {'attn ms':>9} {'comm ms':>9} {'rest ms':>9} {'mem MiB':>10}{extra}  status"
     lines = [head, "-" * len(head)]
     for x in predictions:
+        more = f" {x.nodes:>5} {x.inter_node_bytes / 2**20:10.1f}" if nodes and x.feasible else f" {x.nodes:>5} {'':>10}" if nodes else ""
         if x.feasible:
             lines.append(
                 f"{x.p:>3} {x.strategy:<8} {x.time_s * 1e3:10.2f} {x.attention_s * 1e3:9.2f} {x.comm_s * 1e3:9.2f} "
-                f"{x.rest_s * 1e3:9.2f} {x.memory_bytes / 2**20:10.1f}  ok"
+                f"{x.rest_s * 1e3:9.2f} {x.memory_bytes / 2**20:10.1f}{more}  ok"
             )
         else:
             mem = f"{x.memory_bytes / 2**20:10.1f}" if x.memory_bytes == x.memory_bytes else f"{'-':>10}"
             time = f"{x.time_s * 1e3:10.2f}" if x.time_s != float("inf") else f"{'-':>10}"
-            lines.append(f"{x.p:>3} {x.strategy:<8} {time} {'':>9} {'':>9} {'':>9} {mem}  infeasible: {x.reason}")
+            lines.append(f"{x.p:>3} {x.strategy:<8} {time} {'':>9} {'':>9} {'':>9} {mem}{more}  infeasible: {x.reason}")
     return "\n".join(lines)
 
 
@@ -79,7 +94,7 @@ def scaling_lines(graph: GraphShape, model: ModelShape, profile, world_size: int
     """The paper's test s*p*(beta(s*p) - beta(p))/(s-1) <= k for p -> 2p within the world size."""
     lines = []
     p = 1
-    while 2 * p <= min(world_size, profile.max_ranks):
+    while 2 * p <= world_size and profile.covers(2 * p):
         for s in strategy_names():
             try:
                 t = scaling_test(s, p, 2, graph, model, profile)
@@ -94,19 +109,66 @@ def scaling_lines(graph: GraphShape, model: ModelShape, profile, world_size: int
     return lines
 
 
-def _graph_and_sizes(args) -> tuple[GraphShape, int, int]:
-    ranks = range(1, args.world_size + 1)
+def _graph_and_sizes(args, profile) -> tuple[GraphShape, int, int, list[str], object]:
+    """The graph's shape at every rank count the profile covers, its feature width and classes, one
+    note per node-then-rank split, and the loaded graph (None for sizes only)."""
+    ranks = profile.rank_counts(args.world_size)
+    g = profile.hierarchy.ranks_per_node if profile.hierarchy is not None else None
+    method = None if args.partition_method == "none" else args.partition_method
     if args.dataset:
         from dsgraph.graph import load_dataset
 
         graph = load_dataset(args.dataset)
         if args.self_loops:
             graph = graph.with_self_loops()
-        method = None if args.partition_method == "none" else args.partition_method
-        return GraphShape.from_graph(graph, ranks, partition_method=method), graph.num_features, graph.num_classes
+        shape = GraphShape.from_graph(graph, ranks, partition_method=None)  # the row splits at every p
+        flat = GraphShape.from_graph(graph, [p for p in ranks if g is None or p <= g], partition_method=method)
+        shape.partitions.update(flat.partitions)  # flat partitions within a node; node-then-rank ones beyond
+        notes = add_node_splits(shape, ranks, g, graph=graph, method=method) if g and method else []
+        return shape, graph.num_features, graph.num_classes, notes, graph
     if args.nodes is None or args.edges is None:
         raise ValueError("give --dataset, or both --nodes and --edges")
-    return GraphShape.from_counts(args.nodes, args.edges, ranks, args.halo_fraction), 0, 0
+    shape = GraphShape.from_counts(args.nodes, args.edges, ranks, args.halo_fraction)
+    notes = add_node_splits(shape, ranks, g, halo_fraction=args.halo_fraction, node_halo_fraction=args.node_halo_fraction,
+                            cross_node_share=args.cross_node_share) if g else []  # fmt: skip
+    return shape, 0, 0, notes, None
+
+
+def _profile(args):
+    profile = load_profile(args.profile)
+    profile.check_matches(args.backend, args.dtype)
+    if args.ranks_per_node is not None:
+        if args.ranks_per_node < 1:
+            raise ValueError(f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
+        profile = profile.with_ranks_per_node(args.ranks_per_node)
+    if not profile.covers(args.world_size):
+        if profile.hierarchy is None:
+            raise ValueError(
+                f"{args.profile}: the profile covers rank counts up to {profile.max_ranks}, not world size "
+                f"{args.world_size}; run `dsgraph profile --max-ranks {args.world_size}` (or plan for fewer ranks), or give "
+                "the profile a 'hierarchy' (nodes and an inter-node tier; docs/agp/plans.md) to plan several nodes"
+            )
+        g = profile.hierarchy.ranks_per_node
+        raise ValueError(f"{args.profile}: world size {args.world_size} is not 1..{g} or whole nodes of {g} ranks; "
+                         f"plan for a multiple of {g} (or set --ranks-per-node)")  # fmt: skip
+    return profile
+
+
+def _model(args, in_dim: int, classes: int, **changes) -> ModelShape:
+    return ModelShape(
+        layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
+        in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
+        checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
+        comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
+        input_projection=args.input_projection, regather_kv=args.regather_kv,
+    )  # fmt: skip
+
+
+def _section(title: str, lines: list[str]) -> None:
+    if lines:
+        print(f"\n{title}")
+        for line in lines:
+            print("  " + line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,36 +176,39 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.world_size < 1:
             raise ValueError(f"--world-size must be >= 1, got {args.world_size}")
-        profile = load_profile(args.profile)
-        profile.check_matches(args.backend, args.dtype)
-        if args.world_size > profile.max_ranks:
-            raise ValueError(
-                f"{args.profile}: the profile covers rank counts up to {profile.max_ranks}, not world size "
-                f"{args.world_size}; run `dsgraph profile --max-ranks {args.world_size}` (or plan for fewer ranks)"
-            )
-        graph, in_dim, classes = _graph_and_sizes(args)
+        profile = _profile(args)
+        graph, in_dim, classes, notes, loaded = _graph_and_sizes(args, profile)
         if args.head == "attention" and not (args.classes or classes):
             raise ValueError("--head attention (the default, as in training) needs the class count: give --classes or --dataset")
-        model = ModelShape(
-            layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
-            in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
-            checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
-            comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
-            input_projection=args.input_projection, regather_kv=args.regather_kv,
-        )  # fmt: skip
-        predictions = predict_all(graph, model, profile, args.world_size)
-        choice = choose(predictions)
-        at_world = choose(predictions, world_size=args.world_size)
+        model = _model(args, in_dim, classes)
+        ranks = profile.rank_counts(args.world_size)
+        predictions = predict_all(graph, model, profile, args.world_size, rank_counts=ranks)
+        variants = predict_variants(graph, model, profile, ranks)
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph plan: error: {err}", file=sys.stderr)
         return 2
-    print(f"graph: N={graph.num_nodes:,} E={graph.num_edges:,}; model: L={model.layers} d={model.hidden} H={model.heads}; "
-          f"profile: {profile.backend} {profile.dtype} ({profile.system.get('description', 'no description')})")  # fmt: skip
-    print(format_table(predictions))
-    print("\nchoice over p = 1..%d:" % args.world_size)
+    h = profile.hierarchy
+    _print_tables(args, graph, model, profile, ranks, predictions, variants)
+    cap = profile.memory_capacity_bytes
+    try:
+        choice = choose(predictions)
+        at_world = choose(predictions, world_size=args.world_size)
+    except ValueError as err:
+        _next_smaller(args, profile, graph, model, predictions, args.world_size + 1, cap, loaded, in_dim, classes)
+        print(f"\ndsgraph plan: error: {err}", file=sys.stderr)
+        return 2
+    print("\nchoice over p = %s:" % (f"1..{args.world_size}" if h is None else ", ".join(map(str, ranks))))
+    rejected = [x for x in choice.rejected if x.p != args.world_size]
     for line in choice.reasons:
-        print("  " + line)
-    print(f"\nat world size {args.world_size}: {at_world.best.strategy} ({at_world.best.time_s * 1e3:.2f} ms)")
+        if not any(line == f"rejected {x.strategy} on {x.p} ranks: {x.reason}" for x in rejected) or len(rejected) <= 12:
+            print("  " + line)
+    if len(rejected) > 12:
+        print(f"  ({len(rejected)} pairs below {args.world_size} ranks rejected: see the table)")
+    pick = at_world.best
+    _print_pick(args, pick, variants)
+    inputs = projected_inputs(profile, notes, args.halo_fraction if not args.dataset else None)
+    _section("inputs that are not measured on this system:" if any(not i.startswith("[measured]") for i in inputs) else "inputs:", inputs)
+    smaller = _next_smaller(args, profile, graph, model, predictions, args.world_size, cap, loaded, in_dim, classes)
     scaling = scaling_lines(graph, model, profile, args.world_size)
     if scaling:
         print("\nscaling test (reference paper; beta per node, k = T(1)/N):")
@@ -152,8 +217,61 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"table": [x.as_dict() for x in predictions], "pick": choice.best.as_dict(),
-                       "pick_at_world_size": at_world.best.as_dict(), "reasons": choice.reasons}, f, indent=1)  # fmt: skip
+                       "pick_at_world_size": pick.as_dict(), "reasons": choice.reasons,
+                       "variants": [x.as_dict() for x in variants], "inputs": inputs, "next_smaller": smaller,
+                       "model_shape_note": shape_advice(model)}, f, indent=1)  # fmt: skip
     return 0
+
+
+def _print_tables(args, graph, model, profile, ranks, predictions, variants) -> None:
+    """The inputs in one line, the prediction table, the placement variants and the shape advice."""
+    h = profile.hierarchy
+    print(f"graph: N={graph.num_nodes:,} E={graph.num_edges:,}; model: L={model.layers} d={model.hidden} H={model.heads} "
+          f"({model.block} blocks, {model.head} head{', input projection' if model.input_projection else ''}); "
+          f"profile: {profile.backend} {profile.dtype} ({profile.system.get('description', 'no description')})")  # fmt: skip
+    if h is not None:
+        print(f"system: nodes of {h.ranks_per_node} ranks; rank counts {', '.join(map(str, ranks))}")
+    print(format_table(predictions, nodes=h is not None and args.world_size > h.ranks_per_node))
+    if variants:
+        print("\nplacement-aware variants (costed on paper; no strategy runs them yet, docs/agp/plans.md):")
+        print(format_table(variants, nodes=True))
+    _section("note on the model shape:", shape_advice(model))
+
+
+def _print_pick(args, pick, variants) -> None:
+    """The pick at the world size, a cheaper placement on paper if any, its memory and time by term."""
+    print(f"\nat world size {args.world_size}: {pick.strategy} ({pick.time_s * 1e3:.2f} ms, {pick.memory_bytes / 2**30:.2f} GiB per rank"
+          f"{f', {pick.nodes} nodes' if pick.nodes > 1 else ''})")  # fmt: skip
+    better = [v for v in variants if v.p == args.world_size and v.feasible and v.time_s < pick.time_s]
+    if better:
+        v = min(better, key=lambda x: x.time_s)
+        print(f"  on paper, the placement {v.strategy} would take {v.time_s * 1e3:.2f} ms ({(v.time_s / pick.time_s - 1) * 100:+.0f}%)")
+    _section(f"memory per rank of {pick.strategy}@{pick.p}:", memory_lines(pick))
+    _section(f"step time of {pick.strategy}@{pick.p}:", time_lines(pick))
+
+
+def _next_smaller(args, profile, graph, model, predictions, world, cap, loaded, in_dim, classes) -> list[str]:
+    """Prints (and returns) what the largest rank count below ``world`` needs to fit."""
+    p, smallest = next_smaller(predictions, world)
+    if p is None:
+        lines = [f"everything fits down to p = {smallest}"] if smallest else []
+        _section("the next-smaller configuration:", lines)
+        return lines
+    at_p = [x for x in predictions if x.p == p]
+
+    def repredict(shape: ModelShape, halo_fraction):
+        g = graph
+        if halo_fraction != args.halo_fraction and loaded is None:
+            g = GraphShape.from_counts(args.nodes, args.edges, [p], halo_fraction)
+            if profile.hierarchy is not None:
+                add_node_splits(g, [p], profile.hierarchy.ranks_per_node, halo_fraction=halo_fraction,
+                                node_halo_fraction=args.node_halo_fraction, cross_node_share=args.cross_node_share)  # fmt: skip
+        return predict_all(g, shape, profile, p, rank_counts=[p])
+
+    fixes = remedies(p, model, repredict, args.halo_fraction if loaded is None else None, cap)
+    lines = smaller_lines(p, at_p, fixes, cap, smallest)
+    _section(f"the next-smaller configuration (p={p}{f', {profile.nodes(p)} nodes' if profile.nodes(p) > 1 else ''}):", lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -23,15 +23,33 @@ per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatt
 
 ``head_dim_knee`` (optional; 0 when absent) is delta in: one (edge, head) of head dimension D costs
 in proportion to delta + D (measured from the attention times at D and 2D).
+
+``hierarchy`` (optional; absent in single-tier profiles, which load as before) describes a system of
+nodes, each tier labelled measured or projected with its source (``tiers.py``)::
+
+    "hierarchy": {
+      "ranks_per_node": 8,
+      "compute": {"name": "...", "status": "projected", "source": "..."},
+      "intra": {"name": "NVLink 4 / NVSwitch", "status": "projected", "source": "...", "figures": {...}},
+      "inter": {"name": "8 x 400 Gb/s InfiniBand NDR", "status": "projected", "source": "...",
+                "links_per_node": 8, "link": FIT, "figures": {...}}
+    }
+
+The intra tier's fits are ``ranks`` 1..ranks_per_node; ``inter.link`` is seconds against bytes
+through one inter-node link. With it the profile covers every multiple of ``ranks_per_node``:
+``fits(p)`` composes the collectives of p = n x g ranks from the two tiers, and takes the per-rank
+compute of p = g (one device per rank computes as fast beside more nodes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 
 from dsgraph.agp.fits import LogLogFit
+from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, Tier, hierarchy_from_dict, node_count
 
 FORMAT = "dsgraph-agp-profile"
 VERSION = 1
@@ -63,10 +81,29 @@ class Profile:
     """Free-form description; ``memory_capacity_bytes`` and ``memory_shared_by_ranks`` are read."""
     ranks: dict[int, RankFits]
     source: str = "<memory>"
+    hierarchy: Hierarchy | None = None
+    """Nodes and tiers (None: a single-tier profile, covering only the rank counts of ``ranks``)."""
 
     @property
     def max_ranks(self) -> int:
+        """The largest rank count with fits of its own (measured or projected on one tier)."""
         return max(self.ranks)
+
+    def covers(self, p: int) -> bool:
+        """True when ``fits(p)`` answers: a rank count of ``ranks``, or whole nodes of a hierarchy."""
+        if p in self.ranks:
+            return True
+        h = self.hierarchy
+        return h is not None and p > h.ranks_per_node and node_count(p, h.ranks_per_node) is not None
+
+    def rank_counts(self, world_size: int) -> list[int]:
+        """The rank counts up to ``world_size`` that the profile covers, ascending."""
+        return [p for p in range(1, world_size + 1) if self.covers(p)]
+
+    def nodes(self, p: int) -> int:
+        """Nodes that p ranks span (1 without a hierarchy or within one node)."""
+        h = self.hierarchy
+        return 1 if h is None or p <= h.ranks_per_node else -(-p // h.ranks_per_node)
 
     @property
     def dtype_bytes(self) -> int:
@@ -83,12 +120,34 @@ class Profile:
         return bool(self.system.get("memory_shared_by_ranks", False))
 
     def fits(self, p: int) -> RankFits:
+        if p not in self.ranks and self.covers(p):
+            g = self.hierarchy.ranks_per_node
+            base = self.ranks[g]
+            collectives = ComposedCollectives(self.hierarchy, base.collectives, p // g)
+            return RankFits(attention=base.attention, rest=base.rest, collectives=collectives, head_dim_knee=base.head_dim_knee)
         if p not in self.ranks:
+            if self.hierarchy is not None:
+                g = self.hierarchy.ranks_per_node
+                raise ValueError(f"{self.source}: the profile covers rank counts {sorted(self.ranks)} and whole nodes of {g} "
+                                 f"ranks, not {p}; plan for a multiple of {g}")  # fmt: skip
             raise ValueError(
                 f"{self.source}: the profile covers rank counts {sorted(self.ranks)}, not {p}; "
                 f"run `dsgraph profile --max-ranks {p}` on this system"
             )
         return self.ranks[p]
+
+    def with_ranks_per_node(self, g: int) -> "Profile":
+        """The same system described as nodes of ``g`` ranks (the intra tier's fits must cover 1..g).
+        ValueError for a single-tier profile (it has no inter-node tier to compose with)."""
+        if self.hierarchy is None:
+            raise ValueError(f"{self.source}: the profile has one tier (no 'hierarchy' section with an inter-node link), "
+                             "so it cannot describe nodes; add one (see tools/agp_projection.py and docs/agp/plans.md)")  # fmt: skip
+        if g == self.hierarchy.ranks_per_node:
+            return self
+        if not all(p in self.ranks for p in range(1, g + 1)):
+            raise ValueError(f"{self.source}: ranks per node {g} needs intra-node fits for p = 1..{g}, "
+                             f"but the profile has {sorted(self.ranks)}")  # fmt: skip
+        return dataclasses.replace(self, hierarchy=dataclasses.replace(self.hierarchy, ranks_per_node=g))
 
     def check_matches(self, backend: str | None = None, dtype: str | None = None) -> None:
         """ValueError when the profile was measured for another backend or dtype."""
@@ -122,6 +181,7 @@ class Profile:
             "ffn_mult": self.ffn_mult,
             "system": self.system,
             "ranks": ranks,
+            **({"hierarchy": self.hierarchy.to_dict()} if self.hierarchy is not None else {}),
         }
 
     def save(self, path: str) -> None:
@@ -131,7 +191,7 @@ class Profile:
             f.write("\n")
 
     def replace_ranks(self, ranks: dict[int, RankFits]) -> "Profile":
-        return Profile(self.backend, self.dtype, self.heads, self.head_dim, self.ffn_mult, self.system, ranks, self.source)
+        return Profile(self.backend, self.dtype, self.heads, self.head_dim, self.ffn_mult, self.system, ranks, self.source, self.hierarchy)
 
 
 def load_profile(path: str) -> Profile:
@@ -187,7 +247,9 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
         )
     if 1 not in ranks:
         raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")
-    return Profile(data["backend"], data["dtype"], data["heads"], data["head_dim"], data["ffn_mult"], data["system"], ranks, source)
+    hierarchy = hierarchy_from_dict(data["hierarchy"], ranks, f"{source}: hierarchy") if "hierarchy" in data else None
+    return Profile(data["backend"], data["dtype"], data["heads"], data["head_dim"], data["ffn_mult"], data["system"], ranks, source,
+                   hierarchy)  # fmt: skip
 
 
 def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> Profile:
@@ -220,4 +282,11 @@ def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> 
         "ranks": wanted,
         "note": f"rank counts {wanted}: collective fits from {other.source}; attention and rest from the p = 1 measurement",
     }
-    return Profile(measured.backend, measured.dtype, measured.heads, measured.head_dim, measured.ffn_mult, system, ranks, measured.source)
+    hierarchy = measured.hierarchy or other.hierarchy  # nodes of g ranks need fits for p = 1..g
+    if hierarchy is not None and not all(p in ranks for p in range(1, hierarchy.ranks_per_node + 1)):
+        hierarchy = None
+    if hierarchy is not None and measured.hierarchy is None:  # the compute is this measurement now
+        compute = Tier(measured.system.get("description", "") or measured.backend, "measured", f"{measured.source} (p = 1)")
+        hierarchy = dataclasses.replace(hierarchy, compute=compute)
+    return Profile(measured.backend, measured.dtype, measured.heads, measured.head_dim, measured.ffn_mult, system, ranks, measured.source,
+                   hierarchy)  # fmt: skip

@@ -99,5 +99,6 @@ class AllToAll(Strategy):
             bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES),
             activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * 4,
+            kv_replica_bytes=n_all * 2 * d / p * b,  # k and v of all N rows for this rank's H/P heads
             transient_bytes=2 * n_all * 3 * d / p * b,
         )

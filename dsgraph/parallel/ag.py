@@ -86,5 +86,6 @@ class AllGather(Strategy):
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
             activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4,
+            kv_replica_bytes=0 if regather else n_all * 2 * model.hidden * dtype_bytes,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

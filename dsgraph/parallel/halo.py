@@ -81,6 +81,10 @@ class Halo(Strategy):
         halo = max(split.halo_sizes)
         row, grad_row = model.wire_bytes(2 * d, b), model.wire_bytes(2 * d, b, gradient=True)  # one node's K and V
         messages = (("all_to_all_uneven", halo * row, 1), ("all_to_all_uneven", halo * grad_row, 1)) if p > 1 else ()
+        inter = getattr(split, "inter_halo_sizes", None)  # a node-then-rank partition knows its cross-node halo
+        if inter is not None and p > 1:
+            busiest = split.halo_sizes.index(halo)
+            messages = tuple((*m, inter[busiest] * size) for m, size in zip(messages, (row, grad_row)))
         remote = n + halo
         return CostTerms(
             forward_messages=messages[:1],
@@ -91,5 +95,6 @@ class Halo(Strategy):
             bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
             activation_bytes=remote * 2 * d * b + n * model.heads * 4,
+            halo_bytes=halo * 2 * d * b,
             transient_bytes=2 * remote * 2 * d * b,
         )

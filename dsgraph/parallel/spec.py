@@ -71,9 +71,11 @@ class CostTerms:
     """Attention work per layer: (edge, head) pairs the busiest rank computes."""
     rows: int
     """Node rows the busiest rank projects (QKV, output, FFN)."""
-    messages: tuple[tuple[str, float, float], ...]
+    messages: tuple[tuple, ...]
     """Collectives per layer, forward and backward: (profile collective name, bytes per rank, how
-    many times; a fraction where one message costs a share of a measured collective)."""
+    many times; a fraction where one message costs a share of a measured collective), and optionally
+    a fourth element: the bytes of it that come from other nodes, where the strategy knows them (the
+    halo of a node-then-rank partition; ``agp/tiers.py``)."""
     bytes_sent: float
     """Bytes the busiest rank sends per layer, forward and backward (what CommStats counts)."""
     graph_bytes: float
@@ -82,6 +84,11 @@ class CostTerms:
     """Attention activations kept for backward per layer."""
     transient_bytes: float
     """The largest short-lived buffer of a layer's backward."""
+    kv_replica_bytes: float = 0.0
+    """Of ``activation_bytes``: K/V rows of other ranks held for the layer (GP-AG's replica, GP-A2A's
+    head slice of all N rows), for the memory report."""
+    halo_bytes: float = 0.0
+    """Of ``activation_bytes``: halo rows fetched from other ranks (GP-Halo), for the memory report."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
     forward_messages: tuple[tuple[str, float, float], ...] = ()

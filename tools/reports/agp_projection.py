@@ -19,17 +19,26 @@ dgx_h100_8gpu_bf16_profile.json (bf16, for bf16 GPU configs and as the collectiv
   attention kernel moves ~3.5 x 2 x D x b bytes per edge-head (forward plus backward; b = 4 in fp32,
   2 in bf16) at 40% of HBM bandwidth; dense layers run at 60% of the FP32 (or BF16 tensor-core) peak;
   the METIS halo is 10% of the remote nodes. Collective fits are per byte, the same in both dtypes.
+
+Both profiles carry a ``hierarchy`` (nodes of 8 GPUs; ``dsgraph/agp/tiers.py``) so that ``dsgraph
+plan`` composes any number of such nodes: the intra-node tier is the fits above; the inter-node tier
+is one of the eight 400 Gb/s ConnectX-7 InfiniBand NDR adapters of a DGX H100 (one per GPU, "rails"):
+50 GB/s per direction, assumed at 90% of line rate (45 GB/s) with 10 us per message, fitted at
+256 KiB..64 GiB (``LINK_FIT_EXPS``). Every tier is labelled "projected" with these sources
+(docs/agp/plans.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 
 from dsgraph.agp.model import GraphShape, ModelShape, predict, strategy_names  # noqa: E402
-from dsgraph.agp.synthetic import linear_profile  # noqa: E402
+from dsgraph.agp.synthetic import linear_fit, linear_profile  # noqa: E402
+from dsgraph.agp.tiers import Hierarchy, InterTier, Tier  # noqa: E402
 
 FIGURES = {
     "hbm_bytes_per_s": 3.35e12,
@@ -43,6 +52,24 @@ FIGURES = {
     "attention_hbm_efficiency": 0.4,
     "dense_flops_efficiency": 0.6,
     "halo_fraction": 0.1,
+}
+INTER_FIGURES = {
+    "links_per_node": 8,
+    "link_line_rate_bytes_per_s": 400e9 / 8,
+    "link_efficiency": 0.9,
+    "link_latency_s": 1e-5,
+}
+LINK_FIT_EXPS = (18, 36)
+"""The inter-node link's fit is sampled at 256 KiB..64 GiB, where its latency (10 us ~ 450 KB at 45 GB/s)
+no longer dominates: the messages that cross nodes in a papers100M-sized plan are 0.1-3 GB, and a
+log-log line through 1 KiB..16 GiB (the intra fits' range) under-predicts those 1.5-3x."""
+SOURCES = {
+    "compute": "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 80 GB HBM3 at 3.35 TB/s, 67 TFLOPS FP32, 989 TFLOPS dense BF16); "
+    "kernel and dense-layer efficiencies assumed (tools/agp_projection.py)",
+    "intra": "NVIDIA H100 datasheet and DGX H100 user guide (NVLink 4 via NVSwitch, 900 GB/s per GPU, 450 GB/s per direction); "
+    "NCCL all-gather bus bandwidth ~360 GB/s on 8 GPUs (nccl-tests doc/PERFORMANCE.md defines busbw); all-to-all at half of it assumed",
+    "inter": "NVIDIA DGX H100 user guide (eight ConnectX-7 adapters for the compute fabric, one per GPU, 400 Gb/s InfiniBand NDR each); "
+    "90% of line rate and 10 us per message assumed",
 }
 HEAD_DIM, HEADS = 16, 8
 GRAPHS = {
@@ -67,7 +94,7 @@ def dgx_h100_profile(dtype: str = "float32"):
     def scale(c, p):  # x = bytes per rank: all-gather/reduce-scatter move (p-1) x, all-to-all (p-1)/p x
         return (p - 1) if c in ("all_gather", "reduce_scatter") else (p - 1) / p
 
-    return linear_profile(
+    profile = linear_profile(
         max_ranks=8,
         attention_s_per_edge_head=3.5 * 2 * HEAD_DIM * elem_bytes / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
         rest_s_per_mac=6 / (f[peak] * f["dense_flops_efficiency"]),
@@ -86,6 +113,24 @@ def dgx_h100_profile(dtype: str = "float32"):
             "source": "tools/reports/agp_projection.py (published figures and stated assumptions; not measured)",
         },
         bandwidth_scale=scale,
+    )
+    return dataclasses.replace(profile, hierarchy=dgx_h100_hierarchy())
+
+
+def dgx_h100_hierarchy() -> Hierarchy:
+    """Nodes of 8 H100s: the intra tier is the profile's fits, the inter tier one NDR link per GPU."""
+    f = INTER_FIGURES
+    bandwidth = f["link_line_rate_bytes_per_s"] * f["link_efficiency"]
+    intra_figures = {k: FIGURES[k] for k in ("nvlink_bytes_per_s_per_direction", "nccl_all_gather_bus_bytes_per_s",
+                                             "all_to_all_fraction_of_all_gather", "collective_latency_s")}  # fmt: skip
+    return Hierarchy(
+        ranks_per_node=8,
+        compute=Tier("H100 SXM5 80 GB", "projected", SOURCES["compute"],
+                     {k: FIGURES[k] for k in ("hbm_bytes_per_s", "fp32_flops", "bf16_tensor_flops", "attention_hbm_efficiency",
+                                              "dense_flops_efficiency")}),  # fmt: skip
+        intra=Tier("NVLink 4 via NVSwitch (DGX H100)", "projected", SOURCES["intra"], intra_figures),
+        inter=InterTier("InfiniBand NDR, 8 x 400 Gb/s ConnectX-7 per node (one per GPU)", "projected", SOURCES["inter"], dict(f),
+                        links_per_node=f["links_per_node"], link=linear_fit(1 / bandwidth, f["link_latency_s"], *LINK_FIT_EXPS)),
     )
 
 
