@@ -84,7 +84,8 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
 def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, need_kv: bool = True):
     """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]; without
     ``need_kv`` the column pass is skipped and dk, dv are None."""
-    q, k, v, dy = (_aligned(t) for t in (q, k, v, dy.to(q.dtype)))
+    q, k, v, dy, y_f32 = (_aligned(t) for t in (q, k, v, dy.to(q.dtype), y_f32))  # y: 16-byte loads too
+    lse = lse.detach().contiguous()  # callers that merge blocks may pass views
     heads = q.shape[1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if q.shape[0] == 0 or k.shape[0] == 0 or col.numel() == 0:
