@@ -345,7 +345,14 @@ unsigned long long warp_collective(Collective kind, unsigned mask, unsigned long
   t.state = AT_COLLECTIVE;
   set_runnable(t.linear, false);
   w.arrived |= me;
-  if ((w.arrived & mask) == mask) complete_collective(w, t);
+  if ((w.arrived & mask) == mask) {
+    complete_collective(w, t);
+  } else {  // this arrival may complete (and then fail the check of) a group waiting with another mask
+    for (int l = 0; l < 32; ++l) {
+      const Thread& u = threads[t.warp * 32 + l < n_threads ? t.warp * 32 + l : t.linear];
+      if ((w.arrived >> l & 1) && (u.mask & me) && (w.arrived & u.mask) == u.mask) complete_collective(w, u);
+    }
+  }
   yield();
   return t.result;
 }
@@ -410,12 +417,15 @@ void launch(const KernelEntry& k, const unsigned grid[3], const unsigned block[3
     if (tag[0] == 'b') {
       Buffer& b = buffers[i];
       if (scanf("%zu %zu %zu", &b.offset, &b.bytes, &b.align) != 3) fail("bad buffer argument %d", i);
-      b.base = static_cast<char*>(malloc(b.align + b.bytes + 1));
-      b.data = b.base + b.align;  // the caller's address modulo 16
+      // Its own allocation, ending where the buffer ends (ASan's redzone follows), starting at the
+      // caller's address modulo 16; the bytes before it are poisoned (reported as use-after-poison).
+      void* p = nullptr;
+      if (posix_memalign(&p, 16, b.align + b.bytes ? b.align + b.bytes : 1)) fail("out of memory");
+      b.base = static_cast<char*>(p);
+      b.data = b.base + b.align;
       std::memcpy(b.data, shm + b.offset, b.bytes);
 #if EMU_ASAN
       __asan_poison_memory_region(b.base, b.align);
-      __asan_poison_memory_region(b.data + b.bytes, 1);
 #endif
       std::memcpy(&storage[i], &b.data, sizeof(void*));
     } else {
@@ -448,7 +458,7 @@ void launch(const KernelEntry& k, const unsigned grid[3], const unsigned block[3
     if (!b.base) continue;
     if (!k.params[i].is_const) std::memcpy(shm + b.offset, b.data, b.bytes);
 #if EMU_ASAN
-    __asan_unpoison_memory_region(b.base, b.align + b.bytes + 1);
+    __asan_unpoison_memory_region(b.base, b.align);
 #endif
     free(b.base);
   }
