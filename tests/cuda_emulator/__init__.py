@@ -14,6 +14,7 @@ child's report; the child is then restarted on the next launch. See README.md.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import mmap
 import os
@@ -169,7 +170,9 @@ class _Server:
         self.stderr.seek(0)
         report = self.stderr.read().decode(errors="replace")
         self.proc = None
-        raise EmulatorError(f"emulator: the kernel process {what} (exit status {status}):\n{report[-12000:]}")
+        summary = re.search(r"^SUMMARY: (.*)$|^(.*runtime error: .*)$", report, re.MULTILINE)
+        head = f": {next(g for g in summary.groups() if g)}" if summary else ""
+        raise EmulatorError(f"emulator: the kernel process {what} (exit status {status}){head}\n{report[-12000:]}")
 
     def signature(self, name: str):
         with self.lock:
@@ -387,3 +390,6 @@ def shutdown() -> None:
     for server in _SERVERS.values():
         server.close()
     _SERVERS.clear()
+
+
+atexit.register(shutdown)

@@ -116,7 +116,7 @@ def test_shared_memory_and_barrier(module):
         ("reads_outside_mask", 32, "not in mask"),
         ("masks_disagree", 32, "do not match"),
         ("misaligned_vector_load", 1, "not 16-byte aligned"),
-        ("reads_past_the_end", 32, "heap-buffer-overflow"),
+        ("reads_past_the_end", 32, "SUMMARY: AddressSanitizer: heap-buffer-overflow"),
     ],
 )
 def test_misuse_is_an_error_not_a_hang(module, kernel, block, message):
