@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,10 @@ class _Server:
         os.close(fd)
 
     def start(self) -> None:
+        _LIVE.pop(self.exe, None)
+        _LIVE[self.exe] = self
+        while len(_LIVE) > MAX_LIVE_PROCESSES:  # each is 30-50 MB; a stopped one restarts on its next launch
+            _LIVE.pop(next(iter(_LIVE))).stop()
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([str(self.exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
         self.kernels, self.pending = {}, b""
@@ -186,6 +191,7 @@ class _Server:
         with self.lock:
             if self.proc is None:
                 self.start()
+            _LIVE.move_to_end(self.exe)
             params = self.kernels[name]
             buffers, lines = _marshal(name, params, args)
             total = sum(-(-b.nbytes // 64) * 64 for b in buffers) or 64
@@ -214,7 +220,8 @@ class _Server:
                             b.bytes_view().copy_(torch.from_numpy(view.copy()))
                             del view
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Ends the child process (a later launch starts a new one)."""
         if self.proc is not None:
             try:
                 self.proc.stdin.write(b"quit\n")
@@ -222,7 +229,12 @@ class _Server:
                 self.proc.wait(timeout=10)
             except Exception:
                 self.proc.kill()
+                self.proc.wait()
             self.proc = None
+        _LIVE.pop(self.exe, None)
+
+    def close(self) -> None:
+        self.stop()
         if os.path.exists(self.shm_path):
             os.unlink(self.shm_path)
 
@@ -305,6 +317,8 @@ def _dims(value, limits, what, name):
 
 
 _SERVERS: dict[Path, _Server] = {}
+_LIVE: "OrderedDict[Path, _Server]" = OrderedDict()  # servers with a running child, least recently used first
+MAX_LIVE_PROCESSES = 4
 
 
 class RawModule:
