@@ -4,9 +4,10 @@ Graph-parallel ranks each hold a slice of the nodes; drawing masks from a per-ra
 make results depend on the number of ranks. Here every mask element comes from a counter-based
 hash, so 1, 2 or 4 ranks drop exactly the same elements.
 
-Memory: the mask is hashed in blocks of rows (the int64 hash temporaries stay a few MB instead of
-several N x F x 8 bytes), and backward keeps it as a bool tensor (1 byte per element, not a float
-mask of the input's size).
+Memory: on the CPU the mask is hashed in blocks of rows (the int64 hash temporaries stay a few MB
+instead of several N x F x 8 bytes); on a GPU in one block when free memory allows (kernel launches,
+not bytes, are what a GPU pays for there). Backward keeps the mask as a bool tensor (1 byte per
+element, not a float mask of the input's size).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 _M32 = 0xFFFFFFFF
 SPARSE_INPUT_DENSITY = 0.25  # below this share of nonzeros, only nonzero entries are hashed
-HASH_BLOCK = 1 << 18  # elements hashed at a time (int64 temporaries of 2 MB each)
+HASH_BLOCK = 1 << 18  # elements hashed at a time on the CPU (int64 temporaries of 2 MB each)
 
 
 def _mix32(x):
@@ -34,15 +35,45 @@ def hash_bits(key: int, node_ids: torch.Tensor, feature_ids: torch.Tensor) -> to
 
 
 def keep_mask(key: int, threshold: int, node_ids: torch.Tensor, width: int) -> torch.Tensor:
-    """bool [n, width]: element (i, f) is kept when hash(key, node_ids[i], f) >= threshold; hashed in
-    blocks of rows so the temporaries stay small."""
-    cols = torch.arange(width, device=node_ids.device)[None, :]
+    """bool [n, width]: element (i, f) is kept when hash(key, node_ids[i], f) >= threshold.
+
+    The per-node and per-feature halves of the hash are computed once, on [n] and [width]; only the
+    final mix runs on [n, width], in place, in blocks of ``_hash_rows`` rows: about a dozen elementwise
+    kernels per block. On a GPU one block is the whole tensor whenever its temporaries fit in a
+    quarter of the free memory, so a mask costs a few tens of kernel launches, not ~35 per 2^18
+    elements. Same bits as ``hash_bits(key, node_ids[:, None], arange(width)[None, :])``."""
     keep = torch.empty((node_ids.numel(), width), dtype=torch.bool, device=node_ids.device)
-    rows = max(1, HASH_BLOCK // max(width, 1))
+    if keep.numel() == 0:
+        return keep
+    row_half = _mix32(node_ids.long() ^ key)[:, None]
+    col_half = _mix32(torch.arange(width, device=node_ids.device) + 0x9E3779B)[None, :]
+    rows = _hash_rows(node_ids.device, node_ids.numel(), width)
     for start in range(0, node_ids.numel(), rows):
-        ids = node_ids[start : start + rows, None]
-        torch.ge(hash_bits(key, ids, cols), threshold, out=keep[start : start + rows])
+        h = row_half[start : start + rows] ^ col_half
+        torch.ge(_mix32_(h), threshold, out=keep[start : start + rows])
     return keep
+
+
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """``_mix32`` in place on an int64 tensor (one temporary of x's size at a time)."""
+    x.bitwise_xor_(x >> 16).mul_(0x7FEB352D).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15).mul_(0x46C8A68B).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 16)
+
+
+HASH_TEMP_BYTES = 16  # int64 bytes per element in flight in keep_mask: the block and one shifted copy
+
+
+def _hash_rows(device: torch.device, n: int, width: int) -> int:
+    """Rows of a mask hashed at a time: HASH_BLOCK elements (cache-sized) on the CPU; on a GPU as many
+    as a quarter of its free memory holds (the whole mask for any usual activation)."""
+    elements = max(HASH_BLOCK, _free_device_bytes(device) // (4 * HASH_TEMP_BYTES))
+    return max(1, min(n, elements // max(width, 1)))
+
+
+def _free_device_bytes(device: torch.device) -> int:
+    """Free memory of a CUDA device; 0 elsewhere (the CPU keeps small blocks)."""
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
 
 
 class _MaskedScale(torch.autograd.Function):

@@ -55,7 +55,7 @@ class CudaBackend(FusedBackend):
             return f"head dim {q.shape[2]} is not supported; use one of {cuda_source.HEAD_DIMS} or backend='reference'"
         if max(q.shape[0], tensors.get("k", q).shape[0]) > INT32_MAX or q.shape[1] > MAX_GRID_Y:
             return f"node counts must stay below 2^31 and heads at most {MAX_GRID_Y}"
-        return on_one_device(tensors, "cuda")
+        return on_one_device(tensors, self.device_type)
 
     def forward(self, rowptr, col, q, k, v, scale: float):
         y_f32, lse = attention_forward(rowptr, col, q, k, v, scale)
@@ -84,7 +84,8 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
 def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, need_kv: bool = True):
     """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]; without
     ``need_kv`` the column pass is skipped and dk, dv are None."""
-    q, k, v, dy = (_aligned(t) for t in (q, k, v, dy.to(q.dtype)))
+    q, k, v, dy, y_f32 = (_aligned(t) for t in (q, k, v, dy.to(q.dtype), y_f32))  # y: 16-byte loads too
+    lse = lse.detach().contiguous()  # callers that merge blocks may pass views
     heads = q.shape[1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if q.shape[0] == 0 or k.shape[0] == 0 or col.numel() == 0:
@@ -155,19 +156,32 @@ def _plan(rowptr, col, direction: str, ptr: torch.Tensor) -> SegmentPlan:
 
 
 class _on_torch_stream:
-    """Context: CuPy's current device and stream are torch's current ones for ``device``."""
+    """Context: CuPy's current device and stream are torch's current ones for ``device``.
+
+    Off CUDA (the CPU emulator that tests put in place of ``cupy``) there is no torch stream: the
+    stand-in gets None."""
 
     def __init__(self, device: torch.device):
         self.device = cupy.cuda.Device(device.index)
-        self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
+        self.torch_stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self.device_index = device.index
 
     def __enter__(self):
         self.device.__enter__()
+        self.stream = _external_stream(self.torch_stream, self.device_index)  # inside the device: from_external takes the current one
         self.stream.__enter__()
 
     def __exit__(self, *exc):
         self.stream.__exit__(*exc)
         self.device.__exit__(*exc)
+
+
+def _external_stream(torch_stream, device_index):
+    """A CuPy view of a torch stream: CuPy 14's ``Stream.from_external`` (the CUDA stream protocol,
+    ``__cuda_stream__``), or ``ExternalStream`` on older CuPy (deprecated in 14)."""
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        return cupy.cuda.Stream.from_external(torch_stream)
+    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, device_index)
 
 
 def _blocks(threads: int) -> int:

@@ -1,5 +1,5 @@
 """Where the CUDA kernels live and how they are compiled: shared by the CuPy loader (``cuda.py``)
-and the GPU-less NVRTC compile check (``nvrtc_check.py``), so both compile exactly the same thing.
+and the GPU-less NVRTC compile check (``tools/common/nvrtc.py``), so both compile exactly the same thing.
 
 Kernels are compiled once per (device, file, dtype, head dim) with the head dim and the dtype as
 compile-time constants (-DDSG_HEAD_DIM, -DDSG_BF16); shapes other than D are runtime arguments.

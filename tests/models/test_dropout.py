@@ -1,6 +1,8 @@
 """Rank-independent dropout: masks depend only on (seed, step, layer, site, node id, feature)."""
 
+import pytest
 import torch
+import torch.utils._python_dispatch
 
 from dsgraph.models import NodeDropout
 
@@ -84,3 +86,63 @@ def test_blocked_mask_and_bool_saved_mask_give_the_formula_and_its_gradient(monk
         want_out = _float_mask_dropout(x, ids, 0.3, 5, 2, 0, 1)
         (want,) = torch.autograd.grad(want_out, x, grad)
         assert torch.equal(out, want_out) and torch.equal(got, want)
+
+
+def _legacy_keep_mask(key, threshold, node_ids, width, block=1 << 18):
+    """keep_mask as it was before issue 27 (hash_bits on blocks of 2^18 elements): the oracle for
+    'the masks keep their bits'."""
+    from dsgraph.models.dropout import hash_bits
+
+    cols = torch.arange(width, device=node_ids.device)[None, :]
+    keep = torch.empty((node_ids.numel(), width), dtype=torch.bool, device=node_ids.device)
+    rows = max(1, block // max(width, 1))
+    for start in range(0, node_ids.numel(), rows):
+        torch.ge(hash_bits(key, node_ids[start : start + rows, None], cols), threshold, out=keep[start : start + rows])
+    return keep
+
+
+GPU_FREE_BYTES = 100 * 2**30  # what an H200 has free beside a model: the whole-tensor block
+
+
+@pytest.mark.parametrize("whole_tensor", [False, True], ids=["cpu-blocks", "gpu-block"])
+def test_keep_mask_bits_are_unchanged(monkeypatch, whole_tensor):
+    import dsgraph.models.dropout as dropout
+
+    if whole_tensor:
+        monkeypatch.setattr(dropout, "_free_device_bytes", lambda device: GPU_FREE_BYTES)
+    gen = torch.Generator().manual_seed(0)
+    for n, width in ((1, 1), (103, 16), (3000, 128), (70_001, 5), (0, 4), (5, 0)):
+        ids = torch.randint(0, 2**40, (n,), generator=gen)
+        for key in (0, 1, dropout.dropout_key(7, 3, 2, 1), 0xFFFFFFFF):
+            for p in (0.1, 0.5, 0.9):
+                threshold = int(p * 2**32)
+                assert torch.equal(dropout.keep_mask(key, threshold, ids, width), _legacy_keep_mask(key, threshold, ids, width))
+
+
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts ATen ops (each elementwise one a kernel launch on a GPU; views and allocations too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_gpu_sized_mask_is_a_few_kernels(monkeypatch):
+    """4M nodes x 128 features, on meta tensors (shapes, no memory) standing in for a GPU with 100 GiB
+    free: the mask is a constant few tens of ops; the blocked hash before issue 27 was ~70k."""
+    import dsgraph.models.dropout as dropout
+
+    monkeypatch.setattr(dropout, "_free_device_bytes", lambda device: GPU_FREE_BYTES)
+    ids = torch.arange(4 * 2**20, device="meta")
+    counts = {}
+    for name, fn in (("fused", dropout.keep_mask), ("legacy", _legacy_keep_mask)):
+        with _CountOps() as counter:
+            fn(12345, 2**31, ids, 128)
+        counts[name] = counter.ops
+    print(f"ops per 4M x 128 mask: {counts}")
+    assert counts["fused"] <= 64, counts  # one block: the same few tens whatever the size
+    assert counts["legacy"] > 50_000, counts

@@ -11,7 +11,7 @@ from dsgraph.graph import load_dataset
 from dsgraph.ops import available_backends, sparse_attention
 from dsgraph.ops.cuda_plan import build_plan
 from dsgraph.ops.cuda_source import DTYPES, HEAD_DIMS, KERNELS, compile_options
-from tools.common.nvrtc import NvrtcUnavailable, compile_cubin, nvrtc_version
+from tools.common.nvrtc import NvrtcUnavailable, compile_cubin, compile_cubin_with_cupy, nvrtc_version
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -20,6 +20,12 @@ try:
 except NvrtcUnavailable as exc:
     NVRTC_VERSION, NVRTC_MISSING = None, str(exc)
 needs_nvrtc = pytest.mark.skipif(NVRTC_VERSION is None, reason=f"NVRTC not found: {NVRTC_MISSING}")
+try:
+    import cupy.cuda.compiler  # noqa: F401  (the cuda extra; it imports without a GPU)
+
+    CUPY_MISSING = ""
+except Exception as exc:  # not installed, or no CUDA libraries at all
+    CUPY_MISSING = f"{type(exc).__name__}: {exc}"
 
 
 @needs_nvrtc
@@ -32,6 +38,19 @@ def test_kernels_compile_to_cubin(file, arch, dtype):
         assert cubin[:4] == b"\x7fELF", (file, arch, dtype, head_dim)
         for name in KERNELS[file]:  # every launched kernel is in the cubin's symbol table
             assert name.encode() + b"\x00" in cubin, (name, file, arch, dtype, head_dim)
+
+
+@pytest.mark.skipif(bool(CUPY_MISSING), reason=f"CuPy not importable ({CUPY_MISSING}); pip install -e '.[cuda]'")
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("file", sorted(KERNELS))
+def test_kernels_compile_through_cupy(file, arch):
+    """CuPy's own NVRTC route (its options, -ftz=true included), the architecture forced."""
+    for dtype in DTYPES:
+        for head_dim in HEAD_DIMS:
+            cubin = compile_cubin_with_cupy(file, arch, dtype, head_dim)
+            assert cubin[:4] == b"\x7fELF", (file, arch, dtype, head_dim)
+            for name in KERNELS[file]:
+                assert name.encode() + b"\x00" in cubin, (name, file, arch, dtype, head_dim)
 
 
 def test_unsupported_head_dim_and_dtype_are_value_errors():
@@ -71,3 +90,39 @@ def test_cuda_backend_is_off_without_a_gpu():
     q = torch.randn(1, 1, 8)
     with pytest.raises(ValueError, match="backend 'cuda' is not available on this machine"):
         sparse_attention(torch.tensor([0, 0]), torch.zeros(0, dtype=torch.int32), q, q, q, backend="cuda")
+
+
+@needs_nvrtc
+def test_ptxas_resource_figures():
+    """tools/gpu/cuda_resources.py's figures: every kernel has them; only the chunk kernels use shared
+    memory and a barrier (the block's warp states)."""
+    from tools.common.nvrtc import ptxas_resources
+
+    for file in sorted(KERNELS):
+        figures = ptxas_resources(file, "sm_90", "float32", 32)
+        assert set(figures) == set(KERNELS[file])
+        for name, f in figures.items():
+            assert 0 < f["registers"] <= 255, (name, f)
+            assert (f["smem"] > 0) == (f["barriers"] == 1) == name.endswith("_chunk"), (name, f)
+
+
+def test_torch_stream_reaches_cupy_through_the_api_of_its_version(monkeypatch):
+    """CuPy 14: Stream.from_external(torch_stream) (the CUDA stream protocol); older CuPy:
+    ExternalStream(handle, device), deprecated in 14."""
+    from types import SimpleNamespace
+
+    from dsgraph.ops import cuda
+
+    torch_stream = SimpleNamespace(cuda_stream=1234, __cuda_stream__=lambda: (0, 1234))
+    external = lambda ptr, device: ("ExternalStream", ptr, device)  # noqa: E731
+
+    class Stream14:
+        @staticmethod
+        def from_external(obj):
+            return ("from_external", obj)
+
+    monkeypatch.setattr(cuda, "cupy", SimpleNamespace(cuda=SimpleNamespace(Stream=Stream14, ExternalStream=external)))
+    assert cuda._external_stream(torch_stream, 0) == ("from_external", torch_stream)
+    monkeypatch.setattr(cuda, "cupy", SimpleNamespace(cuda=SimpleNamespace(Stream=object, ExternalStream=external)))
+    assert cuda._external_stream(torch_stream, 1) == ("ExternalStream", 1234, 1)
+    assert hasattr(torch.cuda.Stream, "__cuda_stream__")  # what from_external reads from torch's stream

@@ -7,6 +7,8 @@ and the NVRTC library from the ``nvidia-cuda-nvrtc`` wheel (both in the ``dev`` 
 
 from __future__ import annotations
 
+import re
+
 from dsgraph.ops.cuda_source import compile_options, kernel_source
 
 
@@ -29,11 +31,34 @@ def compile_cubin(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
     """Compiles cuda/<file> for ``arch`` (e.g. 'sm_90') and returns the cubin.
 
     Raises RuntimeError with NVRTC's log when the source does not compile or draws a warning."""
+    return _compile(file, arch, dtype, head_dim)[0]
+
+
+def ptxas_resources(file: str, arch: str, dtype: str, head_dim: int) -> dict[str, dict[str, int]]:
+    """Per kernel of cuda/<file>, what ptxas reports with -v (NVRTC's -Xptxas=-v): registers,
+    shared memory (smem bytes), stack frame, spill stores and loads (bytes), barriers."""
+    log = _compile(file, arch, dtype, head_dim, ("-Xptxas=-v",))[1]
+    out: dict[str, dict[str, int]] = {}
+    current = None
+    for line in log.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            current = out.setdefault(m.group(1), {"registers": 0, "smem": 0, "stack": 0, "spill_stores": 0,
+                                                  "spill_loads": 0, "barriers": 0})  # fmt: skip
+        elif current is not None and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            current["stack"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        elif current is not None and (m := re.search(r"Used (\d+) registers", line)):
+            current["registers"] = int(m.group(1))
+            current["barriers"] = int(b.group(1)) if (b := re.search(r"used (\d+) barriers", line)) else 0
+            current["smem"] = int(b.group(1)) if (b := re.search(r"(\d+) bytes smem", line)) else 0
+    return out
+
+
+def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, ...] = ()) -> tuple[bytes, str]:
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(kernel_source(file).encode(), file.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
-        options = [f"-arch={arch}".encode(), *(o.encode() for o in compile_options(dtype, head_dim))]
+        options = [f"-arch={arch}".encode(), *(o.encode() for o in (*compile_options(dtype, head_dim), *extra))]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
         log = _log(nvrtc, prog)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or "warning" in log:
@@ -43,7 +68,7 @@ def compile_cubin(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
         cubin = b" " * size
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "nvrtcGetCUBIN")
-        return cubin
+        return cubin, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -66,3 +91,24 @@ def _log(nvrtc, prog) -> str:
 def _check(nvrtc, err, what: str) -> None:
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise RuntimeError(f"{what} failed: {err}")
+
+
+def compile_cubin_with_cupy(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
+    """Compiles cuda/<file> the way ``cupy.RawModule(backend='nvrtc')`` does at run time (CuPy's own
+    options: ``-ftz=true``, ``--device-as-default-execution-space``, ``--pch`` on NVRTC 12.8+, and
+    ``-arch=sm_XX`` for a cubin), with the architecture forced so that no GPU is needed.
+
+    CuPy asks the device for the architecture in one memoised private helper,
+    ``cupy.cuda.compiler._get_arch_for_options_for_nvrtc``; it is replaced for the call. Private
+    CuPy API (checked with CuPy 14.2): ImportError without CuPy, AttributeError if CuPy changes it."""
+    from cupy.cuda import compiler
+
+    cc = arch.removeprefix("sm_")
+    chosen = compiler._get_arch_for_options_for_nvrtc  # noqa: SLF001
+    compiler._get_arch_for_options_for_nvrtc = lambda arch=None: (f"-arch=sm_{cc}", "cubin")
+    try:
+        options = (*compile_options(dtype, head_dim), "-ftz=true")  # RawModule adds -ftz=true
+        cubin, _ = compiler.compile_using_nvrtc(kernel_source(file), options, arch=cc, filename=file, cache_in_memory=True)
+    finally:
+        compiler._get_arch_for_options_for_nvrtc = chosen
+    return cubin
