@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "convert": ("dsgraph.graph.convert", "convert an OGB folder, edge list or .npz into a .npz or partition store"),
     "profile": ("dsgraph.agp.profile_cli", "measure alpha and beta of this system into an AGP profile JSON"),
     "plan": ("dsgraph.agp.plan_cli", "predict time and memory per (strategy, ranks) for a graph and pick one"),
+    "checkpoint": ("dsgraph.train.checkpoint_cli", "verify checkpoints, convert one to universal (any world size), export fp32"),
 }
 
 
