@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-out", dest="metrics_out", help="JSON-lines metrics file (rank 0 writes it)")
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="folder for DeepSpeed checkpoints")
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)")
-    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint in --checkpoint-dir "
+                   "(at any world size; docs/checkpoints.md)")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
     return p.parse_args(argv)
 

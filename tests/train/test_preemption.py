@@ -108,3 +108,29 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     assert convert.returncode == 0 and "_universal" in convert.stdout, convert.stderr[-3000:]
     bad = subprocess.run([*cli, "export", "--dir", f"{tmp}/nothing", "--out", f"{tmp}/x.pt"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no checkpoint" in bad.stderr
+
+
+def test_a_signal_sets_the_flag_and_the_handlers_are_restored():
+    from dsgraph.train.preemption import Preemption
+
+    before = signal.getsignal(signal.SIGUSR1)
+    watch = Preemption(["SIGUSR1"]).install()
+    assert not watch.agreed(torch.device("cpu"), 1)
+    os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before the next bytecode
+    assert watch.agreed(torch.device("cpu"), 1) and watch.received == "SIGUSR1"
+    watch.uninstall()
+    assert signal.getsignal(signal.SIGUSR1) is before
+    assert not Preemption([]).install().agreed(torch.device("cpu"), 1)
+
+
+def test_checkpoint_settings_are_validated():
+    from dsgraph.train.config import DsgraphConfig
+
+    assert DsgraphConfig().keep_checkpoints == 3 and DsgraphConfig().preempt_signals == ["SIGTERM", "SIGUSR1"]
+    with pytest.raises(ValueError, match="'keep_checkpoints' must be >= 0"):
+        DsgraphConfig(keep_checkpoints=-1)
+    with pytest.raises(ValueError, match="'preempt_signals' entries must be among SIGTERM, SIGUSR1"):
+        DsgraphConfig(preempt_signals=["SIGKILL"])
+    with pytest.raises(ValueError, match="'preempt_signals' must be list"):
+        DsgraphConfig.from_dict({"preempt_signals": "SIGTERM"})
+    assert DsgraphConfig.from_dict({"preempt_signals": [], "keep_checkpoints": 0}).preempt_signals == []
