@@ -108,6 +108,10 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     assert convert.returncode == 0 and "_universal" in convert.stdout, convert.stderr[-3000:]
     bad = subprocess.run([*cli, "export", "--dir", f"{tmp}/nothing", "--out", f"{tmp}/x.pt"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no checkpoint" in bad.stderr
+    nothing = subprocess.run(_train(config, "--resume", "--checkpoint-dir", f"{tmp}/nothing"), env=_env(0, 1, free_port()),
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert nothing.returncode == 2 and "Traceback" not in nothing.stderr, nothing.stderr[-3000:]
+    assert f"dsgraph: error (rank 0): {tmp}/nothing: no checkpoint to resume from" in nothing.stderr, nothing.stderr[-3000:]
 
 
 def test_a_signal_sets_the_flag_and_the_handlers_are_restored():
