@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "convert": ("dsgraph.graph.convert", "convert an OGB folder, edge list or .npz into a .npz or partition store"),
     "profile": ("dsgraph.agp.profile_cli", "measure alpha and beta of this system into an AGP profile JSON"),
     "plan": ("dsgraph.agp.plan_cli", "predict time and memory per (strategy, ranks) for a graph and pick one"),
+    "checkpoint": ("dsgraph.train.checkpoint_cli", "verify checkpoints, convert one to universal (any world size), export fp32"),
 }
 
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: dsgraph SUBCOMMAND [--help] [ARGS]\n\nsubcommands:")
         for name, (_, text) in SUBCOMMANDS.items():
-            print(f"  {name:<10} {text}")
+            print(f"  {name:<{max(map(len, SUBCOMMANDS))}}  {text}")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:

@@ -1,26 +1,249 @@
-"""Checkpoints through DeepSpeed (every rank takes part), with dsgraph's loop state in client state."""
+"""Checkpoints through DeepSpeed (every rank takes part), with dsgraph's loop state in client state,
+made complete by a manifest and resumable at any world size.
+
+Layout of ``checkpoint_dir``: one folder per checkpoint, ``epochNNNNNN`` (DeepSpeed's tag), holding
+DeepSpeed's files and ``dsgraph_manifest.json`` (``manifest.py``), written last. A checkpoint is
+complete only with its manifest; ``--resume`` takes the newest checkpoint whose manifest and files
+check out (it does not trust DeepSpeed's ``latest`` file), warns about each newer one it skips and
+why, and stops with a message naming the folder when none is usable. Loading at another world size
+(or another dtype) converts the checkpoint once into a universal checkpoint beside it,
+``epochNNNNNN_universal`` with a manifest of its own (``universal.py``), and loads that.
+After each save, complete checkpoints beyond ``keep_checkpoints`` are deleted, oldest first.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
 
 import torch
 
+from dsgraph.train import manifest as mf
 
-def save(engine, directory: str, epoch: int, seed: int, best: dict) -> None:
-    client_state = {"epoch": epoch, "seed": seed, "best": best, "torch_rng_state": torch.get_rng_state()}
-    engine.save_checkpoint(directory, tag=f"epoch{epoch:06d}", client_state=client_state)
+TAG_RE = re.compile(r"^epoch(\d{6,})$")
+UNIVERSAL_SUFFIX = "_universal"
 
 
-def load_latest(engine, directory: str, seed: int) -> dict:
-    """Loads the latest checkpoint in ``directory``; returns its client state.
-    Raises FileNotFoundError if there is none, ValueError if it was made with another seed."""
-    if not os.path.isfile(os.path.join(directory, "latest")):
-        raise FileNotFoundError(f"{directory}: no checkpoint to resume from (no 'latest' file)")
-    path, client_state = engine.load_checkpoint(directory)
-    if path is None or client_state is None:
-        raise FileNotFoundError(f"{directory}: the latest checkpoint could not be loaded")
-    if client_state.get("seed") != seed:
-        raise ValueError(f"{path}: checkpoint was made with seed {client_state.get('seed')}, this run uses {seed}")
-    torch.set_rng_state(client_state["torch_rng_state"])
-    return client_state
+def tag_of(epoch: int) -> str:
+    return f"epoch{epoch:06d}"
+
+
+def universal_dir(directory: str, tag: str) -> str:
+    return os.path.join(directory, tag + UNIVERSAL_SUFFIX)
+
+
+def due(cfg, epoch: int) -> bool:
+    """Whether the loop saves a periodic checkpoint after ``epoch``."""
+    return bool(cfg.checkpoint_every) and (epoch + 1) % cfg.checkpoint_every == 0
+
+
+# --- the collectives this module needs (none without a process group: the CLI, one process) -----
+def _rank_world() -> tuple[int, int]:
+    import torch.distributed as tdist
+
+    if tdist.is_available() and tdist.is_initialized():
+        return tdist.get_rank(), tdist.get_world_size()
+    return 0, 1
+
+
+def _barrier() -> None:
+    if _rank_world()[1] > 1:
+        import deepspeed.comm as dist
+
+        dist.barrier()
+
+
+def _gather(value) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    rank, world = _rank_world()
+    if world == 1:
+        return [value]
+    import torch.distributed as tdist
+
+    out = [None] * world
+    tdist.all_gather_object(out, value)
+    return out
+
+
+def _from_rank0(value):
+    """Rank 0's ``value`` on every rank."""
+    return _gather(value)[0]
+
+
+# --- saving -----------------------------------------------------------------------------------
+def engine_facts(engine) -> dict:
+    """What a checkpoint of this engine records about the run's layout."""
+    return {
+        "world_size": _rank_world()[1],
+        "zero_stage": int(engine.zero_optimization_stage()),
+        "dtype": "bfloat16" if engine.bfloat16_enabled() else ("float16" if engine.fp16_enabled() else "float32"),
+    }
+
+
+def save(engine, cfg, epoch: int, best: dict) -> str:
+    """Writes the checkpoint of ``epoch`` on every rank, then (rank 0) its manifest, last; then
+    deletes checkpoints beyond ``keep_checkpoints``. Returns the checkpoint folder."""
+    from deepspeed.checkpoint.constants import UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY, UNIVERSAL_CHECKPOINT_VERSION_VALUE
+
+    directory, tag = cfg.checkpoint_dir, tag_of(epoch)
+    folder = os.path.join(directory, tag)
+    rank, world = _rank_world()
+    if rank == 0:  # a folder of an earlier attempt at this epoch may hold other ranks' files
+        for stale in (folder, universal_dir(directory, tag)):
+            shutil.rmtree(stale, ignore_errors=True)
+        os.makedirs(directory, exist_ok=True)
+    _barrier()
+    client_state = {
+        "epoch": epoch, "seed": cfg.seed, "best": best, "torch_rng_state": torch.get_rng_state(),
+        # ZeRO-1/2 checkpoints convert to universal ones only with this entry (ds_to_universal checks it)
+        UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
+    }  # fmt: skip
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        client_state["cuda_rng_state"] = torch.cuda.get_rng_state()
+    engine.save_checkpoint(directory, tag=tag, client_state=client_state)
+    _barrier()  # every rank's files are on disk
+    rels = _from_rank0(mf.list_files(folder) if rank == 0 else None)
+    files = {}
+    for share in _gather(mf.describe(folder, rels[rank::world])):  # each rank hashes a share of the files
+        files.update(share)
+    if rank == 0:
+        settings = json.loads(json.dumps(mf.resume_settings(cfg.to_dict())))
+        mf.write(folder, {
+            "format_version": mf.FORMAT_VERSION, "kind": "deepspeed", "tag": tag, "epoch": epoch,
+            "global_steps": int(engine.global_steps), **engine_facts(engine), "seed": cfg.seed,
+            "resume_settings": settings, "config_hash": mf.config_hash(settings), "files": files,
+        })  # fmt: skip
+        prune(directory, cfg.keep_checkpoints)
+    _barrier()
+    return folder
+
+
+def list_tags(directory: str) -> list[tuple[int, str]]:
+    """(epoch, tag) of every checkpoint folder in ``directory``, newest first (complete or not)."""
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(directory) if (m := TAG_RE.match(name))]
+    return sorted((e, t) for e, t in found if os.path.isdir(os.path.join(directory, t)))[::-1]
+
+
+def prune(directory: str, keep: int) -> list[str]:
+    """Deletes complete checkpoints beyond the newest ``keep`` (0: none), incomplete ones older than
+    the newest complete one (saves that were killed), and universal conversions whose source is
+    gone. Returns the deleted folders."""
+    tags = list_tags(directory)
+    complete = [(e, t) for e, t in tags if os.path.isfile(os.path.join(directory, t, mf.MANIFEST))]
+    doomed = [t for _, t in complete[keep:]] if keep else []
+    if complete:
+        doomed += [t for e, t in tags if e < complete[0][0] and (e, t) not in complete]
+    deleted = []
+    for tag in doomed:
+        for path in (os.path.join(directory, tag), universal_dir(directory, tag)):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+                deleted.append(path)
+    alive = {t for _, t in list_tags(directory)}
+    for name in os.listdir(directory):
+        orphan = name.endswith(UNIVERSAL_SUFFIX) and name[: -len(UNIVERSAL_SUFFIX)] not in alive
+        if orphan or name.endswith(".partial"):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            deleted.append(os.path.join(directory, name))
+    return deleted
+
+
+# --- verifying and loading ----------------------------------------------------------------------
+def verify(folder: str) -> tuple[dict | None, list[str]]:
+    """(manifest, problems) of a checkpoint folder, checked by every rank together (each hashes a
+    share of the files; every rank gets the same answer)."""
+    rank, world = _rank_world()
+    try:
+        manifest, problems = mf.read(folder), []
+    except ValueError as err:
+        manifest, problems = None, [str(err)]
+    if manifest is not None:
+        problems = mf.check_files(folder, manifest["files"], sorted(manifest["files"])[rank::world])
+    problems = [p for share in _gather(problems) for p in share]
+    return (None if problems else manifest), problems
+
+
+@dataclass
+class Resumed:
+    """What ``load_latest`` loaded: the folder, its client state, and the newer checkpoints skipped
+    (one line each: the folder and what was wrong with it)."""
+
+    path: str
+    client_state: dict
+    manifest: dict
+    skipped: list[str] = field(default_factory=list)
+    universal: bool = False
+
+
+def load_latest(engine, cfg, heartbeat=None, warn=None) -> Resumed:
+    """Loads the newest complete checkpoint in ``cfg.checkpoint_dir`` into ``engine`` (on every
+    rank). FileNotFoundError if there is none, ValueError if none is usable or the usable one was
+    made with other settings (the message names the folder and the problem)."""
+    heartbeat = heartbeat or (lambda what: None)
+    warn = warn or _warn
+    directory = cfg.checkpoint_dir
+    tags = list_tags(directory)
+    if not tags:
+        raise FileNotFoundError(f"{directory}: no checkpoint to resume from (no epochNNNNNN folder; set checkpoint_every)")
+    skipped = []
+    for _, tag in tags:
+        folder = os.path.join(directory, tag)
+        heartbeat(f"verifying checkpoint {folder}")
+        manifest, problems = verify(folder)
+        if manifest is None:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            skipped.append(f"{folder}: {problems[0]}{more}")
+            continue
+        _check_settings(folder, manifest, cfg)
+        for line in skipped:
+            warn(f"skipped checkpoint {line}")
+        if skipped:
+            warn(f"resuming from the newest complete checkpoint, {folder}")
+        return _load(engine, directory, tag, manifest, skipped, heartbeat)
+    raise ValueError(f"{directory}: no usable checkpoint to resume from: " + "; ".join(skipped))
+
+
+def _warn(message: str) -> None:
+    if _rank_world()[0] == 0:
+        print(f"dsgraph: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _check_settings(folder: str, manifest: dict, cfg) -> None:
+    if manifest.get("seed") != cfg.seed:
+        raise ValueError(f"{folder}: checkpoint was made with seed {manifest.get('seed')}, this run uses {cfg.seed}")
+    want = json.loads(json.dumps(mf.resume_settings(cfg.to_dict())))
+    have = manifest.get("resume_settings", want)
+    changed = [f"{k} {have.get(k)!r} -> {want[k]!r}" for k in want if have.get(k) != want[k]]
+    if changed:
+        raise ValueError(f"{folder}: checkpoint was made with other settings ({'; '.join(changed)}); resume with the "
+                         "checkpoint's settings, or start a new run in another checkpoint_dir")  # fmt: skip
+
+
+def _load(engine, directory: str, tag: str, manifest: dict, skipped: list[str], heartbeat) -> Resumed:
+    from dsgraph.train import universal
+
+    facts = engine_facts(engine)
+    folder = os.path.join(directory, tag)
+    if manifest["zero_stage"] != facts["zero_stage"]:
+        raise ValueError(f"{folder}: checkpoint was written with ZeRO stage {manifest['zero_stage']}, this run uses stage "
+                         f"{facts['zero_stage']}; resume with stage {manifest['zero_stage']} (at any world size), or export "
+                         "the model with `dsgraph checkpoint export`")  # fmt: skip
+    same = all(manifest[k] == facts[k] for k in ("world_size", "dtype")) or facts["zero_stage"] == 0
+    if same:
+        path, state = engine.load_checkpoint(directory, tag=tag)
+    else:
+        heartbeat(f"converting {folder} to a universal checkpoint")
+        udir = universal.ensure(directory, tag)
+        path, state = universal.load(engine, directory, os.path.basename(udir))
+    if path is None or state is None:
+        raise ValueError(f"{folder}: DeepSpeed could not load the checkpoint")
+    torch.set_rng_state(state["torch_rng_state"])
+    if "cuda_rng_state" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_rng_state"])
+    return Resumed(path=folder, client_state=state, manifest=manifest, skipped=skipped, universal=not same)

@@ -125,6 +125,13 @@ class DsgraphConfig:
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
     trace_dir: str = "runs/traces"
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
+    keep_checkpoints: int = 3
+    """Complete checkpoints kept in 'checkpoint_dir' (the newest; older ones and their universal
+    conversions are deleted after each save); 0: keep all."""
+    preempt_signals: list[str] = dataclasses.field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    """Signals that preempt the job: every rank finishes its step, the ranks agree at the epoch end,
+    write a checkpoint and exit with code 4 (``dsgraph/train/preemption.py``); [] keeps the signals'
+    default action (SIGTERM ends the process at once)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
@@ -162,6 +169,9 @@ class DsgraphConfig:
         for name in ("dropout", "input_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"dsgraph config: '{name}' must be in [0, 1), got {getattr(self, name)}")
+        if self.keep_checkpoints < 0:
+            raise ValueError(f"dsgraph config: 'keep_checkpoints' must be >= 0 (0: keep all), got {self.keep_checkpoints}")
+        _check_preempt_signals(self.preempt_signals)
 
     @classmethod
     def from_dict(cls, section: dict, source: str = "config") -> "DsgraphConfig":
@@ -258,6 +268,14 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
         )
 
 
+def _check_preempt_signals(names: list[str]) -> None:
+    from dsgraph.train.preemption import SIGNALS
+
+    for name in names:
+        if name not in SIGNALS:
+            raise ValueError(f"dsgraph config: 'preempt_signals' entries must be among {', '.join(SIGNALS)}; got {name!r}")
+
+
 def _check_agp(cfg: DsgraphConfig) -> None:
     """AGP and trace settings."""
     if cfg.agp_recalibrate_after < 0:
@@ -278,12 +296,15 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
-          "ModelOptions": (dict, ModelOptions), "SampledConfig": (dict, SampledConfig), "IsolatedConfig": (dict, IsolatedConfig)}
+          "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "SampledConfig": (dict, SampledConfig),
+          "IsolatedConfig": (dict, IsolatedConfig)}  # fmt: skip
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:
     allowed = _TYPES[type_name]
     if type_name == "list[int]" and isinstance(value, list) and not all(type(v) is int for v in value):
+        allowed = ()
+    if type_name == "list[str]" and isinstance(value, list) and not all(type(v) is str for v in value):
         allowed = ()
     if isinstance(value, bool) and bool not in allowed:
         allowed = ()

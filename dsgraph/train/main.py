@@ -55,15 +55,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-out", dest="metrics_out", help="JSON-lines metrics file (rank 0 writes it)")
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="folder for DeepSpeed checkpoints")
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)")
-    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint in --checkpoint-dir "
+                   "(at any world size; docs/checkpoints.md)")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix)
-    or 3 (another rank died or went silent). A watchdog covers every phase from here on, so no
-    phase of start-up or training can wait silently forever."""
+    """Runs one rank of the job; the exit code is 0, 2 (a problem the message names, with its fix),
+    3 (another rank died or went silent) or 4 (preempted by a signal: checkpoint written, resume
+    with --resume). A watchdog covers every phase from here on, so no phase of start-up or training
+    can wait silently forever."""
     from dsgraph.runtime import host_memory
 
     args = parse_args(argv)
@@ -103,6 +105,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     import deepspeed.comm as dist
 
     from dsgraph.runtime import shm
+    from dsgraph.train.preemption import EXIT_PREEMPTED, Preempted
     from dsgraph.train.trainer import init_distributed
     from dsgraph.runtime.watchdog import is_peer_failure
 
@@ -127,6 +130,11 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         print(f"dsgraph: error (rank {rank}): {err}", file=sys.stderr)
         dist.destroy_process_group()
         return 2
+    except Preempted as stop:  # every rank saved the checkpoint together and met at its barrier
+        if rank == 0:
+            print(f"dsgraph: {stop}", flush=True)
+        dist.destroy_process_group()
+        return EXIT_PREEMPTED
     except Exception as err:
         if not is_peer_failure(err):
             dist.destroy_process_group()

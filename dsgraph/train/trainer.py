@@ -27,6 +27,7 @@ from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
+from dsgraph.train.preemption import Preempted, Preemption, can_checkpoint
 from dsgraph.train.trace import StepTracer
 
 
@@ -169,7 +170,8 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------
     def resume(self) -> None:
         self.heartbeat("loading the latest checkpoint")
-        state = checkpoint.load_latest(self.engine, self.cfg.checkpoint_dir, self.cfg.seed)
+        self.resumed = checkpoint.load_latest(self.engine, self.cfg, heartbeat=self.heartbeat)
+        state = self.resumed.client_state
         self.start_epoch, self.best = state["epoch"] + 1, state["best"]
 
     def _write_events(self, metrics: MetricsWriter) -> None:
@@ -190,7 +192,7 @@ class Trainer:
             log(line + self.mode.step_time_note(rows))
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
             self.heartbeat(f"checkpoint after epoch {epoch}")
-            checkpoint.save(self.engine, cfg.checkpoint_dir, epoch, cfg.seed, self.best)
+            checkpoint.save(self.engine, cfg, epoch, self.best)
         return last
 
     def fit(self, log=print) -> dict:
@@ -198,6 +200,7 @@ class Trainer:
         metrics = MetricsWriter(cfg.metrics_out, self.engine.monitor, rank, append=self.start_epoch > 0)
         tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
         last, rows = None, []
+        preemption = Preemption(cfg.preempt_signals).install()
         try:
             for step in self.mode.steps(self.start_epoch):
                 self.heartbeat(f"epoch {step.epoch}")
@@ -209,8 +212,10 @@ class Trainer:
                 if step.ends_epoch:
                     last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
                     rows = []
+                    self._check_preemption(preemption, step.epoch)
             self._write_events(metrics)
         finally:
+            preemption.uninstall()
             tracer.close()
             metrics.close()
             self.mode.close()
@@ -218,6 +223,16 @@ class Trainer:
             log(f"done: test_acc {last['test_acc']:.4f} (last epoch); best val_acc {self.best['val_acc']:.4f} "
                 f"at epoch {self.best['epoch']} with test_acc {self.best['test_acc']:.4f}")  # fmt: skip
         return {"last": last, "best": self.best}
+
+    def _check_preemption(self, preemption: Preemption, epoch: int) -> None:
+        """At an epoch end (every rank): if any rank was signalled, checkpoint and raise Preempted."""
+        cfg = self.cfg
+        if epoch + 1 == cfg.epochs or not preemption.agreed(self.device, self.world) or not can_checkpoint(cfg, epoch):
+            return
+        if not checkpoint.due(cfg, epoch):  # else _end_of_epoch has just saved it
+            self.heartbeat(f"preemption checkpoint after epoch {epoch}")
+            checkpoint.save(self.engine, cfg, epoch, self.best)
+        raise Preempted(epoch, preemption.received, os.path.join(cfg.checkpoint_dir, checkpoint.tag_of(epoch)))
 
     def close(self) -> None:
         self.mode.close()

@@ -117,5 +117,6 @@ def test_survivor_exits_within_timeout_when_a_rank_dies_or_hangs(fault, tmp_path
     assert code == 3, rest[-3000:]
     assert elapsed < timeout_s + 15, elapsed
     assert "another rank died or did not answer within 10 s" in rest and "--resume" in rest, rest[-3000:]
-    if fault == "stop":  # nothing closed a connection: only the timeout can have ended the wait
-        assert elapsed >= timeout_s - 1 and "no progress" in rest, (elapsed, rest[-3000:])
+    if fault == "stop":  # nothing closed a connection: only the timeout can have ended the wait, the watchdog's
+        # or the default group's (the epoch end's preemption all-reduce runs on it, with timeout_s)
+        assert elapsed >= timeout_s - 1 and ("no progress" in rest or "Timed out" in rest), (elapsed, rest[-3000:])
