@@ -41,17 +41,57 @@ def test_the_documentation_names_tools():
     assert "tools.common.config_reference" in documented_tools()
 
 
-def test_every_documented_command_prints_help():
+def _help(args: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
-    def run(args):
-        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        return args, done
 
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess]:
+    """' '.join(args) -> the finished `--help` run of every documented command (4 at a time)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(run, COMMANDS))
-    failed = [f"{' '.join(a)}: exit {d.returncode}\n{d.stderr[-2000:]}" for a, d in results if d.returncode != 0 or "usage" not in d.stdout.lower()]
+        return dict(zip((" ".join(a) for a in COMMANDS), pool.map(_help, COMMANDS)))
+
+
+def test_every_documented_command_prints_help(helps):
+    failed = [f"{name}: exit {d.returncode}\n{d.stderr[-2000:]}" for name, d in helps.items()
+              if d.returncode != 0 or "usage" not in d.stdout.lower()]  # fmt: skip
     assert not failed, "\n".join(failed)
+
+
+def documented_command_lines() -> list[tuple[str, str]]:
+    """(page, command line) of every `dsgraph SUB ...` and `launch/train.py ...` line in a code block of
+    README.md or the docs (outside the dated benchmark pages), continuation lines joined."""
+    pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)]
+    lines = []
+    for page in pages:
+        if os.sep + "benchmarks" + os.sep in page:
+            continue
+        with open(page) as f:
+            blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", f.read(), re.S)
+        for block in blocks:
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #")[0]
+                if re.search(r"(^|[ /])dsgraph (train|partition|convert|profile|plan)\b|launch/train\.py", line):
+                    lines.append((os.path.relpath(page, ROOT), line))
+    return lines
+
+
+def test_documented_options_exist(helps):
+    """Every --option a documented command line passes is one its --help lists."""
+    train = helps["launch/train.py --help"].stdout
+    wrong = []
+    for page, line in documented_command_lines():
+        sub = re.search(r"dsgraph (train|partition|convert|profile|plan)\b(.*)", line)
+        if sub:
+            known = helps[f"-m dsgraph {sub.group(1)} --help"].stdout + (train if sub.group(1) == "train" else "")
+            args = sub.group(2)
+        else:
+            known, args = train, line.split("launch/train.py", 1)[1]
+        wrong += [f"{page}: {flag} in `{line.strip()}`" for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", args)
+                  if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known)]  # fmt: skip
+    assert documented_command_lines(), "no documented command lines found"
+    assert not wrong, "\n".join(wrong)
 
 
 def test_gpu_check_prints_help():
