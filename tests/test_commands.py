@@ -59,20 +59,35 @@ def test_every_documented_command_prints_help(helps):
     assert not failed, "\n".join(failed)
 
 
+def _shell_blocks(page: str) -> list[str]:
+    """The text of every fenced code block of a Markdown page whose language is none, bash or sh."""
+    blocks, current, language = [], None, ""
+    with open(page) as f:
+        for line in f:
+            if line.startswith("```"):
+                if current is None:
+                    current, language = [], line[3:].strip()
+                else:
+                    if language in ("", "bash", "sh"):
+                        blocks.append("".join(current))
+                    current = None
+            elif current is not None:
+                current.append(line)
+    return blocks
+
+
 def documented_command_lines() -> list[tuple[str, str]]:
-    """(page, command line) of every `dsgraph SUB ...` and `launch/train.py ...` line in a code block of
-    README.md or the docs (outside the dated benchmark pages), continuation lines joined."""
+    """(page, command line) of every `dsgraph SUB ...`, `launch/train.py ...` and `python -m tools...` line in
+    a code block of README.md or the docs (outside the dated benchmark pages), continuation lines joined."""
     pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)]
     lines = []
     for page in pages:
         if os.sep + "benchmarks" + os.sep in page:
             continue
-        with open(page) as f:
-            blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", f.read(), re.S)
-        for block in blocks:
+        for block in _shell_blocks(page):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split(" #")[0]
-                if re.search(r"(^|[ /])dsgraph (train|partition|convert|profile|plan)\b|launch/train\.py", line):
+                if re.search(r"(^|[ /])dsgraph (train|partition|convert|profile|plan)\b|launch/train\.py|-m tools\.[a-z_]+\.[a-z_]+", line):
                     lines.append((os.path.relpath(page, ROOT), line))
     return lines
 
@@ -83,7 +98,10 @@ def test_documented_options_exist(helps):
     wrong = []
     for page, line in documented_command_lines():
         sub = re.search(r"dsgraph (train|partition|convert|profile|plan)\b(.*)", line)
-        if sub:
+        tool = re.search(r"-m (tools\.[a-z_]+\.[a-z_]+)(.*)", line)
+        if tool:
+            known, args = helps[f"-m {tool.group(1)} --help"].stdout, tool.group(2)
+        elif sub:
             known = helps[f"-m dsgraph {sub.group(1)} --help"].stdout + (train if sub.group(1) == "train" else "")
             args = sub.group(2)
         else:
