@@ -39,6 +39,13 @@ def test_the_reference_lists_every_key_with_its_default():
     assert "| `isolated.sync` | `str` | `\"super_epoch\"` | `super_epoch`, `step` | isolated |" in page
 
 
+def test_the_committed_reference_is_up_to_date():
+    with open(os.path.join(ROOT, config_reference.PAGE)) as f:
+        committed = f.read()
+    assert committed == config_reference.markdown(), (
+        f"{config_reference.PAGE} is out of date: python -m tools.common.config_reference --out {config_reference.PAGE}")
+
+
 def test_allowed_values_are_what_validation_accepts():
     from dsgraph.train.config import DsgraphConfig
 

@@ -5,11 +5,13 @@ Every key of ``DsgraphConfig`` and of its nested sections (``model``: ``ModelOpt
 the code lists them), the mode it belongs to and the docstring written under the field. The
 docstrings are read from the source with ``ast`` (a dataclass keeps no field docstrings at run time).
 
-    python -m tools.common.config_reference            # print the Markdown page
-    python -m tools.common.config_reference --check    # exit 1 naming every key without a docstring
+    python -m tools.common.config_reference                                # print the Markdown page
+    python -m tools.common.config_reference --out docs/reference/config.md # write the committed copy
+    python -m tools.common.config_reference --check                        # exit 1 naming every key without a docstring
 
-The documentation site builds this page at build time (``tools/common/docs_hooks.py``), as
-``reference/config.md``.
+The documentation site generates the page again at every build (``tools/common/docs_hooks.py``), so
+the site cannot drift from the code; ``docs/reference/config.md`` is the same page committed for
+readers of the repository, and ``tests/test_docs.py`` fails when it is out of date.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import json
 import sys
 import textwrap
 from dataclasses import dataclass
+
+PAGE = "docs/reference/config.md"  # the committed copy of the page
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,10 @@ def markdown() -> str:
         "spellings (for example `isolated_chunks` for `isolated.chunks`).",
         "",
         "This page is generated from the config dataclasses (`dsgraph/train/config.py`, `dsgraph/models/options.py`,",
-        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`) when the site is built: the",
-        "description of each key is the docstring under its field. \"Mode\" says which training mode reads it",
-        "(`all`: every mode; see [Training modes](../concepts/modes.md)).",
+        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`) by",
+        "`python -m tools.common.config_reference`, again at every build of the site: the description of each",
+        "key is the docstring under its field. \"Mode\" says which training mode reads it (`all`: every mode; see",
+        "[Training modes](../concepts/modes.md)).",
         "",
         "```json",
         '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Adam", "params": {"lr": 0.005}},',
@@ -159,13 +164,18 @@ def markdown() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.common.config_reference", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 naming every config key without a docstring")
+    parser.add_argument("--out", metavar="FILE", help=f"write the page to FILE (the committed copy is {PAGE})")
     args = parser.parse_args(argv)
     if args.check:
         missing = missing_docstrings()
         for path in missing:
             print(f"config key '{path}' has no docstring under its field", file=sys.stderr)
         return 1 if missing else 0
-    print(markdown())
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(markdown())
+        return 0
+    print(markdown(), end="")
     return 0
 
 

@@ -1,8 +1,8 @@
 """MkDocs hooks of the documentation site (``mkdocs.yml``: ``hooks``).
 
-``on_files`` adds ``reference/config.md``, generated from the config dataclasses by
-``tools.common.config_reference`` at every build, so the configuration reference cannot drift from
-the code; a key without a docstring fails the build. Run MkDocs as ``python -m mkdocs`` from the
+``on_files`` generates ``reference/config.md`` from the config dataclasses
+(``tools.common.config_reference``) at every build, in place of the committed copy, so the site's
+configuration reference cannot drift from the code; a key without a docstring fails the build. Run MkDocs as ``python -m mkdocs`` from the
 repository root (``bash tools/docs.sh`` does), so that ``tools`` and this checkout's ``dsgraph``
 are importable.
 """
@@ -23,5 +23,8 @@ def on_files(files, config):
     missing = config_reference.missing_docstrings()
     if missing:
         raise PluginError(f"config key(s) without a docstring under the field: {', '.join(missing)}")
+    committed = files.get_file_from_path(CONFIG_PAGE)
+    if committed is not None:  # the repository's copy; the site shows the page as the code is now
+        files.remove(committed)
     files.append(File.generated(config, CONFIG_PAGE, content=config_reference.markdown()))
     return files
