@@ -3,8 +3,8 @@
 
 Every layer is multi-head scaled dot-product attention with learned Q and K over each node's
 in-edges; these options say what surrounds it. The defaults are the measured best on Cora
-(``tools/reports/cora_ablation.py``, README "Accuracy on Cora"): a GAT-shaped network (Velickovic et al.,
-ICLR 2018) with dot-product scores.
+(``tools/reports/cora_ablation.py``; docs/benchmarks/2026-12-01-cora-accuracy.md): a GAT-shaped
+network (Velickovic et al., ICLR 2018) with dot-product scores.
 """
 
 from __future__ import annotations
@@ -73,5 +73,5 @@ def option_names() -> list[str]:
 
 
 TRANSFORMER = ModelOptions(block="transformer", input_projection=True, norm="pre", residual="identity", head="linear")
-"""The block this issue replaced (pre-LN Transformer, final norm, per-node classifier): the shape of
+"""The earlier default block (pre-LN Transformer, final norm, per-node classifier): the shape of
 PyG's TransformerConv models and of the benchmarks that compare with them."""

@@ -61,7 +61,7 @@ class AllGatherAttention(GraphAttention):
 
 class AllGather(Strategy):
     name = "ag"
-    summary = "all-gather K and V (one collective per layer); any head count; per-rank K/V replica N x d"
+    summary = "all-gather K and V (two collectives per layer); any head count; per-rank K/V replica N x d"
     needs = Needs.ROWS
 
     def build(self, graph, pg, ctx):

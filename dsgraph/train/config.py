@@ -15,6 +15,7 @@ import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
+from dsgraph.ops.dispatch import backend_names
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import mode_names
 from dsgraph.modes.sampled.config import SampledConfig
@@ -53,7 +54,7 @@ class DsgraphConfig:
     heads: int = 8
     """Attention heads H."""
     layers: int = 2
-    """Transformer blocks L."""
+    """Attention layers L, the output layer included (GAT's 2-layer network is 2)."""
     ffn_mult: int = 2
     """FFN width as a multiple of hidden."""
     dropout: float = 0.5
@@ -65,7 +66,7 @@ class DsgraphConfig:
     by global node id, so results stay independent of the rank count)."""
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
-    residual, head, feature_norm (``dsgraph/models/options.py``; README, Configuration). Keys left
+    residual, head, feature_norm (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left
     out keep their defaults."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
@@ -158,6 +159,8 @@ class DsgraphConfig:
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:
                 raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
+        if self.backend != "auto" and self.backend not in backend_names():
+            raise ValueError(f"dsgraph config: 'backend' must be one of auto, {', '.join(backend_names())}; got '{self.backend}'")
         _check_agp(self)
         _check_mode_sections(self)
         if self.partition_method is not None and self.partition_method not in METHODS:

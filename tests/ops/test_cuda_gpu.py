@@ -21,7 +21,7 @@ from dsgraph.ops import available_backends, sparse_attention_reference
 from tests.ops import cases
 from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
-HEAD_DIMS = (8, 16, 32, 64, 128)  # the CUDA kernels' head dims (README, "Kernels and benchmark")
+HEAD_DIMS = (8, 16, 32, 64, 128)  # the CUDA kernels' head dims (docs/concepts/kernels.md)
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 
 pytestmark = [

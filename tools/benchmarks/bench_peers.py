@@ -14,7 +14,7 @@ Kernels: per graph, q, k, v, dy standard normal [N, H, D] fp32; every peer warms
 the peers take turns, one timed forward and backward each per round (so machine noise hits all
 alike), right after --turn-warmup untimed ones of its own (default 1), so that the timed call
 runs as it would in a loop of its own rather than after the other peers' turns: on a VM whose
-host takes freed memory back (free page reporting, as on the machine of the README's tables),
+host takes freed memory back (free page reporting, as on the machine of docs/benchmarks/2026-12-01-cpu-kernels.md),
 memory freed during a turn of several seconds faults in again at 1-3 GB/s (rmat:18, dsgraph,
 3 s pauses: backward 465-849 ms, against 244-345 ms in an experiment that kept its freed
 blocks resident for reuse). Reported: min and median forward and backward ms, peak extra memory

@@ -29,7 +29,7 @@ from dsgraph.models import GraphTransformer
 from dsgraph.modes.sampled import (
     BatchBuilder, FeatureStore, NeighborSampler, Prefetcher, epoch_batches, in_degree_scores, sampling_frequency_scores,
 )  # fmt: skip
-from dsgraph.modes.sampled.mode import SubgraphAttention
+from dsgraph.modes.sampled.mode import batch_graph, local_attention
 
 
 def bench_dedup(builder: BatchBuilder, batches: list[np.ndarray], count: int) -> None:
@@ -61,7 +61,8 @@ def bench_prefetch(builder: BatchBuilder, batches: list[np.ndarray], graph, step
             for step, batch in enumerate(items):
                 t = time.perf_counter()
                 sub = batch.graph
-                logits = model(batch.x.float(), SubgraphAttention(sub.rowptr, sub.col), sub.node_ids, step)
+                attention = local_attention(batch_graph(batch, graph.num_features, graph.num_classes), "auto")
+                logits = model(batch.x.float(), attention, sub.node_ids, step)
                 F.cross_entropy(logits[: sub.num_seeds], batch.y).backward()
                 opt.step()
                 opt.zero_grad()

@@ -8,12 +8,13 @@ predicted with either.
 The intra tier is the measured 2-rank fits of docs/agp/cpu_profile.json; the inter "link" is the
 measured 2-rank all-to-all seen from one rank (m bytes per rank send m / 2 to the one peer, so
 link(b) = f_a2a,2(2 b)), one per rank. Compute stays the measured 4-rank fits (4 ranks share the 2
-cores, which no composition of 2-rank fits can know). This is not the two-launcher run the issue
-asks for (``--no_ssh``, two process groups): it reuses one-machine measurements.
+cores, which no composition of 2-rank fits can know). This is not a two-launcher run (``--no_ssh``,
+two process groups): it reuses one-machine measurements.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -41,9 +42,10 @@ def composed_profile(profile):
     return dataclasses.replace(profile, ranks=ranks, hierarchy=h)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     from tools.reports import validate_agp
 
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     measured_profile = load_profile(PROFILE)
     composed = composed_profile(measured_profile)
     print("4-rank collectives, measured fit vs composed from 2-rank fits (ms):")

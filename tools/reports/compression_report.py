@@ -18,7 +18,7 @@ import statistics
 import sys
 import tempfile
 
-from cora_accuracy import train_rows, write_variant  # tools/ is on the path when run as a script
+from tools.reports.cora_accuracy import train_rows, write_variant
 
 SETTINGS = {  # name: (comm_dtype, comm_grad_dtype)
     "none": ("none", "none"),

@@ -319,7 +319,7 @@ class CyclePlan:
     same plan and knows, without asking, which of its rows another rank's halo needs."""
 
     halo: list[list[np.ndarray]]
-    """[round][group]: the halo ids (sorted) of that group's chunks in that round."""
+    """`[round][group]`: the halo ids (sorted) of that group's chunks in that round."""
     degree: np.ndarray
     """int64 [N]: in-degree of every node (relabelled ids)."""
     expected_kept: np.ndarray
