@@ -11,6 +11,7 @@ import os
 from importlib import resources
 
 from dsgraph.graph.graph import Graph
+from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.npz import load_npz, save_npz
 from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph
 
@@ -21,13 +22,14 @@ def bundled_path(name: str) -> str:
     return str(resources.files("dsgraph.data").joinpath(f"{name}.npz"))
 
 
-def load_dataset(spec: str, seed: int = 0) -> Graph:
+def load_dataset(spec: str, seed: int = 0, choice: SplitChoice | None = None) -> Graph:
+    """The whole dataset; ``choice``: which of a file's fixed splits, and whether they may overlap."""
     if spec in BUNDLED:
-        return load_npz(bundled_path(spec), name=spec)
+        return load_npz(bundled_path(spec), name=spec, choice=choice)
     if spec.startswith("rmat:"):
         return rmat_graph(spec, seed=seed)
     if spec.endswith(".npz") or os.path.exists(spec):
-        return load_npz(spec)
+        return load_npz(spec, choice=choice)
     raise _unknown(spec)
 
 

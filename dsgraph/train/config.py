@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
 from dsgraph.comm.compress import CODECS
+from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import mode_names
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.parallel import Needs, get_strategy, strategy_names
+from dsgraph.train.task import METRICS
 
 DEFAULT_STRATEGY = "ag"
 
@@ -42,6 +44,17 @@ class DsgraphConfig:
     """Seeds parameter initialisation, dropout masks and synthetic data."""
     eval_every: int = 10
     """Evaluate train/val/test accuracy on the full graph every this many epochs (and after the last)."""
+    split: int = 0
+    """Which of the dataset's fixed splits to train on, when its masks are [S, N] (0-based; the
+    heterophilous benchmarks ship 10). Masks [N] are split 0."""
+    allow_overlapping_splits: bool = False
+    """Accept nodes that are in two of train/val/test; by default such masks are refused with the
+    counts (a test set equal to the training set reports training accuracy as test accuracy)."""
+    metric: str | None = None
+    """The evaluation metric that eval rows report as val_<metric>/test_<metric> and that picks the
+    best epoch: 'accuracy', 'rocauc', 'ap', 'f1_micro' or 'f1_macro' (``dsgraph/train/task.py``),
+    computed exactly over all ranks' rows. null: accuracy for multi-class tasks, ROC-AUC for binary
+    and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric."""
     checkpoint_every: int = 0
     """Save a DeepSpeed checkpoint every this many epochs (0: never)."""
     checkpoint_dir: str = "runs/checkpoints"
@@ -148,6 +161,10 @@ class DsgraphConfig:
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
+        if self.split < 0:
+            raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
+        if self.metric is not None and self.metric not in METRICS:
+            raise ValueError(f"dsgraph config: 'metric' must be one of {', '.join(METRICS)} (or null: per task); got '{self.metric}'")
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:
                 raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
@@ -182,6 +199,10 @@ class DsgraphConfig:
             return cls(**section)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
+
+    def split_choice(self) -> SplitChoice:
+        """The dataset split this run reads (``dsgraph/graph/label_checks.py``)."""
+        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

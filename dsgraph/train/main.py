@@ -17,6 +17,7 @@ from dsgraph.graph.partition import METHODS
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.task import METRICS
 from dsgraph.modes.registry import mode_names
 from dsgraph.runtime.watchdog import Watchdog
 
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop every rank if another rank dies or is silent this long (default 300)")
     p.add_argument("--backend", choices=["auto", *backend_names()], help="sparse attention kernel (default auto: the fastest "
                    "that runs the inputs)")
+    p.add_argument("--split", type=int, help="which of the dataset's fixed splits (masks [S, N]) to train on, 0-based")
+    p.add_argument("--metric", choices=METRICS, help="evaluation metric and model selection (default: accuracy for "
+                   "multi-class, rocauc for binary and multi-label tasks)")
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
     p.add_argument("--eval-every", type=int, dest="eval_every", help="evaluate every this many epochs")

@@ -55,7 +55,7 @@ class GraphOnRanks:
         self.pg, self.graph = load_rank_graph(
             pg, control, dataset=cfg.dataset, seed=cfg.seed, self_loops=cfg.self_loops, partitions=cfg.partitions,
             split_method=cfg.partition_method or self.spec.split_method, whole=self.spec.needs is Needs.WHOLE_GRAPH,
-            graph=graph, heartbeat=heartbeat,
+            graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(),
         )  # fmt: skip
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
