@@ -13,7 +13,7 @@ from importlib import resources
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.npz import load_npz, save_npz
-from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph
+from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph, rmat_labels
 
 BUNDLED = ("cora",)
 
@@ -48,7 +48,8 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
         return bundled_path(spec), True
     if spec.startswith("rmat:"):
         scale, edge_factor = parse_rmat_spec(spec)
-        path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}_seed{seed}_v{GENERATOR_VERSION}.npz")
+        labels = f"_labels{rmat_labels(spec)}" if rmat_labels(spec) else ""
+        path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}{labels}_seed{seed}_v{GENERATOR_VERSION}.npz")
         return path, os.path.isfile(path)
     if spec.endswith(".npz") or os.path.exists(spec):
         if not os.path.isfile(spec):
