@@ -57,10 +57,16 @@ class DsgraphConfig:
     and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric."""
     checkpoint_every: int = 0
     """Save a DeepSpeed checkpoint every this many epochs (0: never)."""
-    checkpoint_dir: str = "runs/checkpoints"
+    run_name: str | None = None
+    """This run's name; '{run_name}' in the output paths below (and TensorBoard's output_path) is
+    replaced by it and TensorBoard's job_name becomes it (``dsgraph/train/run_name.py``). null:
+    '<config stem>-<UTC time stamp>', a new one for every run. --resume needs the name of the run
+    it continues."""
+    checkpoint_dir: str = "runs/{run_name}/checkpoints"
     """Folder for checkpoints; --resume loads the latest one from here."""
     metrics_out: str | None = None
-    """JSON-lines file for step and eval metrics (rank 0 writes it); null for none."""
+    """JSON-lines file for step and eval metrics (rank 0 writes it). null: runs/<run_name>/
+    metrics.jsonl from the training command, no file for a Trainer built in Python."""
     hidden: int = 128
     """Hidden size d = heads * head_dim."""
     heads: int = 8
@@ -136,7 +142,7 @@ class DsgraphConfig:
     a strategy predicted >= 20% faster is switched to (0: never)."""
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
-    trace_dir: str = "runs/traces"
+    trace_dir: str = "runs/{run_name}/traces"
     """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
 
     def __post_init__(self) -> None:

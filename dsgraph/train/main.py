@@ -59,7 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-out", dest="metrics_out", help="JSON-lines metrics file (rank 0 writes it)")
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="folder for DeepSpeed checkpoints")
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)")
-    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --checkpoint-dir "
+                   "(with the default paths: pass the --run-name of the run to continue)")
+    p.add_argument("--run-name", dest="run_name", help="name of this run: outputs go to runs/NAME/ (metrics.jsonl, "
+                   "checkpoints/) and TensorBoard's job is NAME (default: CONFIG_STEM-UTC_TIMESTAMP)")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
     return p.parse_args(argv)
 
@@ -77,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.strategy in strategy_names() and args.mode is None:
             overrides["mode"] = "full"  # --strategy X picks full-graph training with X, whatever the file's mode
         cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
+        if args.resume and cfg.run_name is None and "{run_name}" in cfg.checkpoint_dir:
+            raise ValueError("--resume continues a named run: pass --run-name NAME (its checkpoints are in "
+                             "runs/NAME/checkpoints), or --checkpoint-dir DIR")
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
@@ -119,6 +125,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         raise
     rank = dist.get_rank()
     watchdog.rank, watchdog.on_exit = rank, lambda: shm.remove_own_buffer(rank)
+    cfg, ds_config = _name_run(args, cfg, ds_config, rank)
     try:
         _remove_dead_buffers(rank, watchdog)
         if device.type == "cpu":
@@ -139,6 +146,22 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         _exit_peer_failure(rank, cfg.timeout_s, err)
     finally:
         shm.remove_own_buffer(rank)
+
+
+def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict]:
+    """The run's name (rank 0's time stamp, shared) in its output paths; rank 0 says where they go."""
+    import deepspeed.comm as dist
+
+    from dsgraph.train import run_name
+
+    name = [cfg.run_name or run_name.default_run_name(run_name.config_stem(args.config))]
+    if dist.get_world_size() > 1:
+        dist.broadcast_object_list(name, src=0)
+    cfg = run_name.with_run_name(cfg, name[0], default_metrics=True)
+    ds_config = run_name.tensorboard_for_run(ds_config, name[0])
+    if rank == 0:
+        print(f"dsgraph: {run_name.describe(cfg, ds_config)}", flush=True)
+    return cfg, ds_config
 
 
 def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from dsgraph.parallel import strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.run_name import with_run_name
 from dsgraph.train.task import METRICS
 
 
@@ -29,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 "(any world size, any ZeRO stage); run it under `deepspeed` or `dsgraph predict`.")
     p.add_argument("--config", "--deepspeed_config", dest="config", required=True, help="the training run's DeepSpeed JSON")
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="checkpoint folder (default: the config's checkpoint_dir)")
+    p.add_argument("--run-name", dest="run_name", help="the training run whose checkpoints to read (runs/NAME/checkpoints)")
     p.add_argument("--tag", help="checkpoint tag, e.g. epoch000199 (default: the one named in 'latest')")
     p.add_argument("--out", help="output .npz: logits, embeddings and the split masks in dataset order")
     p.add_argument("--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)")
@@ -49,7 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def predict_config(args: argparse.Namespace) -> DsgraphConfig:
     _, cfg = load_ds_config(args.config)
     overrides = {k: getattr(args, k) for k in ("strategy", "dataset", "split", "metric", "checkpoint_dir") if getattr(args, k) is not None}
-    return DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, "mode": "full"}, source="command line")
+    cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, "mode": "full"}, source="command line")
+    if args.run_name:
+        return with_run_name(cfg, args.run_name)
+    if "{run_name}" in cfg.checkpoint_dir:
+        raise ValueError(f"the checkpoints are in {cfg.checkpoint_dir}: pass --run-name NAME of the training run, or --checkpoint-dir DIR")
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:

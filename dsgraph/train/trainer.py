@@ -21,7 +21,7 @@ from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
-from dsgraph.train import checkpoint
+from dsgraph.train import checkpoint, run_name
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.evaluation import evaluate_splits
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
@@ -67,6 +67,14 @@ def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelG
     return t.tolist()
 
 
+def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
+    """``cfg`` with a run name in its paths (the command names runs; a Trainer built in Python gets
+    'dsgraph-<rank 0's UTC time stamp>')."""
+    if cfg.run_name is not None and not any("{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS):
+        return cfg
+    return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
+
+
 def new_best(metric: str) -> dict:
     """The model-selection state: the best validation value of ``metric``, its epoch's test value."""
     return {"metric": metric, "val": float("-inf"), "test": float("nan"), "epoch": -1}
@@ -84,11 +92,12 @@ class Trainer:
     def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
         """``heartbeat(phase)`` is called at every phase of set-up and of the loop (the entry point
         passes its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
-        self.cfg, self.device = cfg, device
         self.heartbeat = heartbeat or (lambda what: None)
         pg = GraphParallelGroup.from_world()
         rank_log = log if pg.rank == 0 else (lambda line: None)
         control = make_control_plane(rank_log if pg.rank == 0 else None)
+        self.cfg, self.device = _named(cfg, control), device
+        cfg = self.cfg
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
         self.pg = self.mode.pg
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
