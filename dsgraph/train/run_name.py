@@ -5,7 +5,8 @@ The run name is the config's ``run_name``, or ``<config stem>-<UTC time stamp>``
 and shared with the other ranks. ``{run_name}`` in ``checkpoint_dir``, ``trace_dir``,
 ``metrics_out`` and the TensorBoard ``output_path`` is replaced by it; the defaults put everything
 under ``runs/<run_name>/``, and TensorBoard's ``job_name`` becomes the run name, so two runs of one
-config never write into one TensorBoard run.
+config never write into one TensorBoard run. The default metrics file goes under
+``$DSGRAPH_RUNS_DIR`` (default ``runs``) instead of ``runs`` when that is set (the tests set it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def with_run_name(cfg, run_name: str, default_metrics: bool = False):
     for key in PATH_KEYS:
         value = getattr(cfg, key)
         if value is None and key == "metrics_out" and default_metrics:
-            value = os.path.join("runs", PLACEHOLDER, "metrics.jsonl")
+            value = os.path.join(os.environ.get("DSGRAPH_RUNS_DIR", "runs"), PLACEHOLDER, "metrics.jsonl")
         if value is not None:
             changes[key] = value.replace(PLACEHOLDER, run_name)
     return dataclasses.replace(cfg, **changes)

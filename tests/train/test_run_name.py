@@ -8,7 +8,8 @@ def test_default_name_is_config_stem_and_utc_stamp():
     assert default_run_name("cpu_quickstart", now=0) == "cpu_quickstart-19700101T000000Z"
 
 
-def test_run_name_goes_into_every_output_path():
+def test_run_name_goes_into_every_output_path(monkeypatch):
+    monkeypatch.delenv("DSGRAPH_RUNS_DIR", raising=False)
     cfg = with_run_name(DsgraphConfig(), "r1", default_metrics=True)
     assert (cfg.run_name, cfg.checkpoint_dir, cfg.trace_dir, cfg.metrics_out) == (
         "r1", "runs/r1/checkpoints", "runs/r1/traces", "runs/r1/metrics.jsonl")
