@@ -62,8 +62,8 @@ class DsgraphConfig:
     replaced by it and TensorBoard's job_name becomes it (``dsgraph/train/run_name.py``). null:
     '<config stem>-<UTC time stamp>', a new one for every run. --resume needs the name of the run
     it continues."""
-    checkpoint_dir: str = "runs/{run_name}/checkpoints"
-    """Folder for checkpoints; --resume loads the latest one from here."""
+    checkpoint_dir: str | None = None
+    """Folder for checkpoints; --resume loads the latest one from here. null: runs/<run_name>/checkpoints."""
     metrics_out: str | None = None
     """JSON-lines file for step and eval metrics (rank 0 writes it). null: runs/<run_name>/
     metrics.jsonl from the training command, no file for a Trainer built in Python."""
@@ -142,8 +142,9 @@ class DsgraphConfig:
     a strategy predicted >= 20% faster is switched to (0: never)."""
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
-    trace_dir: str = "runs/{run_name}/traces"
-    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
+    trace_dir: str | None = None
+    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto). null:
+    runs/<run_name>/traces."""
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):

@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)")
     p.add_argument("--trace-steps", dest="trace_steps", metavar="A:B",
                    help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)")
-    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/traces)")
+    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/RUN_NAME/traces)")
     p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
                    "each rank memory-maps only its own part")
     p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.strategy in strategy_names() and args.mode is None:
             overrides["mode"] = "full"  # --strategy X picks full-graph training with X, whatever the file's mode
         cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
-        if args.resume and cfg.run_name is None and "{run_name}" in cfg.checkpoint_dir:
+        if args.resume and cfg.run_name is None and (cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir):
             raise ValueError("--resume continues a named run: pass --run-name NAME (its checkpoints are in "
                              "runs/NAME/checkpoints), or --checkpoint-dir DIR")
     except (ValueError, FileNotFoundError) as err:

@@ -54,8 +54,9 @@ def predict_config(args: argparse.Namespace) -> DsgraphConfig:
     cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, "mode": "full"}, source="command line")
     if args.run_name:
         return with_run_name(cfg, args.run_name)
-    if "{run_name}" in cfg.checkpoint_dir:
-        raise ValueError(f"the checkpoints are in {cfg.checkpoint_dir}: pass --run-name NAME of the training run, or --checkpoint-dir DIR")
+    if cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir:
+        raise ValueError("which run's checkpoints? pass --run-name NAME of the training run (runs/NAME/checkpoints), "
+                         "or --checkpoint-dir DIR")
     return cfg
 
 

@@ -3,10 +3,10 @@ TensorBoard events under it.
 
 The run name is the config's ``run_name``, or ``<config stem>-<UTC time stamp>`` chosen by rank 0
 and shared with the other ranks. ``{run_name}`` in ``checkpoint_dir``, ``trace_dir``,
-``metrics_out`` and the TensorBoard ``output_path`` is replaced by it; the defaults put everything
-under ``runs/<run_name>/``, and TensorBoard's ``job_name`` becomes the run name, so two runs of one
-config never write into one TensorBoard run. The default metrics file goes under
-``$DSGRAPH_RUNS_DIR`` (default ``runs``) instead of ``runs`` when that is set (the tests set it).
+``metrics_out`` and the TensorBoard ``output_path`` is replaced by it; the defaults (null) put
+everything under ``runs/<run_name>/``, and TensorBoard's ``job_name`` becomes the run name, so two runs of one
+config never write into one TensorBoard run. The default folders are under ``$DSGRAPH_RUNS_DIR``
+instead of ``runs`` when that is set (the tests set it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 
 PLACEHOLDER = "{run_name}"
 PATH_KEYS = ("checkpoint_dir", "trace_dir", "metrics_out")
+DEFAULTS = {"checkpoint_dir": "checkpoints", "trace_dir": "traces", "metrics_out": "metrics.jsonl"}  # under runs/<run_name>/
 
 
 def default_run_name(stem: str, now: float | None = None) -> str:
@@ -34,8 +35,8 @@ def with_run_name(cfg, run_name: str, default_metrics: bool = False):
     changes = {"run_name": run_name}
     for key in PATH_KEYS:
         value = getattr(cfg, key)
-        if value is None and key == "metrics_out" and default_metrics:
-            value = os.path.join(os.environ.get("DSGRAPH_RUNS_DIR", "runs"), PLACEHOLDER, "metrics.jsonl")
+        if value is None and (key != "metrics_out" or default_metrics):
+            value = os.path.join(os.environ.get("DSGRAPH_RUNS_DIR", "runs"), PLACEHOLDER, DEFAULTS[key])
         if value is not None:
             changes[key] = value.replace(PLACEHOLDER, run_name)
     return dataclasses.replace(cfg, **changes)

@@ -70,7 +70,8 @@ def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelG
 def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
     """``cfg`` with a run name in its paths (the command names runs; a Trainer built in Python gets
     'dsgraph-<rank 0's UTC time stamp>')."""
-    if cfg.run_name is not None and not any("{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS):
+    if cfg.run_name is not None and cfg.checkpoint_dir is not None and cfg.trace_dir is not None and not any(
+            "{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS):
         return cfg
     return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
 
