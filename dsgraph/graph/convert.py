@@ -1,7 +1,9 @@
 """``dsgraph convert INPUT OUTPUT``: bring your own graph into dsgraph's formats.
 
 INPUT is an OGB node-property folder, an edge list (.txt/.csv/.tsv/.edges/.el, optionally .gz) or a
-.npz; OUTPUT is a .npz (the format ``--dataset PATH.npz`` reads) or a folder, which becomes a
+.npz (dsgraph's layout, or the benchmark layout ``edges`` [E, 2] + ``node_features`` +
+``node_labels`` + ``train_masks``/``val_masks``/``test_masks`` [S, N], whose S splits a .npz output
+keeps); OUTPUT is a .npz (the format ``--dataset PATH.npz`` reads) or a folder, which becomes a
 partition store (``--parts``, ``--method``) like ``dsgraph partition`` writes. Prints a summary
 (nodes, edges, degree statistics, isolated nodes, classes, split sizes) and, with ``--histogram
 FILE.png``, plots the degree distribution (needs matplotlib: ``pip install dsgraph[plot]``).
@@ -98,7 +100,7 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
     edge list was relabelled; returns the paths written."""
     output = args.output
     if output.endswith(".npz"):
-        save_npz(result.graph, output)
+        save_npz(result.graph, output, masks=result.all_splits)  # every fixed split of an [S, N] input
     else:
         from dsgraph.graph.partition import partition_nodes, relabel
         from dsgraph.graph.store import write_store

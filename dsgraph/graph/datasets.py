@@ -11,8 +11,9 @@ import os
 from importlib import resources
 
 from dsgraph.graph.graph import Graph
+from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.npz import load_npz, save_npz
-from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph
+from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph, rmat_labels
 
 BUNDLED = ("cora",)
 
@@ -21,13 +22,14 @@ def bundled_path(name: str) -> str:
     return str(resources.files("dsgraph.data").joinpath(f"{name}.npz"))
 
 
-def load_dataset(spec: str, seed: int = 0) -> Graph:
+def load_dataset(spec: str, seed: int = 0, choice: SplitChoice | None = None) -> Graph:
+    """The whole dataset; ``choice``: which of a file's fixed splits, and whether they may overlap."""
     if spec in BUNDLED:
-        return load_npz(bundled_path(spec), name=spec)
+        return load_npz(bundled_path(spec), name=spec, choice=choice)
     if spec.startswith("rmat:"):
         return rmat_graph(spec, seed=seed)
     if spec.endswith(".npz") or os.path.exists(spec):
-        return load_npz(spec)
+        return load_npz(spec, choice=choice)
     raise _unknown(spec)
 
 
@@ -46,7 +48,8 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
         return bundled_path(spec), True
     if spec.startswith("rmat:"):
         scale, edge_factor = parse_rmat_spec(spec)
-        path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}_seed{seed}_v{GENERATOR_VERSION}.npz")
+        labels = f"_labels{rmat_labels(spec)}" if rmat_labels(spec) else ""
+        path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}{labels}_seed{seed}_v{GENERATOR_VERSION}.npz")
         return path, os.path.isfile(path)
     if spec.endswith(".npz") or os.path.exists(spec):
         if not os.path.isfile(spec):

@@ -34,7 +34,7 @@ class Graph(CsrSizes):
     rowptr: torch.Tensor  # int64 [N+1]
     col: torch.Tensor  # int32 [E], source node of each in-edge, sorted by destination
     x: torch.Tensor  # float32 [N, F]
-    y: torch.Tensor  # int64 [N], -1 marks an unlabelled node
+    y: torch.Tensor  # int64 [N], -1 marks an unlabelled node; or float32 [N, T] multi-label, NaN = missing
     train_mask: torch.Tensor  # bool [N]
     val_mask: torch.Tensor  # bool [N]
     test_mask: torch.Tensor  # bool [N]
@@ -49,7 +49,14 @@ class Graph(CsrSizes):
         return self.x.shape[1]
 
     @property
+    def multilabel(self) -> bool:
+        return self.y.ndim == 2
+
+    @property
     def num_classes(self) -> int:
+        """Classes of a single-label task, labels T of a multi-label one."""
+        if self.multilabel:
+            return int(self.y.shape[1])
         return int(self.y.max().item()) + 1 if self.num_nodes else 0
 
     @classmethod
@@ -85,7 +92,7 @@ class Graph(CsrSizes):
             rowptr=torch.from_numpy(rowptr),
             col=torch.from_numpy(src[order].astype(np.int32)),
             x=_as_features(x, source),
-            y=torch.from_numpy(np.asarray(y).astype(np.int64)),
+            y=_as_labels(np.asarray(y)),
             train_mask=torch.from_numpy(np.asarray(train_mask).astype(bool)),
             val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
@@ -114,6 +121,8 @@ class Graph(CsrSizes):
         if not bool(torch.isfinite(self.x).all()):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
+        if self.multilabel:
+            return  # missing labels are NaN; label_checks.py checked the values
         if n and int(self.y.min()) < -1:
             raise ValueError(f"{source}: labels 'y' must be class ids >= 0 (or -1 for unlabelled)")
         for name in ("train_mask", "val_mask", "test_mask"):
@@ -170,6 +179,15 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, source: str) 
             )
     if num_nodes > MAX_NODES:
         raise ValueError(f"{source}: {num_nodes} nodes exceed the int32 limit {MAX_NODES}")
+
+
+def _as_labels(y: np.ndarray) -> torch.Tensor:
+    """int64 class ids [N], or float32 [N, T] multi-label targets (-1 becomes NaN: missing)."""
+    if y.ndim == 2:
+        y = y.astype(np.float32)
+        y[y == -1] = np.nan
+        return torch.from_numpy(y)
+    return torch.from_numpy(y.astype(np.int64))
 
 
 def _as_features(x: np.ndarray, source: str) -> torch.Tensor:

@@ -20,6 +20,7 @@ import torch
 from dsgraph.graph.edgelist import read_edge_list
 from dsgraph.graph.edges import CleanupStats, csr_from_keys, edge_keys
 from dsgraph.graph.graph import Graph
+from dsgraph.graph.layout import all_splits
 from dsgraph.graph.npz import load_npz
 from dsgraph.graph.ogb import is_ogb_folder, read_ogb
 
@@ -49,6 +50,7 @@ class Ingested:
     node_ids: np.ndarray | None = None  # int64 [N]: the input's id of each node, when relabelled
     header: str | None = None  # an edge list's skipped header line
     split: str | None = None  # the OGB split scheme used
+    all_splits: dict | None = None  # bool [S, N] masks of an .npz input with S fixed splits (``graph`` has split 0)
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -138,14 +140,15 @@ def _assemble(pair: list, num_nodes, arrays, cleanup, stats, name, source) -> Gr
 def _from_npz(path: str, cleanup: CleanupOptions, name: str) -> Ingested:
     graph = load_npz(path, name=name)
     stats = CleanupStats(input_edges=graph.num_edges)
+    splits = all_splits(path)
     if not cleanup.any:
-        return Ingested(graph=graph, format="npz", stats=stats)
+        return Ingested(graph=graph, format="npz", stats=stats, all_splits=splits)
     stats.input_edges = 0
     n = graph.num_nodes
     pair = [graph.col.numpy(), np.repeat(np.arange(n, dtype=np.int32), graph.in_degrees().numpy())]
     arrays = {"x": graph.x.numpy(), "y": graph.y.numpy(), **{m: getattr(graph, m).numpy() for m in MASKS}}
     del graph
-    return Ingested(graph=_assemble(pair, n, arrays, cleanup, stats, name, path), format="npz", stats=stats)
+    return Ingested(graph=_assemble(pair, n, arrays, cleanup, stats, name, path), format="npz", stats=stats, all_splits=splits)
 
 
 def _default_name(path: str) -> str:

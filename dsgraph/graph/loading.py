@@ -20,6 +20,7 @@ import torch
 
 from dsgraph.graph.file_loading import dataset_path, from_file
 from dsgraph.graph.graph import Graph
+from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.partition import partition_nodes, relabel
 from dsgraph.graph.rank_errors import raise_if_any_rank_failed
 from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph
@@ -45,12 +46,14 @@ def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int) -> tu
 
 
 def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, split_method: str, whole: bool,
-                    partitions: str | None = None, graph: Graph | None = None, heartbeat=lambda phase: None):  # fmt: skip
+                    partitions: str | None = None, graph: Graph | None = None, heartbeat=lambda phase: None,
+                    choice: SplitChoice = SplitChoice()):  # fmt: skip
     """(``pg`` with the run's row split, this rank's RankGraph): from the partition store
     ``partitions``, from ``graph`` (the dataset, self loops added as configured, when the caller
     holds it already), or else only this rank's rows read from the ``dataset`` file
     (``file_loading.py``). ``split_method`` splits the rows when ``pg`` has no split yet;
-    ``whole``: the rank also holds the whole structure (a strategy that reads every row)."""
+    ``whole``: the rank also holds the whole structure (a strategy that reads every row);
+    ``choice``: which of the file's fixed splits, and whether they may overlap."""
     if partitions is not None:
         if whole:
             raise ValueError("'partitions' loads one part per rank, but this strategy needs the whole graph on every rank")
@@ -60,7 +63,7 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
     path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
     error, data = None, None
     try:
-        data = DatasetFile(path)
+        data = DatasetFile(path, choice=choice)
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)

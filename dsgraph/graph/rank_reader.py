@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dsgraph.graph import layout
 from dsgraph.graph.graph import Graph
-from dsgraph.graph.npz import REQUIRED
+from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, num_splits, select_split
 from dsgraph.graph.npz_map import open_arrays
 from dsgraph.graph.rank_graph import Csr, NodeData
 
@@ -24,22 +25,38 @@ CHUNK_EDGES = 1 << 21  # edges per streaming step: ~50 MB of int64 temporaries
 
 
 class DatasetFile:
-    """A dataset .npz (src, dst, x, y, train_mask, val_mask, test_mask), memory-mapped."""
+    """A dataset .npz in either layout (``layout.py``), memory-mapped, its labels and the chosen
+    split's masks checked (``label_checks.py``)."""
 
-    def __init__(self, path: str, chunk_edges: int = CHUNK_EDGES):
+    def __init__(self, path: str, chunk_edges: int = CHUNK_EDGES, choice: SplitChoice = SplitChoice()):
         self.path, self.chunk_edges = path, chunk_edges
-        self.arrays = open_arrays(path, REQUIRED)
+        self.names = layout.canonical(path, layout.members(path))  # dsgraph name -> member name
+        mapped = open_arrays(path, list(self.names.values()))
+        self.arrays = {key: mapped[member] for key, member in self.names.items()}
         a = self.arrays
-        if a["src"].ndim != 1 or a["src"].shape != a["dst"].shape:
-            raise ValueError(f"{path}: 'src' and 'dst' must be 1-D arrays of one length")
+        if "edges" in a:
+            layout.undirected_pairs(path, a["edges"], 0, 0)  # checks shape and dtype
+        else:
+            self._check_src_dst()
+        if a["x"].ndim != 2:
+            raise ValueError(f"{path}: features '{self.names['x']}' must be 2-D [N, F], got shape {a['x'].shape}")
+        if a["y"].shape[0] != self.num_nodes:
+            raise ValueError(f"{path}: array '{self.names['y']}' has {a['y'].shape[0]} rows but the graph has {self.num_nodes} nodes")
+        self.multilabel = check_labels(path, self.names["y"], a["y"])
+        self.splits = num_splits(a["train_mask"])
+        for name in layout.MASKS:
+            a[name] = select_split(path, self.names[name], a[name], self.num_nodes, choice.split)
+        check_overlap(path, {k: a[k] for k in layout.MASKS}, self.names, choice.allow_overlap)
+
+    def _check_src_dst(self) -> None:
+        a, path = self.arrays, self.path
+        if a["src"].ndim != 1 or a["dst"].ndim != 1:
+            raise ValueError(f"{path}: 'src' and 'dst' must be 1-D arrays")
+        if a["src"].shape != a["dst"].shape:
+            raise ValueError(f"{path}: 'src' has {a['src'].size} entries but 'dst' has {a['dst'].size}")
         for name in ("src", "dst"):
             if not np.issubdtype(a[name].dtype, np.integer):
                 raise ValueError(f"{path}: '{name}' must hold integer node ids, got {a[name].dtype}")
-        if a["x"].ndim != 2:
-            raise ValueError(f"{path}: features 'x' must be 2-D [N, F], got shape {a['x'].shape}")
-        for name in ("y", "train_mask", "val_mask", "test_mask"):
-            if a[name].shape[0] != self.num_nodes:
-                raise ValueError(f"{path}: array '{name}' has {a[name].shape[0]} rows but the graph has {self.num_nodes} nodes")
 
     @property
     def num_nodes(self) -> int:
@@ -51,10 +68,18 @@ class DatasetFile:
 
     def chunks(self):
         """(first edge, src int64, dst int64) of consecutive edge chunks, range-checked."""
-        src, dst, n = self.arrays["src"], self.arrays["dst"], self.num_nodes
-        for lo in range(0, src.shape[0], self.chunk_edges):
-            s, d = np.asarray(src[lo : lo + self.chunk_edges], np.int64), np.asarray(dst[lo : lo + self.chunk_edges], np.int64)
-            for name, ids in (("src", s), ("dst", d)):
+        a, n = self.arrays, self.num_nodes
+        pairs = "edges" in a
+        total = a["edges"].shape[0] if pairs else a["src"].shape[0]
+        for lo in range(0, total, self.chunk_edges):
+            hi = lo + self.chunk_edges
+            if pairs:  # each stored edge read in both directions
+                s, d = layout.undirected_pairs(self.path, a["edges"], lo, hi)
+                checks = (("edges", s[: s.size // 2]), ("edges", d[: d.size // 2]))
+            else:
+                s, d = np.asarray(a["src"][lo:hi], np.int64), np.asarray(a["dst"][lo:hi], np.int64)
+                checks = (("src", s), ("dst", d))
+            for name, ids in checks:
                 bad = np.flatnonzero((ids < 0) | (ids >= n))
                 if bad.size:
                     raise ValueError(f"{self.path}: edge index out of range in '{name}' at position {lo + bad[0]}: "
@@ -72,6 +97,8 @@ class DatasetFile:
 
     def num_classes(self) -> int:
         y = self.arrays["y"]
+        if self.multilabel:
+            return int(y.shape[1])
         return int(np.max(y)) + 1 if y.size else 0
 
     def rows(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None) -> Csr:
@@ -103,6 +130,29 @@ class DatasetFile:
         np.cumsum(np.bincount(dst, minlength=n), out=rowptr[1:])
         return Csr(torch.from_numpy(rowptr), torch.from_numpy(col.astype(np.int32)))
 
+    def _labels(self, ids: np.ndarray) -> np.ndarray:
+        """int64 class ids [n], or float32 [n, T] multi-label targets with NaN for missing labels."""
+        y = np.asarray(self.arrays["y"][ids])
+        if self.multilabel:
+            y = y.astype(np.float32)
+            y[y == -1] = np.nan
+            return y
+        y = y.astype(np.int64)
+        if y.size and int(y.min()) < -1:
+            raise ValueError(f"{self.path}: labels '{self.names['y']}' must be class ids >= 0 (or -1 for unlabelled)")
+        return y
+
+    def graph(self, name: str) -> Graph:
+        """The whole dataset in memory (``load_npz``), read the way a rank reads its rows."""
+        chunks = list(self.chunks())
+        src = np.concatenate([s for _, s, _ in chunks]) if chunks else np.zeros(0, np.int64)
+        dst = np.concatenate([d for _, _, d in chunks]) if chunks else np.zeros(0, np.int64)
+        ids = np.arange(self.num_nodes)
+        nodes = self.node_data(ids, ids)
+        return Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
+                                val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
+                                name=name, source=self.path)  # fmt: skip
+
     def structure(self, self_loops: bool) -> Graph:
         """The whole graph's structure as a Graph without node data (x is [N, 0]): for partitioning."""
         csr = self.rows(0, self.num_nodes, self_loops)
@@ -118,12 +168,10 @@ class DatasetFile:
         bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
         if bad.size:
             raise ValueError(f"{path}: features 'x' contain NaN or Inf (first at node {int(ids[bad[0]])})")
-        y = np.asarray(a["y"][ids]).astype(np.int64)
-        if y.size and int(y.min()) < -1:
-            raise ValueError(f"{path}: labels 'y' must be class ids >= 0 (or -1 for unlabelled)")
-        masks = {name: np.asarray(a[name][ids]).astype(bool) for name in ("train_mask", "val_mask", "test_mask")}
+        y = self._labels(ids)
+        masks = {name: np.asarray(a[name][ids]).astype(bool) for name in layout.MASKS}
         for name, mask in masks.items():
-            if (mask & (y < 0)).any():
-                raise ValueError(f"{path}: '{name}' selects a node whose label is -1 (unlabelled)")
+            if not self.multilabel and (mask & (y < 0)).any():
+                raise ValueError(f"{path}: '{self.names[name]}' selects a node whose label is -1 (unlabelled)")
         t = torch.from_numpy
         return NodeData(node_ids=t(np.asarray(node_ids, dtype=np.int64)), x=t(x), y=t(y), **{k: t(v) for k, v in masks.items()})

@@ -6,6 +6,11 @@ edge bit by bit, so the top bits of a vertex id define blocks with more edges in
 so a model learns from features alone but does better by attending to neighbours. Vertex ids are
 randomly permuted afterwards (as Graph500 does) so that degree does not follow id order.
 Everything is a function of the seed.
+
+``rmat:SCALE:EF:labels=T`` plants a multi-label task instead: the top ``LABEL_BITS`` bits of a
+vertex id pick one of 16 blocks, each block has a random 0/1 pattern over the T labels, a node
+takes its block's pattern with ``LABEL_NOISE`` of its entries flipped, ``LABEL_MISSING`` of its
+entries are missing (NaN), and its features are a noisy centroid of its block.
 """
 
 from __future__ import annotations
@@ -19,11 +24,31 @@ A, B, C = 0.57, 0.19, 0.19
 COMMUNITY_BITS = 2  # 4 classes
 NUM_FEATURES = 64
 FEATURE_SIGNAL = 0.6  # centroid scale relative to unit noise
+LABEL_BITS = 4  # multi-label: 16 blocks of planted label patterns
+LABEL_NOISE = 0.1
+LABEL_MISSING = 0.1
+
+
+def rmat_labels(spec: str) -> int:
+    """T of 'rmat:SCALE[:EF]:labels=T' (0: the single-label spec)."""
+    last = spec.split(":")[-1]
+    if not last.startswith("labels="):
+        return 0
+    try:
+        labels = int(last[len("labels="):])
+    except ValueError:
+        raise ValueError(f"dataset '{spec}': expected labels=T with an integer T, for example rmat:12:16:labels=16") from None
+    if not 1 <= labels <= 1024:
+        raise ValueError(f"dataset '{spec}': need 1 <= T <= 1024 labels")
+    return labels
 
 
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """'rmat:SCALE[:EDGE_FACTOR]' -> (scale, edge_factor)."""
+    """'rmat:SCALE[:EDGE_FACTOR][:labels=T]' -> (scale, edge_factor)."""
     parts = spec.split(":")
+    if parts[-1].startswith("labels="):
+        rmat_labels(spec)
+        parts = parts[:-1]
     if parts[0] != "rmat" or len(parts) not in (2, 3):
         raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR], for example rmat:12:16")
     try:
@@ -52,6 +77,18 @@ def rmat_edges(scale: int, edge_factor: int, rng: np.random.Generator) -> tuple[
     return key >> scale, key & ((1 << scale) - 1)
 
 
+def planted_multilabel(block: np.ndarray, labels: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(y float32 [n, T] with NaN for missing labels, features [n, NUM_FEATURES]) from block ids."""
+    blocks = 1 << LABEL_BITS
+    pattern = rng.random((blocks, labels)) < 0.5
+    y = pattern[block] ^ (rng.random((block.size, labels)) < LABEL_NOISE)
+    y = y.astype(np.float32)
+    y[rng.random(y.shape) < LABEL_MISSING] = np.nan
+    centroids = rng.standard_normal((blocks, NUM_FEATURES), dtype=np.float32)
+    x = FEATURE_SIGNAL * centroids[block] + rng.standard_normal((block.size, NUM_FEATURES), dtype=np.float32)
+    return y, x
+
+
 def rmat_graph(spec: str, seed: int = 0) -> Graph:
     scale, edge_factor = parse_rmat_spec(spec)
     rng = np.random.default_rng(seed)
@@ -65,6 +102,12 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
     num_classes = 1 << COMMUNITY_BITS
     centroids = rng.standard_normal((num_classes, NUM_FEATURES), dtype=np.float32)
     x = FEATURE_SIGNAL * centroids[y] + rng.standard_normal((n, NUM_FEATURES), dtype=np.float32)
+    if rmat_labels(spec):
+        if scale < LABEL_BITS:
+            raise ValueError(f"dataset '{spec}': multi-label R-MAT needs SCALE >= {LABEL_BITS}")
+        block = np.empty(n, dtype=np.int64)
+        block[perm] = np.arange(n) >> (scale - LABEL_BITS)
+        y, x = planted_multilabel(block, rmat_labels(spec), rng)
     split = rng.random(n)
     return Graph.from_edges(
         src,

@@ -66,13 +66,20 @@ class GraphTransformer(nn.Module):
     def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> torch.Tensor:
         """x_nf: this rank's node features [n, F]; node_ids: their global ids [n] (for dropout masks);
         step: the optimizer step (for dropout masks). Returns logits [n, num_classes]."""
+        return self.embed(x_nf, attention, node_ids, step)[0]
+
+    def embed(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [n, num_classes], embeddings [n, d]): the embeddings are the input of the output
+        layer (the output attention layer, or the classifier after its norm)."""
         if self.options.feature_norm == "row":
             x_nf = (x_nf.float() / x_nf.float().abs().sum(1, keepdim=True).clamp_min(1e-12)).to(x_nf.dtype)
         h = self.input_dropout(x_nf, node_ids, self.seed, step, 0)
         if self.input is not None:
             h = self.input(h)
-        for layer, block in enumerate(self.blocks, start=1):
+        last = len(self.blocks) if self.classifier is not None else len(self.blocks) - 1
+        for layer, block in enumerate(self.blocks[:last], start=1):
             h = block(h, attention, node_ids, self.seed, step, layer)
         if self.classifier is not None:
-            h = self.classifier(self.norm(h) if self.norm is not None else h)
-        return h
+            h = self.norm(h) if self.norm is not None else h
+            return self.classifier(h), h
+        return self.blocks[last](h, attention, node_ids, self.seed, step, last + 1), h

@@ -69,6 +69,8 @@ class Mode(ABC):
     pg = None  # the GraphParallelGroup with the run's row split
     num_features: int = 0
     num_classes: int = 0
+    multilabel: bool = False
+    """Labels are [N, T] 0/1 targets (NaN: missing), trained with BCE; num_classes is then T."""
 
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:

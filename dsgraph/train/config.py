@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
 from dsgraph.comm.compress import CODECS
+from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
 from dsgraph.ops.dispatch import backend_names
@@ -20,6 +21,7 @@ from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import mode_names
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.parallel import Needs, get_strategy, strategy_names
+from dsgraph.train.task import METRICS
 
 DEFAULT_STRATEGY = "ag"
 
@@ -43,12 +45,29 @@ class DsgraphConfig:
     """Seeds parameter initialisation, dropout masks and synthetic data."""
     eval_every: int = 10
     """Evaluate train/val/test accuracy on the full graph every this many epochs (and after the last)."""
+    split: int = 0
+    """Which of the dataset's fixed splits to train on, when its masks are [S, N] (0-based; the
+    heterophilous benchmarks ship 10). Masks [N] are split 0."""
+    allow_overlapping_splits: bool = False
+    """Accept nodes that are in two of train/val/test; by default such masks are refused with the
+    counts (a test set equal to the training set reports training accuracy as test accuracy)."""
+    metric: str | None = None
+    """The evaluation metric that eval rows report as val_<metric>/test_<metric> and that picks the
+    best epoch: 'accuracy', 'rocauc', 'ap', 'f1_micro' or 'f1_macro' (``dsgraph/train/task.py``),
+    computed exactly over all ranks' rows. null: accuracy for multi-class tasks, ROC-AUC for binary
+    and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric."""
     checkpoint_every: int = 0
     """Save a DeepSpeed checkpoint every this many epochs (0: never)."""
-    checkpoint_dir: str = "runs/checkpoints"
-    """Folder for checkpoints; --resume loads the latest one from here."""
+    run_name: str | None = None
+    """This run's name; '{run_name}' in the output paths below (and TensorBoard's output_path) is
+    replaced by it and TensorBoard's job_name becomes it (``dsgraph/train/run_name.py``). null:
+    '<config stem>-<UTC time stamp>', a new one for every run. --resume needs the name of the run
+    it continues."""
+    checkpoint_dir: str | None = None
+    """Folder for checkpoints; --resume loads the latest one from here. null: runs/<run_name>/checkpoints."""
     metrics_out: str | None = None
-    """JSON-lines file for step and eval metrics (rank 0 writes it); null for none."""
+    """JSON-lines file for step and eval metrics (rank 0 writes it). null: runs/<run_name>/
+    metrics.jsonl from the training command, no file for a Trainer built in Python."""
     hidden: int = 128
     """Hidden size d = heads * head_dim."""
     heads: int = 8
@@ -124,8 +143,9 @@ class DsgraphConfig:
     a strategy predicted >= 20% faster is switched to (0: never)."""
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
-    trace_dir: str = "runs/traces"
-    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto)."""
+    trace_dir: str | None = None
+    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto). null:
+    runs/<run_name>/traces."""
     keep_checkpoints: int = 3
     """Complete checkpoints kept in 'checkpoint_dir' (the newest; older ones and their universal
     conversions are deleted after each save); 0: keep all."""
@@ -156,6 +176,10 @@ class DsgraphConfig:
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
+        if self.split < 0:
+            raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
+        if self.metric is not None and self.metric not in METRICS:
+            raise ValueError(f"dsgraph config: 'metric' must be one of {', '.join(METRICS)} (or null: per task); got '{self.metric}'")
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:
                 raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
@@ -195,6 +219,10 @@ class DsgraphConfig:
             return cls(**section)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
+
+    def split_choice(self) -> SplitChoice:
+        """The dataset split this run reads (``dsgraph/graph/label_checks.py``)."""
+        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

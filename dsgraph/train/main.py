@@ -17,6 +17,7 @@ from dsgraph.graph.partition import METHODS
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.task import METRICS
 from dsgraph.modes.registry import mode_names
 from dsgraph.runtime.watchdog import Watchdog
 
@@ -40,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)")
     p.add_argument("--trace-steps", dest="trace_steps", metavar="A:B",
                    help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)")
-    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/traces)")
+    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/RUN_NAME/traces)")
     p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
                    "each rank memory-maps only its own part")
     p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop every rank if another rank dies or is silent this long (default 300)")
     p.add_argument("--backend", choices=["auto", *backend_names()], help="sparse attention kernel (default auto: the fastest "
                    "that runs the inputs)")
+    p.add_argument("--split", type=int, help="which of the dataset's fixed splits (masks [S, N]) to train on, 0-based")
+    p.add_argument("--metric", choices=METRICS, help="evaluation metric and model selection (default: accuracy for "
+                   "multi-class, rocauc for binary and multi-label tasks)")
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
     p.add_argument("--eval-every", type=int, dest="eval_every", help="evaluate every this many epochs")
@@ -56,7 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="folder for DeepSpeed checkpoints")
     p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)")
     p.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint in --checkpoint-dir "
-                   "(at any world size; docs/checkpoints.md)")
+                   "(at any world size; docs/checkpoints.md; with the default paths: pass the --run-name of the run to continue)")
+    p.add_argument("--run-name", dest="run_name", help="name of this run: outputs go to runs/NAME/ (metrics.jsonl, "
+                   "checkpoints/) and TensorBoard's job is NAME (default: CONFIG_STEM-UTC_TIMESTAMP)")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
     return p.parse_args(argv)
 
@@ -75,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.strategy in strategy_names() and args.mode is None:
             overrides["mode"] = "full"  # --strategy X picks full-graph training with X, whatever the file's mode
         cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
+        if args.resume and cfg.run_name is None and (cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir):
+            raise ValueError("--resume continues a named run: pass --run-name NAME (its checkpoints are in "
+                             "runs/NAME/checkpoints), or --checkpoint-dir DIR")
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
@@ -118,6 +127,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         raise
     rank = dist.get_rank()
     watchdog.rank, watchdog.on_exit = rank, lambda: shm.remove_own_buffer(rank)
+    cfg, ds_config = _name_run(args, cfg, ds_config, rank)
     try:
         _remove_dead_buffers(rank, watchdog)
         if device.type == "cpu":
@@ -143,6 +153,22 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         _exit_peer_failure(rank, cfg.timeout_s, err)
     finally:
         shm.remove_own_buffer(rank)
+
+
+def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict]:
+    """The run's name (rank 0's time stamp, shared) in its output paths; rank 0 says where they go."""
+    import deepspeed.comm as dist
+
+    from dsgraph.train import run_name
+
+    name = [cfg.run_name or run_name.default_run_name(run_name.config_stem(args.config))]
+    if dist.get_world_size() > 1:
+        dist.broadcast_object_list(name, src=0)
+    cfg = run_name.with_run_name(cfg, name[0], default_metrics=True)
+    ds_config = run_name.tensorboard_for_run(ds_config, name[0])
+    if rank == 0:
+        print(f"dsgraph: {run_name.describe(cfg, ds_config)}", flush=True)
+    return cfg, ds_config
 
 
 def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog) -> None:

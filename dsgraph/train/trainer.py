@@ -16,18 +16,19 @@ from datetime import timedelta
 import deepspeed
 import deepspeed.comm as dist
 import torch
-import torch.nn.functional as F
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
-from dsgraph.train import checkpoint
+from dsgraph.train import checkpoint, run_name
 from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.evaluation import evaluate_splits
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
 from dsgraph.train.preemption import Preempted, Preemption, can_checkpoint
+from dsgraph.train.task import Task, metric_key
 from dsgraph.train.trace import StepTracer
 
 
@@ -67,15 +68,38 @@ def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelG
     return t.tolist()
 
 
+def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
+    """``cfg`` with a run name in its paths (the command names runs; a Trainer built in Python gets
+    'dsgraph-<rank 0's UTC time stamp>')."""
+    if cfg.run_name is not None and cfg.checkpoint_dir is not None and cfg.trace_dir is not None and not any(
+            "{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS):
+        return cfg
+    return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
+
+
+def new_best(metric: str) -> dict:
+    """The model-selection state: the best validation value of ``metric``, its epoch's test value."""
+    return {"metric": metric, "val": float("-inf"), "test": float("nan"), "epoch": -1}
+
+
+def upgrade_best(best: dict, metric: str) -> dict:
+    """A checkpoint's model-selection state for this run's metric (checkpoints from before the
+    metric key held val_acc/test_acc); another metric's state starts over."""
+    if "val_acc" in best and "metric" not in best:
+        best = {"metric": "accuracy", "val": best["val_acc"], "test": best["test_acc"], "epoch": best["epoch"]}
+    return best if best.get("metric") == metric else {**new_best(metric), "epoch": -1}
+
+
 class Trainer:
     def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
         """``heartbeat(phase)`` is called at every phase of set-up and of the loop (the entry point
         passes its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
-        self.cfg, self.device = cfg, device
         self.heartbeat = heartbeat or (lambda what: None)
         pg = GraphParallelGroup.from_world()
         rank_log = log if pg.rank == 0 else (lambda line: None)
         control = make_control_plane(rank_log if pg.rank == 0 else None)
+        self.cfg, self.device = _named(cfg, control), device
+        cfg = self.cfg
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
         self.pg = self.mode.pg
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
@@ -92,7 +116,10 @@ class Trainer:
         self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
         self.start_epoch = 0
-        self.best = {"val_acc": -1.0, "test_acc": 0.0, "epoch": -1}
+        self.task = Task.of(self.mode.num_classes, multilabel=getattr(self.mode, "multilabel", False))
+        self.metric = self.task.metric(cfg.metric)
+        rank_log(f"task: {self.task.kind} ({self.task.num_outputs} outputs); model selection by {self.metric}")
+        self.best = new_best(self.metric)
 
     # --- one optimizer step, one evaluation ----------------------------------------------------
     def train_step(self, step: Step) -> dict:
@@ -102,7 +129,7 @@ class Trainer:
         start = time.perf_counter()
         dropout_step = engine.global_steps if step.dropout_step is None else step.dropout_step
         logits = engine(step.x, step.attention, step.node_ids, dropout_step)[step.loss_rows].float()
-        losses = F.cross_entropy(logits, step.labels, reduction="none")
+        losses, correct, counted = self.task.losses(logits, step.labels)
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
         self.sync.before_step(step)
@@ -111,15 +138,13 @@ class Trainer:
         if self.device.type == "cuda":  # kernels run asynchronously: the step ends when the device is done
             torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - start
-        sums = [float(losses.detach().sum()), float((logits.argmax(1) == step.labels).sum()), *step.summed.values()]
-        count = step.global_count
+        sums = [float(losses.detach().sum()), float(correct), float(counted), *step.summed.values()]
         if step.reduce:
             sums = sum_over_ranks(sums, self.device, self.pg)
-        else:
-            count = max(int(losses.numel()), 1)  # this rank's own rows only
-        summed = dict(zip(step.summed, sums[2:]))
+        count = step.global_count if step.reduce else max(sums[2], 1.0)  # else: this rank's own rows only
+        summed = dict(zip(step.summed, sums[3:]))
         extra = {**step.fields, **self.mode.step_fields(step, summed)}
-        row = Row(kind="step", epoch=step.epoch, step=engine.global_steps, loss=sums[0] / count, train_acc=sums[1] / count,
+        row = Row(kind="step", epoch=step.epoch, step=engine.global_steps, loss=sums[0] / count, train_acc=sums[1] / max(sums[2], 1.0),
                   **self._system(step_time, extra, step.input_bytes, sync_bytes))  # fmt: skip
         attention = self.mode.train_attention
         if attention is not None:  # e.g. auto may switch strategies for the next step (collective)
@@ -142,19 +167,16 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
-        pred = logits.argmax(1)
-        sums = []
-        for mask in batch.masks:
-            sums += [float((pred[mask] == batch.y[mask]).sum()), float(mask.sum())]
-        train = batch.masks[0]
-        sums.append(float(F.cross_entropy(logits[train], batch.y[train], reduction="sum")))
-        totals = sum_over_ranks(sums, self.device, self.pg) if batch.reduce else sums
-        acc = [totals[i] / max(totals[i + 1], 1.0) for i in (0, 2, 4)]
-        if acc[1] > self.best["val_acc"]:
-            self.best = {"val_acc": acc[1], "test_acc": acc[2], "epoch": epoch}
-        best = {"best_val_acc": self.best["val_acc"], "test_acc_at_best_val": self.best["test_acc"]}
-        row = Row(kind="eval", epoch=epoch, step=engine.global_steps, loss=totals[6] / max(totals[1], 1.0), train_acc=acc[0],
-                  val_acc=acc[1], test_acc=acc[2], **self._system(eval_time, best))  # fmt: skip
+        all_reduce = (lambda t: dist.all_reduce(t)) if self.world > 1 else (lambda t: None)
+        values = evaluate_splits(self.task, self.metric, logits, batch.y, batch.masks, batch.reduce, all_reduce)
+        key = metric_key(self.metric)
+        val, test = values[f"val_{key}"], values[f"test_{key}"]
+        if val > self.best["val"]:  # NaN (a one-class val split) never improves
+            self.best = {**self.best, "val": val, "test": test, "epoch": epoch}
+        best = {f"best_val_{key}": self.best["val"], f"test_{key}_at_best_val": self.best["test"], "metric": self.metric}
+        extra = {k: v for k, v in values.items() if k not in ("loss", "train_acc", "val_acc", "test_acc")}
+        row = Row(kind="eval", epoch=epoch, step=engine.global_steps, loss=values["loss"], train_acc=values["train_acc"],
+                  val_acc=values["val_acc"], test_acc=values["test_acc"], **self._system(eval_time, {**extra, **best}))  # fmt: skip
         return row.as_dict()
 
     def _system(self, seconds: float, extra: dict, input_bytes: int = 0, sync_bytes: int = 0) -> dict:
@@ -172,7 +194,7 @@ class Trainer:
         self.heartbeat("loading the latest checkpoint")
         self.resumed = checkpoint.load_latest(self.engine, self.cfg, heartbeat=self.heartbeat)
         state = self.resumed.client_state
-        self.start_epoch, self.best = state["epoch"] + 1, state["best"]
+        self.start_epoch, self.best = state["epoch"] + 1, upgrade_best(state["best"], self.metric)
 
     def _write_events(self, metrics: MetricsWriter) -> None:
         attention = self.mode.train_attention
@@ -187,7 +209,8 @@ class Trainer:
             self.heartbeat(f"evaluation after epoch {epoch}")
             last = self.evaluate(epoch)
             metrics.write(last)
-            line += f"  val_acc {last['val_acc']:.3f}  test_acc {last['test_acc']:.3f}"
+            key = metric_key(self.metric)
+            line += f"  val_{key} {last[f'val_{key}']:.3f}  test_{key} {last[f'test_{key}']:.3f}"
         if self.pg.rank == 0:
             log(line + self.mode.step_time_note(rows))
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
@@ -220,8 +243,9 @@ class Trainer:
             metrics.close()
             self.mode.close()
         if rank == 0 and last is not None:
-            log(f"done: test_acc {last['test_acc']:.4f} (last epoch); best val_acc {self.best['val_acc']:.4f} "
-                f"at epoch {self.best['epoch']} with test_acc {self.best['test_acc']:.4f}")  # fmt: skip
+            key = metric_key(self.metric)
+            log(f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
+                f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}")  # fmt: skip
         return {"last": last, "best": self.best}
 
     def _check_preemption(self, preemption: Preemption, epoch: int) -> None:

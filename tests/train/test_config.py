@@ -63,7 +63,7 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
     import numpy as np
 
     np.savez(path, src=np.array([0, 5]), dst=np.array([1, 0]), x=np.ones((3, 2)), y=np.zeros(3, int),
-             train_mask=np.ones(3, bool), val_mask=np.ones(3, bool), test_mask=np.ones(3, bool))  # fmt: skip
+             train_mask=np.eye(3, dtype=bool)[0], val_mask=np.eye(3, dtype=bool)[1], test_mask=np.eye(3, dtype=bool)[2])  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "launch/train.py", "--deepspeed_config", "ds_configs/cpu_quickstart.json", "--dataset", str(path)],
         capture_output=True, text=True, env={**__import__("os").environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0",

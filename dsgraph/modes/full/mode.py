@@ -44,6 +44,14 @@ def _spread(values: list[int]) -> str:
     return f"{min(values):,}..{max(values):,} (max/mean {max(values) / mean if mean else 1.0:.3f})"
 
 
+def train_count(nodes) -> int:
+    """What the loss divides by: training rows, or present (row, label) pairs of a multi-label task
+    (its loss sums the BCE of every present pair)."""
+    if nodes.y.ndim == 2:
+        return int((~torch.isnan(nodes.y[nodes.train_mask])).sum())
+    return int(nodes.train_mask.sum())
+
+
 class GraphOnRanks:
     """A graph split over the job's ranks by one strategy: its rank graph and attention."""
 
@@ -55,11 +63,11 @@ class GraphOnRanks:
         self.pg, self.graph = load_rank_graph(
             pg, control, dataset=cfg.dataset, seed=cfg.seed, self_loops=cfg.self_loops, partitions=cfg.partitions,
             split_method=cfg.partition_method or self.spec.split_method, whole=self.spec.needs is Needs.WHOLE_GRAPH,
-            graph=graph, heartbeat=heartbeat,
+            graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(),
         )  # fmt: skip
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
-        shares = control.allgather((block.num_rows, block.num_edges, int(self.graph.nodes.train_mask.sum())))
+        shares = control.allgather((block.num_rows, block.num_edges, train_count(self.graph.nodes)))
         self.train_count = sum(train for _, _, train in shares)  # counted before the data moves
         if self.train_count == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
@@ -95,6 +103,7 @@ class FullGraph(Mode):
         self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
+        self.multilabel = self.ranks.graph.nodes.y.ndim == 2
 
     def attach(self, device, dtype):
         self.ranks.attach(device, dtype)

@@ -70,7 +70,10 @@ class Isolated(Mode):
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")
-        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        if graph.multilabel:
+            raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "
+                             "use mode 'full' (any strategy)")
         graph = graph.with_self_loops() if cfg.self_loops else graph
         self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
         self.pg = self.eval_ranks.pg

@@ -59,7 +59,10 @@ class Sampled(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
-        graph = load_dataset(cfg.dataset, seed=cfg.seed)
+        graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        if graph.multilabel:
+            raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'sampled' does not train yet; "
+                             "use mode 'full' (any strategy)")
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
         if self.train_ids.size == 0:

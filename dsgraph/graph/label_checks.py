@@ -1,0 +1,87 @@
+"""Labels and split masks checked for the task before anything trains on them.
+
+- Class labels must be integers: a float ``y`` [N] holding non-integer values (0.5, 1.5) is refused
+  rather than cast (dsgraph trains no regression task). A float ``y`` [N, T] is a multi-label
+  target: 0/1 per (node, label), -1 or NaN for a missing label.
+- Masks [S, N] hold S fixed splits; ``split`` picks one (0-based), [N] masks are split 0.
+- A node in two of train/val/test is refused (the counts are in the message) unless the run allows
+  overlapping splits.
+
+Every message names the file and the array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class SplitChoice:
+    """Which of a file's fixed splits a run uses, and whether its sets may overlap."""
+
+    split: int = 0
+    allow_overlap: bool = False
+
+
+def select_split(path: str, name: str, mask: np.ndarray, num_nodes: int, split: int) -> np.ndarray:
+    """Split ``split`` of a mask [N] or [S, N] (a view of a memory map stays one)."""
+    if mask.ndim == 1:
+        if split != 0:
+            raise ValueError(f"{path}: array '{name}' holds one split ([N]); 'split' {split} needs masks of shape [S, N]")
+        chosen = mask
+    elif mask.ndim == 2:
+        if not 0 <= split < mask.shape[0]:
+            raise ValueError(f"{path}: array '{name}' holds {mask.shape[0]} splits ([S, N] = {list(mask.shape)}); "
+                             f"'split' must be in 0..{mask.shape[0] - 1}, got {split}")  # fmt: skip
+        chosen = mask[split]
+    else:
+        raise ValueError(f"{path}: array '{name}' must be [N] or [S, N], got shape {mask.shape}")
+    if chosen.shape[0] != num_nodes:
+        raise ValueError(f"{path}: array '{name}' has {chosen.shape[0]} rows but the graph has {num_nodes} nodes")
+    if not (chosen.dtype == np.bool_ or np.issubdtype(chosen.dtype, np.integer)):
+        raise ValueError(f"{path}: array '{name}' must be boolean (or 0/1 integers), got {chosen.dtype}")
+    return chosen
+
+
+def num_splits(mask: np.ndarray) -> int:
+    return 1 if mask.ndim == 1 else int(mask.shape[0])
+
+
+def check_overlap(path: str, masks: dict[str, np.ndarray], names: dict[str, str], allow: bool) -> None:
+    """Refuses nodes in two of train/val/test (with the counts), unless ``allow``."""
+    if allow:
+        return
+    pairs = (("train_mask", "val_mask"), ("train_mask", "test_mask"), ("val_mask", "test_mask"))
+    counts = {(a, b): int(np.count_nonzero(np.asarray(masks[a], bool) & np.asarray(masks[b], bool))) for a, b in pairs}
+    bad = [f"{names[a]} & {names[b]}: {n:,} node(s)" for (a, b), n in counts.items() if n]
+    if bad:
+        sizes = ", ".join(f"{names[k]} {int(np.count_nonzero(masks[k])):,}" for k in masks)
+        raise ValueError(f"{path}: train/val/test overlap ({'; '.join(bad)}; sizes {sizes}); fix the masks, or set "
+                         "\"allow_overlapping_splits\": true if the overlap is intended")  # fmt: skip
+
+
+def check_labels(path: str, name: str, y: np.ndarray) -> bool:
+    """Checks the labels array; returns whether it is a multi-label target ([N, T] float)."""
+    if y.ndim == 2:
+        if not np.issubdtype(y.dtype, np.number) and y.dtype != np.bool_:
+            raise ValueError(f"{path}: multi-label array '{name}' must be numeric, got {y.dtype}")
+        values = np.asarray(y, dtype=np.float64)
+        ok = np.isnan(values) | np.isin(values, (0.0, 1.0, -1.0))
+        if not ok.all():
+            node, label = (int(i[0]) for i in np.nonzero(~ok))
+            raise ValueError(f"{path}: multi-label array '{name}' [N, T] must hold 0 or 1 (-1 or NaN: missing); "
+                             f"node {node}, label {label} holds {values[node, label]}")  # fmt: skip
+        return True
+    if y.ndim != 1:
+        raise ValueError(f"{path}: labels '{name}' must be [N] class ids or [N, T] multi-label, got shape {y.shape}")
+    if np.issubdtype(y.dtype, np.floating):
+        values = np.asarray(y)
+        bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)))
+        if bad.size:
+            raise ValueError(f"{path}: labels '{name}' are {y.dtype} and node {int(bad[0])} holds {values[bad[0]]}, which is "
+                             "not a class id; class labels must be integers (dsgraph trains no regression task)")  # fmt: skip
+    elif not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"{path}: labels '{name}' must be integer class ids, got {y.dtype}")
+    return False

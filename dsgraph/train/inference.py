@@ -1,0 +1,81 @@
+"""The model of a checkpoint on this run's ranks: one full-graph forward, its metrics, its outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dsgraph.comm import GraphParallelGroup
+from dsgraph.comm.control import make_control_plane
+from dsgraph.modes.full.mode import FullGraph
+from dsgraph.train import prediction_files
+from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.evaluation import evaluate_splits
+from dsgraph.train.task import Task
+from dsgraph.train.weights import load_module_weights
+
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+class Inference:
+    def __init__(self, cfg: DsgraphConfig, device: torch.device, checkpoint_dir: str, tag: str | None, bf16: bool = False, log=print):
+        from dsgraph.train.trainer import build_model
+
+        self.cfg, self.device = cfg, device
+        pg = GraphParallelGroup.from_world()
+        rank_log = log if pg.rank == 0 else (lambda line: None)
+        self.control = make_control_plane(rank_log if pg.rank == 0 else None)
+        state, self.client, self.tag = load_module_weights(checkpoint_dir, tag)
+        self.mode = FullGraph(cfg, pg, self.control, rank_log, lambda phase: None)
+        self.pg = self.mode.pg
+        self.task = Task.of(self.mode.num_classes, multilabel=self.mode.multilabel)
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "
+                             f"(missing {missing[:5]}, unexpected {unexpected[:5]})")  # fmt: skip
+        self.model = self.model.to(device=device, dtype=dtype).eval()
+        self.mode.attach(device, dtype)
+        rank_log(f"checkpoint {checkpoint_dir}/{self.tag} (epoch {self.client.get('epoch')}) on {self.pg.world_size} rank(s), "
+                 f"strategy {self.mode.strategy_label}")  # fmt: skip
+
+    @torch.no_grad()
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, embeddings) of this rank's rows, float32."""
+        batch = self.mode.eval_batch()
+        logits, emb = self.model.embed(batch.x, batch.attention, batch.node_ids, 0)
+        return logits.float(), emb.float()
+
+    def metrics(self) -> dict:
+        import deepspeed.comm as dist
+
+        logits, _ = self.forward()
+        batch = self.mode.eval_batch()
+        metric = self.task.metric(self.cfg.metric)
+        all_reduce = (lambda t: dist.all_reduce(t)) if self.pg.world_size > 1 else (lambda t: None)
+        values = evaluate_splits(self.task, metric, logits, batch.y, batch.masks, True, all_reduce)
+        return {"checkpoint": self.tag, "epoch": self.client.get("epoch"), "metric": metric, **values}
+
+    def write(self, out: str) -> str:
+        """Writes ``out`` (every rank its own rows); returns what it holds."""
+        import deepspeed.comm as dist
+
+        logits, emb = self.forward()
+        nodes = self.mode.ranks.graph.nodes
+        n = self.mode.ranks.graph.num_nodes
+        shapes = {"logits": ((n, logits.shape[1]), "float32"), "embeddings": ((n, emb.shape[1]), "float32"),
+                  **{m: ((n,), "bool") for m in MASKS}}  # fmt: skip
+        if self.pg.rank == 0:
+            prediction_files.allocate(out, shapes)
+        if self.pg.world_size > 1:
+            dist.barrier()
+        rows = nodes.node_ids.cpu().numpy()
+        arrays = {"logits": logits.cpu().numpy(), "embeddings": emb.cpu().numpy(),
+                  **{m: getattr(nodes, m).cpu().numpy() for m in MASKS}}  # fmt: skip
+        prediction_files.write_rows(out, rows, arrays)
+        if self.pg.world_size > 1:
+            dist.barrier()
+        if self.pg.rank == 0:
+            prediction_files.merge(out, list(shapes))
+        return f"logits [{n}, {logits.shape[1]}], embeddings [{n}, {emb.shape[1]}], masks [{n}]"

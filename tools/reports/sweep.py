@@ -1,0 +1,126 @@
+"""Train every fixed split (or every seed) of a config and print mean ± std per metric, the way
+papers report: a markdown table and JSON.
+
+    python -m tools.reports.sweep --config ds_configs/cpu_quickstart.json \
+        --dataset ../shared/datasets/heterophilous/squirrel_filtered.npz --epochs 100
+
+Each split (``--splits``, default every split the dataset's [S, N] masks hold) or seed (``--seeds``)
+is one full training run of the config; ``--nprocs`` ranks run them one after another in one
+process group (spawned gloo/NCCL processes, no launcher start-up per run). Reported per run: the
+test value of the configured metric at the best validation epoch, the best validation value and
+the last epoch's test value (and accuracy beside another metric). Std is the sample standard
+deviation (ddof=1) over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tools.reports.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="DeepSpeed JSON with a \"dsgraph\" section")
+    p.add_argument("--dataset", help="dataset (default: the config's)")
+    p.add_argument("--splits", help="comma-separated split indices (default: every split of the dataset's masks)")
+    p.add_argument("--seeds", help="comma-separated seeds: one run per seed on the config's split, instead of splits")
+    p.add_argument("--epochs", type=int, help="epochs per run (default: the config's)")
+    p.add_argument("--metric", help="metric (default: the config's, or per task)")
+    p.add_argument("--nprocs", type=int, default=1, help="ranks per run")
+    p.add_argument("--json", dest="json_out", help="also write the per-run rows and the summary here")
+    return p.parse_args(argv)
+
+
+def plan_runs(args, cfg) -> list[dict]:
+    """The config overrides of each run."""
+    if args.seeds:
+        return [{"seed": int(s)} for s in args.seeds.split(",")]
+    if args.splits:
+        return [{"split": int(s)} for s in args.splits.split(",")]
+    from dsgraph.graph.datasets import dataset_file
+    from dsgraph.graph.rank_reader import DatasetFile
+
+    path, _ = dataset_file(cfg.dataset, cfg.seed)
+    return [{"split": k} for k in range(DatasetFile(path).splits)]
+
+
+def _worker(rank, world, port, config, overrides, runs, out_dir):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import deepspeed.comm as dist
+    import torch
+
+    from dsgraph.runtime import extensions
+    from dsgraph.train.config import DsgraphConfig, load_ds_config
+    from dsgraph.train.trainer import Trainer, init_distributed
+
+    device = init_distributed()
+    ds, cfg = load_ds_config(config)
+    if device.type == "cpu":
+        ds, _ = extensions.prefer_torch_adam(ds)
+    ds = {**ds, "tensorboard": {"enabled": False}}
+    for i, run in enumerate(runs):
+        run_cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, **run, "metrics_out": None, "checkpoint_every": 0,
+                                           "run_name": f"sweep-{i}"})  # fmt: skip
+        result = Trainer(run_cfg, ds, device, log=lambda line: None).fit(log=lambda line: None)
+        if rank == 0:
+            with open(os.path.join(out_dir, f"run{i}.json"), "w") as f:
+                json.dump({**run, "last": result["last"], "best": result["best"]}, f)
+        torch.distributed.barrier()
+    dist.destroy_process_group()
+
+
+def summarise(rows: list[dict]) -> dict[str, dict]:
+    """name -> {mean, std, n} over the runs, for the numbers every run reports."""
+    metric = rows[0]["best"]["metric"]
+    key = "acc" if metric == "accuracy" else metric
+    columns = {f"test_{key}_at_best_val": lambda r: r["best"]["test"], f"best_val_{key}": lambda r: r["best"]["val"],
+               f"test_{key}_last": lambda r: r["last"][f"test_{key}"]}  # fmt: skip
+    if key != "acc":
+        columns["test_acc_last"] = lambda r: r["last"]["test_acc"]
+    out = {}
+    for name, get in columns.items():
+        values = np.array([get(r) for r in rows], dtype=float)
+        out[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "n": len(values)}
+    return out
+
+
+def markdown(summary: dict, title: str) -> str:
+    lines = [f"**{title}**", "", "| metric | mean ± std | runs |", "| --- | --- | --- |"]
+    lines += [f"| {name} | {100 * s['mean']:.2f} ± {100 * s['std']:.2f} | {s['n']} |" for name, s in summary.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import torch.multiprocessing as mp
+
+    from dsgraph.comm.ports import free_port
+    from dsgraph.train.config import load_ds_config
+
+    args = parse_args(argv)
+    _, cfg = load_ds_config(args.config)
+    overrides = {k: v for k, v in (("dataset", args.dataset), ("epochs", args.epochs), ("metric", args.metric)) if v is not None}
+    cfg = type(cfg).from_dict({**cfg.to_dict(), **overrides})
+    runs = plan_runs(args, cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_worker, args=(args.nprocs, free_port(), args.config, overrides, runs, tmp), nprocs=args.nprocs,
+                           start_method="spawn")  # fmt: skip
+        rows = [json.load(open(os.path.join(tmp, f"run{i}.json"))) for i in range(len(runs))]
+    summary = summarise(rows)
+    kind = "seeds" if args.seeds else "splits"
+    title = f"{os.path.basename(cfg.dataset)}: {len(rows)} {kind}, {cfg.epochs} epochs, {args.nprocs} rank(s), {os.path.basename(args.config)}"
+    print(markdown(summary, title))
+    report = {"title": title, "summary": summary, "runs": rows}
+    print(json.dumps({"title": title, "summary": summary}))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
