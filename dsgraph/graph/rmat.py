@@ -44,7 +44,7 @@ def rmat_labels(spec: str) -> int:
 
 
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """'rmat:SCALE[:EDGE_FACTOR][:labels=T]' -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
     if parts[-1].startswith("labels="):
         rmat_labels(spec)
