@@ -56,6 +56,9 @@ class DsgraphConfig:
     best epoch: 'accuracy', 'rocauc', 'ap', 'f1_micro' or 'f1_macro' (``dsgraph/train/task.py``),
     computed exactly over all ranks' rows. null: accuracy for multi-class tasks, ROC-AUC for binary
     and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric."""
+    early_stop_patience: int = 0
+    """Stop training when this many evaluations in a row have not improved the best validation value
+    of 'metric' (0: never stop early). The best evaluation stays the model selection."""
     checkpoint_every: int = 0
     """Save a DeepSpeed checkpoint every this many epochs (0: never)."""
     run_name: str | None = None
@@ -168,6 +171,8 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
+        if self.early_stop_patience < 0:
+            raise ValueError("dsgraph config: 'early_stop_patience' must be >= 0 (0: never stop early)")
         if self.checkpoint_nested and not self.checkpoint_activations:
             raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
         if self.regather_kv and self.checkpoint_activations:

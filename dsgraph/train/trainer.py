@@ -120,6 +120,7 @@ class Trainer:
         self.metric = self.task.metric(cfg.metric)
         rank_log(f"task: {self.task.kind} ({self.task.num_outputs} outputs); model selection by {self.metric}")
         self.best = new_best(self.metric)
+        self.stopped_early_at: int | None = None
 
     # --- one optimizer step, one evaluation ----------------------------------------------------
     def train_step(self, step: Step) -> dict:
@@ -236,17 +237,31 @@ class Trainer:
                     last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
                     rows = []
                     self._check_preemption(preemption, step.epoch)
+                    if self._stalled(step.epoch):
+                        self.stopped_early_at = step.epoch
+                        break
             self._write_events(metrics)
         finally:
             preemption.uninstall()
             tracer.close()
             metrics.close()
             self.mode.close()
+        if rank == 0 and self.stopped_early_at is not None:
+            log(f"early stop after epoch {self.stopped_early_at}: {cfg.early_stop_patience} evaluations without a better "
+                f"val_{metric_key(self.metric)} than at epoch {self.best['epoch']}")  # fmt: skip
         if rank == 0 and last is not None:
             key = metric_key(self.metric)
             log(f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
                 f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}")  # fmt: skip
-        return {"last": last, "best": self.best}
+        return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
+
+    def _stalled(self, epoch: int) -> bool:
+        """Whether the last ``early_stop_patience`` evaluations up to ``epoch`` all came after the best
+        one (counted from the epochs, so a resumed run counts the same)."""
+        patience, every = self.cfg.early_stop_patience, self.cfg.eval_every
+        if not patience or (epoch + 1) % every:
+            return False
+        return sum(1 for e in range(self.best["epoch"] + 1, epoch + 1) if (e + 1) % every == 0) >= patience
 
     def _check_preemption(self, preemption: Preemption, epoch: int) -> None:
         """At an epoch end (every rank): if any rank was signalled, checkpoint and raise Preempted."""
