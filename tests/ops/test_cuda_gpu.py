@@ -133,3 +133,18 @@ def test_unsupported_head_dim_is_a_value_error(graph):
     q, k, v = qkv(rowptr.numel() - 1, N_SRC, 2, 24, device="cuda")
     with pytest.raises(ValueError, match="head dim 24"):
         cuda_attention(rowptr, col, q, k, v, 1.0)
+
+
+@DTYPES
+def test_small_case_for_the_sanitizer(dtype):
+    """Every kernel (each bin, chunk merges, the small-column backward) once on small inputs: the
+    case tools/gpu/check.sh runs under compute-sanitizer memcheck and racecheck (``-k sanitizer``)."""
+    cases.check_degree_edge_cases("cuda", 1, 32, dtype, "cuda")
+    rowptr, col = rmat_with_hub()
+    rowptr, col = rowptr.cuda(), col.cuda()
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, 2, 16, dtype, device="cuda")
+    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to("cuda", dtype)
+    got = run(cuda_attention, rowptr, col, q, k, v, dy)
+    want = run_reference_fp32(sparse_attention_reference, rowptr, col, q, k, v, dy)
+    for a, b in zip(got, want):
+        assert_relative_close(a, b.to(dtype), TOLERANCE[dtype])

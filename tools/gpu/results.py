@@ -13,9 +13,14 @@ docs/GPU.md:
 
 Inputs in --work-dir (they stay off the log folder, which may hand back only 8 files): steps.tsv
 (one "name<TAB>exit code<TAB>seconds" line per step; an exit code of "skip" means it was left out
-for time), environment.json, gpu_tests.txt (pytest's output). In --log-dir: train.json,
-kernels.json, models_rmat22.json, models_rmat20.json, agp_profile_cuda_bf16.json. A missing piece
-makes its check FAILED (the optional bench_models_rmat20, when left out for time, SKIPPED).
+for time), environment.json, and each step's console output NAME.txt (pytest's and
+compute-sanitizer's summaries are read from there; its tail goes into the results). In --log-dir:
+train_strategies.json, train_rest.json, kernels.json, models_rmat22.json,
+agp_profile_cuda_bf16.json. A planned step (--plan) that did not run, or whose piece is missing,
+is FAILED with the reason. Whatever goes wrong while the results are made (a surprise in a piece),
+a results file is written: a step that cannot be judged is FAILED with the exception, and if the
+whole report fails, a minimal verdict ("minimal": true, "passed": false, the reason, the steps'
+exit codes) is written instead.
 """
 
 from __future__ import annotations
@@ -49,9 +54,12 @@ def load_json(path: Path):
 
 
 def pytest_counts(log: Path | None) -> dict:
+    return pytest_counts_text(log.read_text() if log and log.is_file() else "")
+
+
+def pytest_counts_text(text: str) -> dict:
     """passed / failed / skipped / errors from pytest's closing line (the last line that counts
     outcomes and ends with the run time)."""
-    text = log.read_text() if log and log.is_file() else ""
     closing = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line) and re.search(r" in [\d.]+s", line)]
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", closing[-1] if closing else ""):
@@ -70,48 +78,86 @@ def profile_ok(path: Path) -> tuple[bool, str]:
 
     try:
         prof = load_profile(str(path))
-    except (OSError, ValueError) as err:
-        return False, str(err)
+    except Exception as err:  # noqa: BLE001 - a missing or broken profile fails the step
+        return False, f"{type(err).__name__}: {err}"
     ok = prof.backend == "cuda" and prof.dtype == "bfloat16" and prof.max_ranks >= 2 and "collectives_source" in prof.system
     return ok, f"{prof.backend} {prof.dtype} p=1..{prof.max_ranks}; {prof.system.get('description', '')}"
 
 
-def check_statuses(d: Path, work: Path) -> dict[str, dict]:
-    """Every check's status and detail, from exit codes and the content of its output."""
-    steps, tests = read_steps(work / "steps.tsv"), pytest_counts(work / "gpu_tests.txt")
-    pieces = {k: load_json(d / f) for k, f in (("train", "train.json"), ("kernels", "kernels.json"),
-                                                ("m22", "models_rmat22.json"), ("m20", "models_rmat20.json"))}  # fmt: skip
-    pieces["env"] = load_json(work / "environment.json")
-    big = large_kernel_record(pieces["kernels"])
-    prof_ok, prof_detail = profile_ok(d / "agp_profile_cuda_bf16.json")
+FULL_PLAN = ("install", "environment", "memcheck", "racecheck", "bench_kernels", "bench_kernels_rmat22", "train_strategies",
+             "kernel_tests", "train_rest", "bench_models_rmat22", "profile")  # fmt: skip
+TRAIN_FILES = ("train_strategies.json", "train_rest.json")
 
-    def models_ok(m):
-        return bool(m) and m.get("dsgraph", {}).get("status") == "ok" and m.get("pyg", {}).get("status") in ("ok", "oom")
 
-    content = {
-        "install": (True, "deepspeed and its requirements from .gpu_pack/wheels"),
-        "environment": (bool(pieces["env"] and pieces["env"].get("cuda_available") and not pieces["env"].get("missing")),
-                        json.dumps(pieces["env"])),
-        "kernel_tests": (tests["passed"] > 0 and not (tests["failed"] or tests["skipped"] or tests["errors"]), json.dumps(tests)),
-        "data": (True, "rmat:20 and rmat:22 written as .npz"),
-        "training": (bool(pieces["train"] and pieces["train"].get("passed")), "see train.json"),
-        "bench_kernels": (any(r["backend"] == "cuda" and not r["oom"] for r in (pieces["kernels"] or {}).get("records", [])),
-                          "rmat:20, fp32 and bf16"),
-        "bench_kernels_rmat22": (big is not None and not big["oom"], "no CUDA bf16 record on >= 50M edges" if big is None else big["graph"]),
-        "bench_models_rmat22": (models_ok(pieces["m22"]), "dsgraph must finish; PyG finishes or runs out of memory"),
-        "bench_models_rmat20": (models_ok(pieces["m20"]), "dsgraph must finish; PyG finishes or runs out of memory"),
-        "profile": (prof_ok, prof_detail),
-    }
+def sanitizer_ok(text: str, tool: str) -> tuple[bool, str]:
+    """compute-sanitizer's summary line says 0 errors (memcheck) or 0 hazards (racecheck), and
+    pytest ran the small case without failures or skips."""
+    summary = [line.strip("= ") for line in text.splitlines() if "SUMMARY:" in line]
+    counts = pytest_counts_text(text)
+    clean = bool(summary) and all(re.search(r"SUMMARY: 0 (errors|hazards)", line) for line in summary)
+    ok = clean and counts["passed"] > 0 and not (counts["failed"] or counts["skipped"] or counts["errors"])
+    return ok, f"{tool}: {'; '.join(summary) or 'no sanitizer summary'}; pytest {json.dumps(counts)}"
+
+
+def _content(name: str, d: Path, work: Path) -> tuple[bool, str]:
+    """Whether a step's output says it passed, and a detail line (the exit code is judged apart)."""
+    text = (work / f"{name}.txt").read_text(errors="replace") if (work / f"{name}.txt").is_file() else ""
+    if name == "install":
+        return True, "deepspeed and its requirements from .gpu_pack/wheels"
+    if name == "environment":
+        env = load_json(work / "environment.json")
+        return bool(env and env.get("cuda_available") and not env.get("missing")), json.dumps(env)
+    if name in ("memcheck", "racecheck"):
+        return sanitizer_ok(text, name)
+    if name == "kernel_tests":
+        tests = pytest_counts_text(text)
+        return tests["passed"] > 0 and not (tests["failed"] or tests["skipped"] or tests["errors"]), json.dumps(tests)
+    if name.startswith("train_"):
+        train = load_json(d / f"{name}.json")
+        runs = (train or {}).get("runs", [])
+        failed = [f"{r['name']}: {r.get('check', {}).get('reason') or r.get('log_tail', '')[-120:]}" for r in runs
+                  if r.get("check", {}).get("status") != "PASSED"]  # fmt: skip
+        return bool(train and train.get("passed")), f"{len(runs) - len(failed)} of {len(runs)} runs passed" + (f"; {failed[:4]}" if failed else "")
+    kernels = load_json(d / "kernels.json")
+    if name == "bench_kernels":
+        return any(r["backend"] == "cuda" and not r["oom"] for r in (kernels or {}).get("records", [])), "CUDA records in kernels.json"
+    if name == "bench_kernels_rmat22":
+        big = large_kernel_record(kernels)
+        return big is not None and not big["oom"], "no CUDA bf16 record on >= 50M edges" if big is None else big["graph"]
+    if name.startswith("bench_models"):
+        m = load_json(d / f"models_{name.split('_')[-1]}.json")
+        ok = bool(m) and m.get("dsgraph", {}).get("status") == "ok" and m.get("pyg", {}).get("status") in ("ok", "oom")
+        return ok, "dsgraph must finish; PyG finishes or runs out of memory"
+    if name == "profile":
+        return profile_ok(d / "agp_profile_cuda_bf16.json")
+    return False, f"no rule for step {name}"
+
+
+def check_statuses(d: Path, work: Path, plan: tuple[str, ...] = FULL_PLAN) -> dict[str, dict]:
+    """Every planned step's status and detail, from its exit code and the content of its output. A
+    step that could not be judged (an exception while reading its output) is FAILED with the reason."""
+    steps = read_steps(work / "steps.tsv")
     out = {}
-    for name, (ok, detail) in content.items():
+    for name in plan:
         step = steps.get(name)
         if step is None or step["rc"] == "skip":
             status = "SKIPPED" if name in OPTIONAL and step is not None else "FAILED"
-            out[name] = {"status": status, "detail": "left out: not enough time left" if step else "did not run"}
+            out[name] = {"status": status, "detail": "left out: not enough time left" if step else "did not run (the check stopped before it)"}
             continue
+        try:
+            ok, detail = _content(name, d, work)
+        except Exception as err:  # noqa: BLE001 - one unreadable piece fails its step, not the results file
+            ok, detail = False, f"could not judge the output: {type(err).__name__}: {err}"
+        if step["rc"] in ("124", "137"):
+            detail = f"timed out after {step['seconds']:.0f} s; " + detail
         passed = step["rc"] == "0" and ok
-        out[name] = {"status": "PASSED" if passed else "FAILED", "exit_code": step["rc"], "seconds": step["seconds"], "detail": detail}
+        out[name] = {"status": "PASSED" if passed else "FAILED", "exit_code": step["rc"], "seconds": step["seconds"],
+                     "detail": detail, "log_tail": _tail(work / f"{name}.txt")}  # fmt: skip
     return out
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
 
 
 def kernel_figures(kernels) -> dict:
@@ -203,37 +249,78 @@ def environment() -> dict:
     return env
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--environment", metavar="FILE", help="only write the environment (GPU, versions) to FILE; exit 1 without a GPU")
     p.add_argument("--log-dir", help="the folder gpu_check.sh wrote its pieces to")
-    p.add_argument("--work-dir", help="the folder with steps.tsv, environment.json and gpu_tests.txt (default: --log-dir)")
+    p.add_argument("--work-dir", help="the folder with steps.tsv, environment.json and each step's output NAME.txt (default: --log-dir)")
+    p.add_argument("--plan", help="the steps that were planned, space separated (default: the full plan)")
     p.add_argument("--out", help="results file (default LOG_DIR/gpu_results.json)")
     args = p.parse_args(argv)
+    if not args.environment and not args.log_dir:
+        p.error("--log-dir is required (or --environment FILE)")
+    return args
+
+
+def guarded(fn, *args):
+    """fn(*args), or {"error": ...} when it raises: one broken piece costs its figure, not the file."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def results(d: Path, work: Path, plan: tuple[str, ...]) -> dict:
+    checks = check_statuses(d, work, plan)
+    trains = [load_json(d / f) for f in TRAIN_FILES]
+    figures = {"kernels": guarded(kernel_figures, load_json(d / "kernels.json")),
+               "model_rmat22": guarded(model_figures, load_json(d / "models_rmat22.json")),
+               "model_rmat20": guarded(model_figures, load_json(d / "models_rmat20.json")),
+               "training": guarded(lambda: [row for t in trains for row in training_figures(t)]),
+               "profile": load_json(d / "agp_profile_cuda_bf16.json")}  # fmt: skip
+    table = guarded(markdown, figures)
+    passed = bool(checks) and all(c["status"] in ("PASSED", "SKIPPED") for c in checks.values())
+    return {"format": "dsgraph-gpu-results", "passed": passed, "plan": list(plan), "environment": load_json(work / "environment.json"),
+            "checks": checks, "figures": figures, "table": table if isinstance(table, str) else f"(no table: {table['error']})"}  # fmt: skip
+
+
+def minimal(work: Path, err: BaseException) -> dict:
+    """The verdict when the full results could not be made: FAILED, the reason, the steps' exit codes."""
+    import traceback
+
+    try:
+        steps = read_steps(work / "steps.tsv")
+    except Exception as again:  # noqa: BLE001
+        steps = {"unreadable": {"rc": f"{type(again).__name__}: {again}", "seconds": 0.0}}
+    return {"format": "dsgraph-gpu-results", "passed": False, "minimal": True,
+            "reason": f"the results writer failed: {type(err).__name__}: {err}",
+            "traceback": "".join(traceback.format_exception(err))[-3000:], "steps": steps}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if args.environment:
         env = environment()
         Path(args.environment).write_text(json.dumps(env, indent=1) + "\n")
         print(json.dumps(env, indent=1))
         return 0 if env["cuda_available"] and "cuda" in env["dsgraph_backends"] and not env["missing"] else 1
-    if not args.log_dir:
-        p.error("--log-dir is required (or --environment FILE)")
-    d = Path(args.log_dir)
-    work = Path(args.work_dir or args.log_dir)
-    checks = check_statuses(d, work)
-    figures = {"kernels": kernel_figures(load_json(d / "kernels.json")), "model_rmat22": model_figures(load_json(d / "models_rmat22.json")),
-               "model_rmat20": model_figures(load_json(d / "models_rmat20.json")), "training": training_figures(load_json(d / "train.json")),
-               "profile": load_json(d / "agp_profile_cuda_bf16.json")}  # fmt: skip
-    passed = all(c["status"] in ("PASSED", "SKIPPED") for c in checks.values())
-    results = {"format": "dsgraph-gpu-results", "passed": passed, "environment": load_json(work / "environment.json"),
-               "checks": checks, "figures": figures, "table": markdown(figures)}  # fmt: skip
+    d, work = Path(args.log_dir), Path(args.work_dir or args.log_dir)
     out = Path(args.out or d / "gpu_results.json")
+    plan = tuple(args.plan.split()) if args.plan else FULL_PLAN
+    try:
+        report = results(d, work, plan)
+        text = json.dumps(report, indent=1, default=str) + "\n"
+    except Exception as err:  # noqa: BLE001 - whatever happens, a verdict is written
+        report = minimal(work, err)
+        text = json.dumps(report, indent=1, default=str) + "\n"
+        print(f"gpu_check: the results writer failed ({type(err).__name__}: {err}); writing a minimal verdict", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    for name, c in checks.items():
+    out.write_text(text)
+    for name, c in report.get("checks", {}).items():
         print(f"{c['status']:<8} {name:<22} {c.get('seconds', '-')!s:>6} s  {c['detail'][:150]}")
-    print(results["table"])
-    print(f"gpu_check: {'PASSED' if passed else 'FAILED'} (results in {out})")
-    return 0 if passed else 1
+    print(report.get("table", ""))
+    print(f"gpu_check: {'PASSED' if report['passed'] else 'FAILED'} (results in {out})")
+    return 0 if report["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -69,11 +69,11 @@ def run_specs(cora_epochs: int = 5, rmat_epochs: int = 3) -> list[RunSpec]:
     return runs + [RunSpec("rmat20-bf16-ag", "ag", "bf16", "rmat:20", rmat_epochs)]
 
 
-def fingerprint(root: Path = ROOT) -> str:
+def fingerprint(root: Path = ROOT, paths: tuple[str, ...] = FINGERPRINT_PATHS) -> str:
     """sha256 over the files that decide the losses (the package, entry point, config, profiles,
     this tool): a reference from other sources does not count."""
     digest = hashlib.sha256()
-    for top in FINGERPRINT_PATHS:
+    for top in paths:
         base = root / top
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         for path in files:
