@@ -48,9 +48,10 @@ class MiniBatch:
     epoch: int
     index: int  # batch index within the epoch
     global_size: int  # seeds in the global batch (all ranks)
+    global_count: int  # what the loss divides by: global_size, or present (seed, label) pairs of a multi-label task
     graph: SampledSubgraph  # compact subgraph, seeds first
     x: torch.Tensor  # [n, F] features of graph.node_ids, storage dtype, on the store's device
-    y: torch.Tensor  # int64 [num_seeds] labels of the seeds (host memory)
+    y: torch.Tensor  # int64 [num_seeds] labels of the seeds, or float [num_seeds, T] (NaN: missing); host memory
     cache_hits: int  # rows of x served by the feature cache
     sample_time_s: float
     gather_time_s: float
@@ -70,10 +71,15 @@ class BatchBuilder:
         x, hits = self.store.gather(graph.node_ids)
         y = self.labels[graph.node_ids[: graph.num_seeds]]  # host memory: RankGraph.to moves it with the batch
         done = time.perf_counter()
+        if self.labels.ndim == 2:  # every rank counts the whole global batch's pairs: the same divisor everywhere
+            count = int((~torch.isnan(self.labels[torch.from_numpy(np.asarray(global_batch))])).sum())
+        else:
+            count = int(global_batch.size)
         return MiniBatch(
             epoch=epoch,
             index=index,
             global_size=int(global_batch.size),
+            global_count=count,
             graph=graph,
             x=x,
             y=y,

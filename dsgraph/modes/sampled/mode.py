@@ -38,10 +38,10 @@ def local_attention(graph: RankGraph, backend: str):
 
 def batch_graph(batch: MiniBatch, num_features: int, num_classes: int) -> RankGraph:
     """A mini-batch as a rank graph: its compact subgraph, with the seeds' labels (seeds first, the
-    other rows unlabelled) and the seeds as the training rows."""
+    other rows unlabelled: -1, or NaN for a multi-label target) and the seeds as the training rows."""
     sub = batch.graph
     n, seeds = sub.num_nodes, sub.num_seeds
-    y = torch.full((n,), -1, dtype=torch.int64)
+    y = torch.full((n, *batch.y.shape[1:]), float("nan") if batch.y.is_floating_point() else -1, dtype=batch.y.dtype)
     y[:seeds] = batch.y
     train = torch.zeros(n, dtype=torch.bool)
     train[:seeds] = True
@@ -60,9 +60,7 @@ class Sampled(Mode):
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
-        if graph.multilabel:
-            raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'sampled' does not train yet; "
-                             "use mode 'full' (any strategy)")
+        self.multilabel = graph.multilabel
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
         if self.train_ids.size == 0:
@@ -107,7 +105,7 @@ class Sampled(Mode):
         nodes, sub = graph.nodes, batch.graph
         return Step(
             epoch=batch.epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
-            loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=batch.global_size,
+            loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=batch.global_count,
             summed={"sampled_nodes_before_dedup": sub.nodes_before_dedup, "sampled_nodes_after_dedup": sub.num_nodes,
                     "sampled_edges": sub.num_edges, "cache_hits": batch.cache_hits, "queue_wait_s": queue_wait_s,
                     "prepare_time_s": batch.sample_time_s + batch.gather_time_s},
