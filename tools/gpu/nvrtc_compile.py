@@ -2,8 +2,9 @@
 """Compiles every CUDA kernel in cuda/ to cubin with NVRTC, without a GPU, and prints a table.
 
 The same compilation as tests/ops/test_cuda_compile.py (the CI check), for a person: which file,
-architecture, dtype and head dim, the cubin size and the compile time. Exits 1 on the first error,
-with NVRTC's log. Needs the dev extra (cuda-bindings and nvidia-cuda-nvrtc).
+architecture, dtype, head dim and score bias (the kernels with and without one), the cubin size
+and the compile time. Exits 1 on the first error, with NVRTC's log. Needs the dev extra
+(cuda-bindings and nvidia-cuda-nvrtc).
 
 Examples:
   python -m tools.gpu.nvrtc_compile
@@ -31,18 +32,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     major, minor = nvrtc_version()
     print(f"NVRTC {major}.{minor}")
-    print("| file | arch | dtype | D | cubin KB | seconds |\n|---|---|---|---|---|---|")
+    print("| file | arch | dtype | D | bias | cubin KB | seconds |\n|---|---|---|---|---|---|---|")
     for file in args.file or sorted(KERNELS):
         for arch in args.arch or ["sm_80", "sm_90"]:
-            for dtype in args.dtype or DTYPES:
+            for dtype, bias in ((d, b) for d in args.dtype or DTYPES for b in (False, True)):
                 for dim in args.head_dim or HEAD_DIMS:
                     t0 = time.perf_counter()
                     try:
-                        cubin = compile_cubin(file, arch, dtype, dim)
+                        cubin = compile_cubin(file, arch, dtype, dim, bias)
                     except RuntimeError as exc:
                         print(exc, file=sys.stderr)
                         return 1
-                    print(f"| {file} | {arch} | {dtype} | {dim} | {len(cubin) / 1024:.0f} | {time.perf_counter() - t0:.2f} |")
+                    print(f"| {file} | {arch} | {dtype} | {dim} | {'yes' if bias else 'no'} | {len(cubin) / 1024:.0f} | "
+                          f"{time.perf_counter() - t0:.2f} |")
     return 0
 
 
