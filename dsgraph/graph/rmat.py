@@ -11,6 +11,12 @@ Everything is a function of the seed.
 vertex id pick one of 16 blocks, each block has a random 0/1 pattern over the T labels, a node
 takes its block's pattern with ``LABEL_NOISE`` of its entries flipped, ``LABEL_MISSING`` of its
 entries are missing (NaN), and its features are a noisy centroid of its block.
+
+``rmat:SCALE:EF:edge_types=T`` plants a task that only edge features can solve: every edge gets
+one of T types (its ``edge_attr`` is the one-hot [E, T]), drawn as its destination's hidden
+dominant type with probability ``TYPE_DOMINANCE`` and uniformly otherwise; a node's label is the
+most frequent type of its in-edges (-1, unlabelled, for a node without in-edges or with a tie),
+and node features are standard normal noise, the same distribution for every class.
 """
 
 from __future__ import annotations
@@ -27,27 +33,39 @@ FEATURE_SIGNAL = 0.6  # centroid scale relative to unit noise
 LABEL_BITS = 4  # multi-label: 16 blocks of planted label patterns
 LABEL_NOISE = 0.1
 LABEL_MISSING = 0.1
+TYPE_DOMINANCE = 0.5  # edge_types: chance that an in-edge has its destination's dominant type
+OPTIONS = ("labels", "edge_types")  # the spec's optional last part: NAME=T
+
+
+def _option(spec: str, name: str) -> int:
+    """T of the spec's last part ``NAME=T`` (0 when the spec has no such part)."""
+    last = spec.split(":")[-1]
+    if not last.startswith(f"{name}="):
+        return 0
+    try:
+        value = int(last[len(name) + 1 :])
+    except ValueError:
+        raise ValueError(f"dataset '{spec}': expected {name}=T with an integer T, for example rmat:12:16:{name}=4") from None
+    if not (1 if name == "labels" else 2) <= value <= 1024:
+        raise ValueError(f"dataset '{spec}': need {1 if name == 'labels' else 2} <= T <= 1024 for {name}")
+    return value
 
 
 def rmat_labels(spec: str) -> int:
     """T of 'rmat:SCALE[:EF]:labels=T' (0: the single-label spec)."""
-    last = spec.split(":")[-1]
-    if not last.startswith("labels="):
-        return 0
-    try:
-        labels = int(last[len("labels="):])
-    except ValueError:
-        raise ValueError(f"dataset '{spec}': expected labels=T with an integer T, for example rmat:12:16:labels=16") from None
-    if not 1 <= labels <= 1024:
-        raise ValueError(f"dataset '{spec}': need 1 <= T <= 1024 labels")
-    return labels
+    return _option(spec, "labels")
+
+
+def rmat_edge_types(spec: str) -> int:
+    """T of 'rmat:SCALE[:EF]:edge_types=T' (0: no edge types)."""
+    return _option(spec, "edge_types")
 
 
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """``rmat:SCALE[:EDGE_FACTOR][:labels=T]`` -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
-    if parts[-1].startswith("labels="):
-        rmat_labels(spec)
+    if any(parts[-1].startswith(f"{name}=") for name in OPTIONS):
+        rmat_labels(spec), rmat_edge_types(spec)
         parts = parts[:-1]
     if parts[0] != "rmat" or len(parts) not in (2, 3):
         raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR], for example rmat:12:16")
@@ -89,6 +107,18 @@ def planted_multilabel(block: np.ndarray, labels: int, rng: np.random.Generator)
     return y, x
 
 
+def planted_edge_types(dst: np.ndarray, n: int, types: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(one-hot edge features float32 [E, T], labels int64 [n]: the most frequent type of each
+    node's in-edges, -1 without in-edges or on a tie), from hidden dominant types."""
+    dominant = rng.integers(types, size=n)
+    edge_type = np.where(rng.random(dst.size) < TYPE_DOMINANCE, dominant[dst], rng.integers(types, size=dst.size))
+    counts = np.zeros((n, types), dtype=np.int64)
+    np.add.at(counts, (dst, edge_type), 1)
+    top = counts.max(axis=1)
+    y = np.where((top > 0) & ((counts == top[:, None]).sum(axis=1) == 1), counts.argmax(axis=1), -1)
+    return np.eye(types, dtype=np.float32)[edge_type], y.astype(np.int64)
+
+
 def rmat_graph(spec: str, seed: int = 0) -> Graph:
     scale, edge_factor = parse_rmat_spec(spec)
     rng = np.random.default_rng(seed)
@@ -108,16 +138,22 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
         block = np.empty(n, dtype=np.int64)
         block[perm] = np.arange(n) >> (scale - LABEL_BITS)
         y, x = planted_multilabel(block, rmat_labels(spec), rng)
+    edge_attr = None
+    if rmat_edge_types(spec):
+        edge_attr, y = planted_edge_types(dst, n, rmat_edge_types(spec), rng)
+        x = rng.standard_normal((n, NUM_FEATURES), dtype=np.float32)  # the same for every class: no signal
     split = rng.random(n)
+    labelled = y >= 0 if y.ndim == 1 else np.ones(n, dtype=bool)
     return Graph.from_edges(
         src,
         dst,
         x=x,
         y=y,
-        train_mask=split < 0.3,
-        val_mask=(split >= 0.3) & (split < 0.5),
-        test_mask=split >= 0.5,
+        train_mask=(split < 0.3) & labelled,
+        val_mask=(split >= 0.3) & (split < 0.5) & labelled,
+        test_mask=(split >= 0.5) & labelled,
         num_nodes=n,
         name=spec,
         source=spec,
+        edge_attr=edge_attr,
     )
