@@ -7,7 +7,9 @@ accumulation dtype, the per-(row, head) log-sum-exp and ``saved``, the tensors i
 reads (the CPU kernels keep the probabilities p [E, H], the CUDA kernels only the log-sum-exp).
 A backend with ``supports_bias`` also takes the optional score bias [E, H] (CSR order, the inputs'
 dtype) as the keyword ``bias`` and returns its gradient ds [E, H] as a fourth backward result; it
-is passed only when there is one, so a backend without it needs no change.
+is passed only when there is one, so a backend without it needs no change. A backend with
+``supports_edge_values`` also returns the attention-weighted sum of per-edge values
+(``edge_values.py``).
 ``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
 kernel library reads them through DLPack, which refuses tensors that require grad; in fp32 the
 saved output is the Function's own output).
@@ -19,6 +21,8 @@ from abc import ABC, abstractmethod
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from dsgraph.ops.edge_values import FusedEdgeValues
 
 INT32_MAX = 2**31 - 1
 
@@ -33,6 +37,10 @@ class Backend(ABC):
     device_type: str | None = None
     supports_bias: bool = False
     """Whether ``attention`` (and a fused backend's passes) take the score bias (``bias=``)."""
+    supports_edge_values: bool = False
+    """Whether ``attention`` takes ``edge_values=`` [E, C] and returns (y, z) (``edge_values.py``); a
+    fused backend then has ``probabilities(saved)`` (p [E, H] of its forward, CSR order) and takes
+    ``dp_extra``/``delta_extra`` in backward."""
 
     def available(self) -> bool:
         """Whether this machine can run the backend at all (libraries, devices)."""
@@ -65,7 +73,9 @@ class FusedBackend(Backend):
         ``bias=`` (``supports_bias``), also dbias = ds [E, H] in the bias's dtype (``needs`` then has
         a fourth flag, for it)."""
 
-    def attention(self, rowptr, col, q, k, v, scale: float, bias=None) -> torch.Tensor:
+    def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
+        if edge_values is not None:
+            return FusedEdgeValues.apply(self, rowptr, col, q, k, v, scale, bias, edge_values)
         return FusedAttention.apply(self, rowptr, col, q, k, v, scale, bias)
 
 

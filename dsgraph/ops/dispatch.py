@@ -50,9 +50,11 @@ def get_backend(name: str) -> Backend:
 
 
 def _unsupported(backend: Backend, q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str:
-    """The backend's own reason, or that it takes no score bias when ``tensors`` has one."""
+    """The backend's own reason, or that it takes no score bias or edge values when ``tensors`` has them."""
     if "bias" in tensors and not backend.supports_bias:
         return "it takes no score bias"
+    if "edge_values" in tensors and not backend.supports_edge_values:
+        return "it takes no edge values (model.edge_features 'bias_value' runs on the cpu and reference backends)"
     return backend.unsupported(q, tensors)
 
 
@@ -111,28 +113,44 @@ def sparse_attention(
     v: torch.Tensor,
     *,
     bias: torch.Tensor | None = None,
+    edge_values: torch.Tensor | None = None,
     scale: float | None = None,
     backend: str = "auto",
-) -> torch.Tensor:
+):
     """Graph attention of every destination row over its in-edges (SDDMM -> softmax -> SpMM).
 
     rowptr: int64 [N_dst+1]; col: int32/int64 [E] source ids in [0, N_src); q: [N_dst, H, D];
     k, v: [N_src, H, D]; bias: None or [E, H] in q's dtype, a finite score bias per edge and head in
     CSR order (edge e is col[e]'s edge), added to scale * <q_i, k_j> before the softmax. Returns
     y [N_dst, H, D] in q's dtype; rows with no in-edges give 0. ``scale`` defaults to D**-0.5.
-    Differentiable in q, k, v and bias.
+    Differentiable in q, k, v and bias. ``edge_values``: None or u [E, C] in q's dtype (CSR order,
+    constants: no gradient); then returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij
+    (``edge_values.py``).
     """
     _check_shapes(rowptr, col, q, k, v, bias)
+    _check_edge_values(col, q, edge_values)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    chosen = backend_for_inputs(backend, q, _inputs(rowptr, col, q, k, v, bias))
+    tensors = _inputs(rowptr, col, q, k, v, bias)
+    chosen = backend_for_inputs(backend, q, tensors if edge_values is None else {**tensors, "edge_values": edge_values})
     cached_per_graph(rowptr, col, ("checked", k.shape[0]), lambda: check_graph(rowptr, col, k.shape[0]))
+    extra = with_bias(bias) if edge_values is None else {**with_bias(bias), "edge_values": edge_values}
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}"):  # a named region in traces
-        return chosen.attention(rowptr, col, q, k, v, scale, **with_bias(bias))
+        return chosen.attention(rowptr, col, q, k, v, scale, **extra)
 
 
 def _inputs(rowptr, col, q, k, v, bias) -> dict[str, torch.Tensor]:
     tensors = {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v}
     return tensors if bias is None else {**tensors, "bias": bias}
+
+
+def _check_edge_values(col, q, edge_values) -> None:
+    if edge_values is None:
+        return
+    if edge_values.dim() != 2 or edge_values.shape[0] != col.shape[0] or edge_values.dtype != q.dtype:
+        raise ValueError(f"sparse_attention: edge_values must be [E, C] with E = {col.shape[0]} in q's dtype {q.dtype}, "
+                         f"got {tuple(edge_values.shape)} {edge_values.dtype}")  # fmt: skip
+    if edge_values.requires_grad:
+        raise ValueError("sparse_attention: edge_values take no gradient (they are constants such as edge features); detach them")
 
 
 def prepare_fused(rowptr, col, q, k, v, scale, backend, bias=None) -> tuple[FusedBackend, float]:

@@ -13,13 +13,14 @@ from dsgraph.ops.backend import FusedBackend
 
 def sparse_attention_reference(
     rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
+    bias: torch.Tensor | None = None, edge_values: torch.Tensor | None = None,
+):
     """y[i] = sum_{j in col[rowptr[i]:rowptr[i+1]]} softmax_j(scale * <q_i, k_j> + bias_ij) v_j, per head.
 
     q: [N_dst, H, D]; k, v: [N_src, H, D]; bias: None or [E, H], one score bias per edge and head in
     CSR order; returns y [N_dst, H, D] in q's dtype (fp32 math for bf16 inputs). Rows with no edges
-    give zeros. Differentiable in q, k, v and bias (d bias_ij = ds_ij, the score's gradient).
+    give zeros. Differentiable in q, k, v and bias (d bias_ij = ds_ij, the score's gradient). With
+    ``edge_values`` u [E, C] (CSR order, constants) returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij.
     """
     n_dst, heads, _ = q.shape
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -33,7 +34,11 @@ def sparse_attention_reference(
     probs_EH = weights_EH / denom_NH[dst]
     y = torch.zeros(q.shape, dtype=acc, device=q.device)
     y = y.index_add(0, dst, probs_EH[:, :, None] * v[src].to(acc))
-    return y.to(q.dtype)
+    if edge_values is None:
+        return y.to(q.dtype)
+    z = torch.zeros((n_dst, heads, edge_values.shape[1]), dtype=acc, device=q.device)
+    z = z.index_add(0, dst, probs_EH[:, :, None] * edge_values.to(acc)[:, None, :])
+    return y.to(q.dtype), z.to(q.dtype)
 
 
 def _edges(rowptr, col, q):
@@ -90,14 +95,15 @@ class ReferenceBackend(FusedBackend):
     priority = 0
     device_type = None
     supports_bias = True
+    supports_edge_values = True
 
     def unsupported(self, q, tensors) -> str:
         first = q.device
         wrong = next((name for name, t in tensors.items() if t.device != first), None)
         return f"all inputs must be on one device; '{wrong}' is on {tensors[wrong].device}, q on {first}" if wrong else ""
 
-    def attention(self, rowptr, col, q, k, v, scale: float, bias=None) -> torch.Tensor:
-        return sparse_attention_reference(rowptr, col, q, k, v, scale, bias)
+    def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
+        return sparse_attention_reference(rowptr, col, q, k, v, scale, bias, edge_values)
 
     def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
         y, lse = reference_forward(rowptr, col, q, k, v, scale, bias)

@@ -42,6 +42,7 @@ class CpuBackend(FusedBackend):
     priority = 10
     device_type = "cpu"
     supports_bias = True
+    supports_edge_values = True
 
     def unsupported(self, q, tensors) -> str:
         if q.dtype not in SUPPORTED_DTYPES:
@@ -54,10 +55,14 @@ class CpuBackend(FusedBackend):
         y, p, lse = forward(rowptr, col, q, k, v, scale, bias)
         return y, lse, (p,)
 
-    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None):
+    def probabilities(self, saved):
+        """The forward's probabilities p [E, H] (CSR order, accumulation dtype)."""
+        return saved[0]
+
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None, dp_extra=None, delta_extra=None):
         need_bias = bias is not None and (len(needs) < 4 or needs[3])
         dq, dk, dv, dbias = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2],
-                                     need_bias=need_bias)  # fmt: skip
+                                     need_bias=need_bias, dp_extra=dp_extra, delta_extra=delta_extra)  # fmt: skip
         grads = tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
         return (*grads, None if dbias is None else dbias.to(bias.dtype))
 
@@ -80,10 +85,11 @@ def forward(rowptr, col, q, k, v, scale: float, bias=None):
 
 
 def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True,
-             need_bias: bool = False):  # fmt: skip
+             need_bias: bool = False, dp_extra=None, delta_extra=None):  # fmt: skip
     """(dq, dk, dv, dbias) in the accumulation dtype from forward's y_acc and p; dq None unless
     need_q, dk and dv None unless need_kv, dbias (ds [E, H] in CSR order) None unless need_bias.
-    The passes: ``backward_kernels``."""
+    ``dp_extra`` [E, H] (CSR order) and ``delta_extra`` [N_dst, H]: what edge values add to each
+    score's upstream gradient and to delta (``edge_values.py``). The passes: ``backward_kernels``."""
     set_threads(col.numel() * q.shape[1])
     cdt = y_acc.dtype
     dy_ = gather_source(dy, cdt)
@@ -93,6 +99,9 @@ def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool =
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     delta = torch.empty(dy_.shape[:2], dtype=cdt)
     backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
+    if delta_extra is not None:
+        delta += delta_extra.to(cdt)
+    extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else delta.numpy().reshape(-1)[:0]
 
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
@@ -103,7 +112,7 @@ def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool =
     backward_kernels.backward_columns_kernel(
         bounds(rowptr, col, colptr_, "cols"), colptr_, csc.row.numpy(), csc.perm.numpy(), q_, dy_, delta.numpy(),
         k_, as_compute_array(v, cdt), p.numpy().reshape(-1), scale_, dk.numpy(), dv.numpy(), ds.numpy(), need_q, need_kv,
-        dbias.numpy().reshape(-1), need_bias,
+        dbias.numpy().reshape(-1), need_bias, extra, dp_extra is not None,
     )
     dq = None
     if need_q:
