@@ -1,7 +1,7 @@
 """Process groups and their row split, the collectives strategies use (autograd pairs and async
 primitives), compressed exchanges, halo plans and the control plane."""
 
-from dsgraph.comm.alltoall import PendingRows, exchange_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows
+from dsgraph.comm.alltoall import PendingRows, edges_to_heads, exchange_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows
 from dsgraph.comm.compress import CODECS, get_codec
 from dsgraph.comm.gather import gather_rows, gather_rows_padded, padded_index
 from dsgraph.comm.group import CommStats, GraphParallelGroup, RowSplit
@@ -17,6 +17,7 @@ __all__ = [
     "padded_index",
     "nodes_to_heads",
     "heads_to_nodes",
+    "edges_to_heads",
     "exchange_rows",
     "start_exchange_rows",
     "start_ring_shift",
