@@ -22,10 +22,13 @@ from dsgraph.models.options import ModelOptions
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
 
-def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float):
+def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float,
+                  edge_dim: int):  # fmt: skip
+    edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value")
     if o.block == "transformer":
-        return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual)
-    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual)
+        return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual,
+                                **edges)  # fmt: skip
+    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual, **edges)
 
 
 class GraphTransformer(nn.Module):
@@ -43,22 +46,29 @@ class GraphTransformer(nn.Module):
         attention_dropout: float = 0.0,
         seed: int = 0,
         options: ModelOptions | None = None,
+        edge_dim: int = 0,
     ):
-        """``layers`` counts attention layers, the output attention layer included (head 'attention')."""
+        """``layers`` counts attention layers, the output attention layer included (head 'attention');
+        ``edge_dim``: F_e of the dataset's edge features (read when ``options.edge_features`` says so)."""
         super().__init__()
         o = ModelOptions() if options is None else options
         if layers < 1:
             raise ValueError(f"a Graph Transformer needs at least one attention layer, got layers={layers}")
+        if o.reads_edges and edge_dim < 1:
+            raise ValueError(f"model.edge_features is '{o.edge_features}', but the dataset has no edge features (edge_attr); "
+                             "use a dataset with them, or set model.edge_features to \"none\"")  # fmt: skip
+        edge_dim = edge_dim if o.reads_edges else 0
         self.heads, self.seed, self.options = heads, seed, o
         self.input_dropout = NodeDropout(input_dropout, site=0)
         self.input = nn.Linear(in_dim, hidden) if o.input_projection else None
         width = hidden if o.input_projection else in_dim
         hidden_layers = layers - 1 if o.head == "attention" else layers
-        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout)
+        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout, edge_dim)
                   for i in range(hidden_layers)]  # fmt: skip
         width = hidden if hidden_layers else width
         if o.head == "attention":
-            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm))
+            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm, edge_dim=edge_dim,
+                                          edge_values=o.edge_features == "bias_value"))  # fmt: skip
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
         self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None

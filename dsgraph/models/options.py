@@ -17,6 +17,7 @@ NORMS = ("none", "pre", "post")
 RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
+EDGE_FEATURES = ("none", "bias", "bias_value")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -42,10 +43,15 @@ class ModelOptions:
     feature_norm: str = "none"
     """'row': divide each node's features by their L1 norm before the model (the row normalisation
     GCN and GAT apply to bag-of-words features); 'none'."""
+    edge_features: str = "none"
+    """How attention reads the dataset's edge features (edge_attr): 'bias', a per-head score bias
+    e_ij W_b per layer, added before the softmax (Graphormer's edge encoding); 'bias_value', that and
+    an edge-conditioned value v_j + e_ij W_e (TransformerConv's edge_dim); 'none'. Self loops the
+    model adds get a learned embedding instead of features. Needs a dataset with edge_attr."""
 
     def __post_init__(self) -> None:
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
-                              ("feature_norm", FEATURE_NORMS)):  # fmt: skip
+                              ("feature_norm", FEATURE_NORMS), ("edge_features", EDGE_FEATURES)):  # fmt: skip
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")
@@ -66,6 +72,11 @@ class ModelOptions:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def reads_edges(self) -> bool:
+        """Whether the model reads edge features (the data must then carry them)."""
+        return self.edge_features != "none"
 
 
 def option_names() -> list[str]:

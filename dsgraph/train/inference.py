@@ -30,7 +30,7 @@ class Inference:
         self.pg = self.mode.pg
         self.task = Task.of(self.mode.num_classes, multilabel=self.mode.multilabel)
         dtype = torch.bfloat16 if bf16 else torch.float32
-        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.num_edge_features)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "

@@ -52,12 +52,13 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     return torch.device("cpu")
 
 
-def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTransformer:
+def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, edge_dim: int = 0) -> GraphTransformer:
+    """The run's model; ``edge_dim``: F_e of the dataset's edge features (0: none)."""
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
     return GraphTransformer(
         in_dim, num_classes, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
-        options=cfg.model,
+        options=cfg.model, edge_dim=edge_dim,
     )  # fmt: skip
 
 
@@ -105,7 +106,7 @@ class Trainer:
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
-        model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.num_edge_features)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
