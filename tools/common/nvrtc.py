@@ -65,10 +65,10 @@ def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, 
             raise RuntimeError(f"NVRTC on {file} ({arch}, {dtype}, D={head_dim}): {err}\n{log}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)  # NVRTC writes into the buffer: never an immutable (possibly shared) bytes object
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "nvrtcGetCUBIN")
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -83,7 +83,9 @@ def _nvrtc():
 
 def _log(nvrtc, prog) -> str:
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    # A writable buffer: an empty log has size 1, and b" " * 1 is CPython's shared one-byte object for
+    # b" ", whose overwritten byte then turned every b" " of the process into b"\x00" (pickle read 32 as 0).
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, log)
     return log.decode(errors="replace").rstrip("\x00 \n")
 
