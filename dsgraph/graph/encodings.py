@@ -62,10 +62,10 @@ def missing_error(dataset: str, source: str, missing) -> ValueError:
     """The error of a run whose model asks for encodings that ``source`` (the file or store read
     for ``dataset``) does not hold: it says which, and the command that computes them."""
     missing = list(missing)
+    them = "them" if len(missing) > 1 else "it"
     return ValueError(
         f"{source}: no {', '.join(repr(m) for m in missing)} array, which the model's encodings need; compute "
-        f"{'them' if len(missing) > 1 else 'it'} once with `{encode_command(dataset, missing)} (or drop them from "
-        "'model.encodings')"
+        f"{them} once with `{encode_command(dataset, missing)} (or drop {them} from 'model.encodings')"
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -148,6 +148,7 @@ class RowBlock(Protocol):
     train_mask: np.ndarray  # bool [n_b]
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings.py``)
 
 
 @dataclass(kw_only=True)
@@ -163,15 +164,17 @@ class GraphBlock:
     train_mask: np.ndarray
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
-    """Rows [start, end) of ``graph`` with their in-edges, features, labels and masks."""
+    """Rows [start, end) of ``graph`` with their in-edges, features, labels, masks and encodings."""
     rowptr, col = graph.rows(start, end)
     return GraphBlock(
         start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
         y=graph.y[start:end].numpy(), train_mask=graph.train_mask[start:end].numpy(),
         val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(),
+        enc={name: array[start:end].numpy() for name, array in graph.enc.items()},
     )  # fmt: skip
 
 
@@ -279,12 +282,13 @@ class LocalSubgraph:
 
 def local_subgraph(
     blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = (),
-    rows: BlockRows | None = None,
+    rows: BlockRows | None = None, halo_enc: dict[str, np.ndarray] | None = None,
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
     self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps.
-    ``rows``: the blocks' ``BlockRows``, where the caller has built it already."""
+    ``rows``: the blocks' ``BlockRows``, where the caller has built it already. The graph's
+    encodings are the blocks' with the halo rows' ``halo_enc`` ([h, w] each) after them."""
     rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
@@ -306,10 +310,20 @@ def local_subgraph(
         rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
         y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
         test_mask=cat("test_mask", bool, False), name="isolated",
+        enc=_stacked_encodings(blocks, h, halo_enc),
     )  # fmt: skip
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
     return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
                          halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
+
+
+def _stacked_encodings(blocks: Sequence[RowBlock], h: int, halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
+    """The blocks' encoding arrays, one after the other, then the ``h`` halo rows' (``halo_enc``)."""
+    if h and blocks[0].enc and halo_enc is None:
+        raise ValueError("the halo rows need their encodings (halo_enc) when the blocks carry encodings")
+    halo = halo_enc if h else {name: np.zeros((0, *np.shape(a)[1:]), dtype=a.dtype) for name, a in blocks[0].enc.items()}
+    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo[name])]))
+            for name in blocks[0].enc}  # fmt: skip
 
 
 @dataclass(kw_only=True)
