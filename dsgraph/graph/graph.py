@@ -121,7 +121,8 @@ class Graph(CsrSizes):
             raise ValueError(f"{source}: an edge source index is outside [0, {n})")
         if self.x.ndim != 2:
             raise ValueError(f"{source}: features 'x' must be 2-D [N, F], got shape {tuple(self.x.shape)}")
-        for name, array in (*((k, getattr(self, k)) for k in ("x", "y", "train_mask", "val_mask", "test_mask")), *self.enc.items()):
+        node_arrays = {name: getattr(self, name) for name in ("x", "y", "train_mask", "val_mask", "test_mask")}
+        for name, array in {**node_arrays, **self.enc}.items():
             if array.shape[0] != n:
                 raise ValueError(f"{source}: array '{name}' has {array.shape[0]} rows but the graph has {n} nodes")
         if not bool(torch.isfinite(self.x).all()):

@@ -85,7 +85,9 @@ def compute(args, adjacency, log) -> dict[str, np.ndarray]:
         settings = lap.SolverSettings(tol=args.lappe_tol, maxiter=args.lappe_maxiter, dense_max=args.lappe_dense_max)
         update, bar = _bar(show, n, "lappe")
         start = time.perf_counter()
-        arrays["lappe"], arrays["lappe_eigvals"], sizes = lap.lappe(adjacency, args.lappe, settings, progress=update, log=log)
+        status = bar.set_postfix_str if bar is not None else None
+        arrays["lappe"], arrays["lappe_eigvals"], sizes = lap.lappe(adjacency, args.lappe, settings, progress=update, log=log,
+                                                                    status=status)  # fmt: skip
         if bar is not None:
             bar.close()
         log(f"lappe [{n:,}, {args.lappe}] over {sizes.size:,} connected components (largest {int(sizes.max()):,} nodes, "

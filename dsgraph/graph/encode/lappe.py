@@ -35,6 +35,7 @@ DENSE_MAX = 512  # components up to this many nodes: dense eigh
 DEFAULT_TOL = 1e-6
 DEFAULT_MAXITER = 3000  # ARPACK restarts; LOBPCG iterations
 DENSE_BATCH_ELEMENTS = 1 << 24  # matrix entries per batched eigh call (128 MB in float64)
+STATUS_EVERY = 20  # products with B between two status notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +94,21 @@ def dense_blocks(w: sp.csr_matrix, comps: list[np.ndarray], k: int) -> tuple[np.
     return _fix_signs(vecs[:, :, 1 : 1 + kept]), vals[:, 1 : 1 + kept]
 
 
-def _operator(w_comp: sp.csr_matrix) -> tuple[LinearOperator, np.ndarray]:
-    """B = (I + D^-1/2 W D^-1/2) / 2 - u0 u0^T of one component, and u0 (unit, ~ D^1/2 1)."""
+def _operator(w_comp: sp.csr_matrix, status=None) -> tuple[LinearOperator, np.ndarray]:
+    """B = (I + D^-1/2 W D^-1/2) / 2 - u0 u0^T of one component, and u0 (unit, ~ D^1/2 1);
+    ``status(text)`` hears the count of products with B every ``STATUS_EVERY`` of them."""
     d = np.asarray(w_comp.sum(axis=1)).ravel()
     scale = sp.diags(1.0 / np.sqrt(d))
     s_mat = (scale @ w_comp @ scale).tocsr()
     u0 = np.sqrt(d) / np.linalg.norm(np.sqrt(d))
 
+    products = [0]
+
     def apply(x):
         x2 = x.reshape(x.shape[0], -1)
+        products[0] += x2.shape[1]
+        if status is not None and products[0] % STATUS_EVERY < x2.shape[1]:
+            status(f"{products[0]} products with a {x2.shape[0]:,}-node component")
         y = 0.5 * (x2 + s_mat @ x2) - np.outer(u0, u0 @ x2)
         return y.reshape(x.shape)
 
@@ -113,10 +120,11 @@ def _residuals(op: LinearOperator, theta: np.ndarray, vecs: np.ndarray) -> np.nd
     return np.linalg.norm(op.matmat(vecs) - vecs * theta, axis=0)
 
 
-def sparse_component(w_comp: sp.csr_matrix, k: int, settings: SolverSettings = SolverSettings(), log=lambda line: None):
+def sparse_component(w_comp: sp.csr_matrix, k: int, settings: SolverSettings = SolverSettings(), log=lambda line: None,
+                     status=None):  # fmt: skip
     """(vectors [s, k], eigenvalues [k] ascending) of one large component, with the fallbacks of
-    the module docstring; ValueError when none converges."""
-    op, u0 = _operator(w_comp)
+    the module docstring; ValueError when none converges. ``status``: see ``_operator``."""
+    op, u0 = _operator(w_comp, status)
     n = w_comp.shape[0]
     rng = np.random.default_rng(settings.seed)
     v0 = rng.standard_normal(n)
@@ -154,9 +162,11 @@ def _finish(theta: np.ndarray, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return _fix_signs(vecs[:, order]), np.clip(2.0 * (1.0 - theta[order]), 0.0, 2.0)
 
 
-def lappe(adj: Adjacency, k: int, settings: SolverSettings = SolverSettings(), progress=None, log=lambda line: None):
+def lappe(adj: Adjacency, k: int, settings: SolverSettings = SolverSettings(), progress=None, log=lambda line: None,
+          status=None):  # fmt: skip
     """(vectors float32 [N, k], eigenvalues float32 [N, k], component sizes int64 [C]) as the module
-    docstring says. ``progress(nodes)`` is called as components are done."""
+    docstring says. ``progress(nodes)`` is called as components are done, ``status(text)`` while
+    the sparse solver runs."""
     if k < 1:
         raise ValueError(f"LapPE needs k >= 1 eigenvectors, got {k}")
     n = adj.num_nodes
@@ -183,7 +193,7 @@ def lappe(adj: Adjacency, k: int, settings: SolverSettings = SolverSettings(), p
                 progress(nodes.size)
     for c in np.flatnonzero(sizes > dense_limit):
         nodes = members[c]
-        vecs, vals = sparse_component(w[nodes][:, nodes].tocsr(), k, settings, log)
+        vecs, vals = sparse_component(w[nodes][:, nodes].tocsr(), k, settings, log, status)
         vecs_out[nodes] = vecs
         vals_out[nodes] = vals
         if progress is not None:
