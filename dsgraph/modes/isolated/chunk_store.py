@@ -166,8 +166,9 @@ class ChunkLoader:
         )  # fmt: skip
 
     def _encodings_of(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """The encoding arrays of nodes ``ids`` (relabelled), read from the chunks that own them:
-        every rank maps every chunk, so a halo row's encodings need no exchange."""
+        """The encoding arrays (every one the store holds) of nodes ``ids`` (relabelled), read from
+        the chunks that own them: every rank maps every chunk, so a halo row's encodings need no
+        exchange."""
         chunk = np.searchsorted(self.chunk_ends, ids, side="right")
         out = {}
         for name, first in self.parts[0].enc.items():

@@ -287,8 +287,9 @@ def local_subgraph(
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
     self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps.
-    ``rows``: the blocks' ``BlockRows``, where the caller has built it already. The graph's
-    encodings are the blocks' with the halo rows' ``halo_enc`` ([h, w] each) after them."""
+    ``rows``: the blocks' ``BlockRows``, where the caller has built it already. With ``halo_enc``
+    (the halo rows' encoding arrays, [h, w] each) the graph carries those encodings: the blocks'
+    rows, then the halo rows'."""
     rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
@@ -310,20 +311,18 @@ def local_subgraph(
         rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
         y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
         test_mask=cat("test_mask", bool, False), name="isolated",
-        enc=_stacked_encodings(blocks, h, halo_enc),
+        enc=_stacked_encodings(blocks, halo_enc),
     )  # fmt: skip
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
     return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
                          halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
 
 
-def _stacked_encodings(blocks: Sequence[RowBlock], h: int, halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
-    """The blocks' encoding arrays, one after the other, then the ``h`` halo rows' (``halo_enc``)."""
-    if h and blocks[0].enc and halo_enc is None:
-        raise ValueError("the halo rows need their encodings (halo_enc) when the blocks carry encodings")
-    halo = halo_enc if h else {name: np.zeros((0, *np.shape(a)[1:]), dtype=a.dtype) for name, a in blocks[0].enc.items()}
-    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo[name])]))
-            for name in blocks[0].enc}  # fmt: skip
+def _stacked_encodings(blocks: Sequence[RowBlock], halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
+    """The encoding arrays of ``halo_enc``'s names: the blocks' rows one after the other, then the
+    halo rows' (``halo_enc``, [h, w] each); none without ``halo_enc``."""
+    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo)]))
+            for name, halo in (halo_enc or {}).items()}  # fmt: skip
 
 
 @dataclass(kw_only=True)
