@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dsgraph.graph import load_npz, save_npz
+from dsgraph.graph.convert import main as convert
 from dsgraph.graph.encode.cli import main as encode
 from dsgraph.graph.encodings import arrays_of, missing_error
 from dsgraph.graph.partition_cli import main as partition
@@ -64,6 +65,19 @@ def test_partition_carries_encodings_into_the_store_bit_for_bit(encoded, tmp_pat
         assert np.array_equal(part.enc["degree"], degree[rows])
     whole = load_store_graph(store)
     assert np.array_equal(whole.enc["rwse"].numpy(), arrays["rwse"][perm])
+
+
+def test_converted_stores_keep_the_degrees_and_encodings(encoded, tmp_path):
+    path, arrays = encoded
+    for name, cleanup in (("kept", []), ("cleaned", ["--dedup"])):
+        store = str(tmp_path / name)
+        assert convert([path, store, "--parts", "2", "--method", "random", *cleanup]) == 0
+        perm, graph = np.asarray(load_permutation(store)), load_npz(path)
+        got = load_store_graph(store)
+        assert np.array_equal(got.enc["degree"].numpy(), graph.enc["degree"].numpy()[perm])
+        assert ("rwse" in got.enc) == (not cleanup)  # a cleaned-up graph's encodings would be stale
+        if not cleanup:
+            assert np.array_equal(got.enc["rwse"].numpy(), arrays["rwse"][perm])
 
 
 def test_encode_a_store_in_place_with_checksums(tmp_path):

@@ -62,14 +62,20 @@ def _train(rank, world, tmp):
         dump(tmp, f"losses_{world}.json", losses)
 
 
-def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
+def _by_world(fn, tmp_path, name: str) -> dict[int, dict]:
+    """What rank 0 of ``fn`` saved as ``name``_W.json, run on W = 1, 2 and 4 ranks."""
     encoded_dataset(str(tmp_path))
     for world in (1, 2, 4):
-        run(_train, world, tmp_path)
-    reference = load(tmp_path, "losses_1.json")
+        run(fn, world, tmp_path)
+    return {world: load(tmp_path, f"{name}_{world}.json") for world in (1, 2, 4)}
+
+
+def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
+    by_world = _by_world(_train, tmp_path, "losses")
+    reference = by_world[1]
     assert len(reference["sampled"]) == 3 * 4  # 53 training nodes in batches of 16
     for world in (2, 4):
-        results = load(tmp_path, f"losses_{world}.json")
+        results = by_world[world]
         assert set(results) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring"}
         for key, losses in results.items():
             want_all = reference["ag" if key == "store" else key]
@@ -98,12 +104,10 @@ def _isolated(rank, world, tmp):
 
 
 def test_isolated_mode_carries_encodings_of_own_and_halo_rows(tmp_path):
-    encoded_dataset(str(tmp_path))
-    for world in (1, 2, 4):
-        run(_isolated, world, tmp_path)
-    reference = load(tmp_path, "isolated_1.json")
+    by_world = _by_world(_isolated, tmp_path, "isolated")
+    reference = by_world[1]
     for world in (2, 4):
-        got = load(tmp_path, f"isolated_{world}.json")
+        got = by_world[world]
         assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5) and got["val_acc"] == reference["val_acc"]
 
 

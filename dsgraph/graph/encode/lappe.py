@@ -95,11 +95,13 @@ def dense_blocks(w: sp.csr_matrix, comps: list[np.ndarray], k: int) -> tuple[np.
 
 
 def _operator(w_comp: sp.csr_matrix, status=None) -> tuple[LinearOperator, np.ndarray]:
-    """B = (I + D^-1/2 W D^-1/2) / 2 - u0 u0^T of one component, and u0 (unit, ~ D^1/2 1);
-    ``status(text)`` hears the count of products with B every ``STATUS_EVERY`` of them."""
+    """B = (I + D^-1/2 W D^-1/2) / 2 - u0 u0^T of one component (``w_comp``, CSR, is scaled in
+    place), and u0 (unit, ~ D^1/2 1); ``status(text)`` hears the count of products with B every
+    ``STATUS_EVERY`` of them."""
     d = np.asarray(w_comp.sum(axis=1)).ravel()
-    scale = sp.diags(1.0 / np.sqrt(d))
-    s_mat = (scale @ w_comp @ scale).tocsr()
+    scale = 1.0 / np.sqrt(d)
+    s_mat = w_comp  # scaled in place (the caller's slice): D^-1/2 W D^-1/2 without two more copies of W
+    s_mat.data *= np.repeat(scale, np.diff(s_mat.indptr)) * scale[s_mat.indices]
     u0 = np.sqrt(d) / np.linalg.norm(np.sqrt(d))
 
     products = [0]
@@ -122,8 +124,9 @@ def _residuals(op: LinearOperator, theta: np.ndarray, vecs: np.ndarray) -> np.nd
 
 def sparse_component(w_comp: sp.csr_matrix, k: int, settings: SolverSettings = SolverSettings(), log=lambda line: None,
                      status=None):  # fmt: skip
-    """(vectors [s, k], eigenvalues [k] ascending) of one large component, with the fallbacks of
-    the module docstring; ValueError when none converges. ``status``: see ``_operator``."""
+    """(vectors [s, k], eigenvalues [k] ascending) of one large component (its weights ``w_comp``,
+    scaled in place), with the fallbacks of the module docstring; ValueError when none converges.
+    ``status``: see ``_operator``."""
     op, u0 = _operator(w_comp, status)
     n = w_comp.shape[0]
     rng = np.random.default_rng(settings.seed)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from dsgraph.graph.encode.adjacency import Adjacency
 
 METHODS = ("auto", "exact", "walks")
-MAX_EXACT_WORK = 2e10  # multiply-adds: about a minute of exact RWSE on one core
+MAX_EXACT_WORK = 1e11  # multiply-adds: about 40 s of exact RWSE (2.4e9 per second measured on rmat:14, one core)
 DEFAULT_WALKS = 256
 BLOCK = 256  # origins per exact block: Y is N x BLOCK float64
 SLICE_NODES = 1 << 14  # origins per estimator call: the progress bar's step
