@@ -46,9 +46,10 @@ def degrees(src: np.ndarray, dst: np.ndarray, num_nodes: int, out: np.ndarray | 
     return out
 
 
-def encode_command(dataset: str, arrays) -> str:
-    """The ``dsgraph encode`` command that writes ``arrays`` into ``dataset``."""
-    options = []
+def encode_command(dataset: str, arrays, seed: int = 0) -> str:
+    """The ``dsgraph encode`` command that writes ``arrays`` into ``dataset`` (a synthetic one
+    generated with ``seed``)."""
+    options = [f"--seed {seed}"] if seed and dataset.startswith("rmat:") else []
     if "rwse" in arrays:
         options.append(f"--rwse {DEFAULT_WIDTH['rwse']}")
     if "lappe" in arrays or "lappe_eigvals" in arrays:
@@ -58,14 +59,15 @@ def encode_command(dataset: str, arrays) -> str:
     return f"dsgraph encode {dataset} {' '.join(options)}".rstrip() + "`"
 
 
-def missing_error(dataset: str, source: str, missing) -> ValueError:
+def missing_error(dataset: str, source: str, missing, seed: int = 0) -> ValueError:
     """The error of a run whose model asks for encodings that ``source`` (the file or store read
-    for ``dataset``) does not hold: it says which, and the command that computes them."""
+    for ``dataset``, generated with ``seed`` if synthetic) does not hold: it says which, and the
+    command that computes them."""
     missing = list(missing)
     them = "them" if len(missing) > 1 else "it"
     return ValueError(
         f"{source}: no {', '.join(repr(m) for m in missing)} array, which the model's encodings need; compute "
-        f"{them} once with `{encode_command(dataset, missing)} (or drop {them} from 'model.encodings')"
+        f"{them} once with `{encode_command(dataset, missing, seed)} (or drop {them} from 'model.encodings')"
     )
 
 
@@ -79,12 +81,13 @@ def check_values(source: str, name: str, array: np.ndarray) -> None:
         raise ValueError(f"{source}: array '{name}' contains NaN or Inf; recompute it with `dsgraph encode`")
 
 
-def select(graph, arrays, dataset: str, source: str | None = None):
-    """``graph`` with only the encoding ``arrays`` in ``graph.enc`` (the ones a run reads);
-    ValueError (``missing_error``) when it lacks one."""
+def select(graph, arrays, dataset: str, seed: int = 0):
+    """``graph`` (dataset ``dataset``, made with ``seed`` if synthetic) with only the encoding
+    ``arrays`` in ``graph.enc`` (the ones a run reads); ValueError (``missing_error``) when it
+    lacks one."""
     missing = [name for name in arrays if name not in graph.enc]
     if missing:
-        raise missing_error(dataset, source or dataset, missing)
+        raise missing_error(dataset, dataset, missing, seed)
     graph.enc = {name: graph.enc[name] for name in arrays}
     return graph
 

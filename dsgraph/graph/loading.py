@@ -70,7 +70,7 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
         data = DatasetFile(path, choice=choice)
         missing = [name for name in encodings if name in ENCODED and name not in data.stored]
         if missing:
-            raise missing_error(dataset, path, missing)
+            raise missing_error(dataset, path, missing, seed)
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)

@@ -71,7 +71,7 @@ class Isolated(Mode):
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
-        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset)
+        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         if graph.multilabel:
             raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "

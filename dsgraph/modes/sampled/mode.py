@@ -60,7 +60,7 @@ class Sampled(Mode):
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
-        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset)
+        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         self.multilabel = graph.multilabel
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
