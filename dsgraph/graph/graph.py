@@ -12,10 +12,12 @@ Self loops that ``with_self_loops`` adds have no features of their own: their ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from dsgraph.graph import encodings
 
 MAX_NODES = 2**31 - 1
 
@@ -46,6 +48,9 @@ class Graph(CsrSizes):
     name: str = "graph"
     edge_attr: torch.Tensor | None = None  # float32 [E, F_e] in CSR edge order; None: no edge features
     added_loops: torch.Tensor | None = None  # bool [E]: self loops added by with_self_loops (edge_attr rows 0)
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Node encodings by array name (``encodings.py``): 'degree' int64 [N, 2] of the edges the graph
+    was built from, and what the dataset stores ('rwse' [N, K], 'lappe' and 'lappe_eigvals' [N, k])."""
 
     @property
     def num_nodes(self) -> int:
@@ -91,7 +96,8 @@ class Graph(CsrSizes):
         source: str = "input",
         edge_attr=None,
     ) -> "Graph":
-        """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything.
+        """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
+        ``enc['degree']`` counts these edges (``encodings.degrees``).
 
         ``edge_attr``: None or [E, F_e] numeric, row e the features of edge src[e] -> dst[e]; it is
         reordered with the edges. ``source`` names where the arrays came from; it prefixes every
@@ -117,6 +123,7 @@ class Graph(CsrSizes):
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
             name=name,
             edge_attr=None if edge_attr is None else _as_edge_features(np.asarray(edge_attr), src.size, source)[torch.from_numpy(order)],
+            enc={"degree": torch.from_numpy(encodings.degrees(src, dst, num_nodes))},
         )
         graph.validate(source)
         return graph
@@ -134,10 +141,10 @@ class Graph(CsrSizes):
             raise ValueError(f"{source}: an edge source index is outside [0, {n})")
         if self.x.ndim != 2:
             raise ValueError(f"{source}: features 'x' must be 2-D [N, F], got shape {tuple(self.x.shape)}")
-        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
-            length = getattr(self, name).shape[0]
-            if length != n:
-                raise ValueError(f"{source}: array '{name}' has {length} rows but the graph has {n} nodes")
+        node_arrays = {name: getattr(self, name) for name in ("x", "y", "train_mask", "val_mask", "test_mask")}
+        for name, array in {**node_arrays, **self.enc}.items():
+            if array.shape[0] != n:
+                raise ValueError(f"{source}: array '{name}' has {array.shape[0]} rows but the graph has {n} nodes")
         if not bool(torch.isfinite(self.x).all()):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
@@ -184,6 +191,7 @@ class Graph(CsrSizes):
             name=self.name,
             edge_attr=edge_attr,
             added_loops=added,
+            enc=self.enc,
         )
 
     def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:

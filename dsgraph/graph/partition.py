@@ -175,6 +175,7 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
         test_mask=graph.test_mask[perm_t],
         name=graph.name,
         **edges,
+        enc={name: array[perm_t] for name, array in graph.enc.items()},
     )
     return new_graph, perm, node_ranges
 

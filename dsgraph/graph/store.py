@@ -15,6 +15,11 @@ Layout (format version 1)::
         halo.npy           int32 [h_r]    sorted unique sources outside [start_r, end_r)
         edge_attr.npy      float32 [e_r, F_e]  edge features of col's edges (only with num_edge_features > 0)
         added_loops.npy    bool [e_r]     self loops added for the model (their edge_attr rows are 0); likewise
+        degree.npy         int64 [n_r, 2] in- and out-degree in the whole graph (``encodings.py``)
+        rwse.npy, lappe.npy, lappe_eigvals.npy   float32 [n_r, w], when the dataset has them
+
+META.json's ``encodings`` maps each encoding array the parts hold to its width (``dsgraph encode``
+adds arrays to a store).
 
 ``META.json`` is written last, so an interrupted write leaves no loadable store. ``num_edge_features``
 (absent in stores written before edge features: 0) says whether the parts hold edge features. Loading checks
@@ -34,6 +39,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from dsgraph.graph import encodings
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.partition import halo_ids
 
@@ -80,7 +86,7 @@ def write_store(
     for r, (start, end) in enumerate(_progress(node_ranges.tolist(), progress, "writing parts")):
         os.makedirs(os.path.join(out_dir, part_dir_name(r)))
         arrays = _part_arrays(graph, start, end, halos[r] if halos is not None else None)
-        for name in PART_ARRAYS + (EDGE_ARRAYS if graph.edge_attr is not None else ()):
+        for name in (*PART_ARRAYS, *(EDGE_ARRAYS if graph.edge_attr is not None else ()), *graph.enc):
             files.save(f"{part_dir_name(r)}/{name}.npy", arrays[name])
         part_edges.append(int(arrays["col"].size))
         part_halo.append(int(arrays["halo"].size))
@@ -101,6 +107,7 @@ def write_store(
         "part_num_edges": part_edges,
         "part_num_halo": part_halo,
         "permutation_file": PERM_FILE,
+        "encodings": {name: int(array.shape[1]) for name, array in graph.enc.items()},
         "sha256": files.sha256,
         "file_bytes": files.file_bytes,
         **(extra or {}),
@@ -157,6 +164,7 @@ def _part_arrays(graph: Graph, start: int, end: int, halo: np.ndarray | None) ->
         "val_mask": graph.val_mask[start:end].numpy(),
         "test_mask": graph.test_mask[start:end].numpy(),
         "halo": np.asarray(halo, dtype=np.int32),
+        **{name: array[start:end].numpy() for name, array in graph.enc.items()},
     }
 
 
@@ -244,6 +252,7 @@ class LocalPart:
     meta: dict = field(repr=False)
     edge_attr: np.ndarray | None = None  # float32 [e_r, F_e] (stores with edge features)
     added_loops: np.ndarray | None = None  # bool [e_r]
+    enc: dict[str, np.ndarray] = field(default_factory=dict)  # encoding arrays asked for: [n_r, w]
 
     @property
     def num_local_nodes(self) -> int:
@@ -254,12 +263,15 @@ class LocalPart:
         return int(self.col.shape[0])
 
 
-def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: bool = True) -> LocalPart:
-    """Memory-maps part ``rank`` of the store, opening no other part's files.
+def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: bool = True,
+              encodings: tuple[str, ...] | None = ()) -> LocalPart:  # fmt: skip
+    """Memory-maps part ``rank`` of the store, opening no other part's files, and the encoding
+    arrays ``encodings`` (None: every one the store holds; a missing one is an error that says the
+    ``dsgraph encode`` command to run).
 
     Checks, in order: META.json (version), part count == ``world_size``, and for each file: present,
     size as recorded, sha256 as recorded (when ``verify``), a valid .npy with the expected dtype and
-    shape, and its contents (rowptr monotone, ids in range, finite features, labels).
+    shape, and its contents (rowptr monotone, ids in range, finite features and encodings, labels).
     """
     store_dir = os.fspath(store_dir)
     meta = read_meta(store_dir)
@@ -293,9 +305,27 @@ def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: 
         for name, (dtype, shape) in expected.items()
     }
     part = LocalPart(rank=rank, num_parts=num_parts, start=start, end=end, num_nodes=int(meta["num_nodes"]),
-                     meta=meta, **arrays)
+                     meta=meta, enc=_open_encodings(store_dir, meta, rank, encodings, verify), **arrays)
     _check_part_contents(part, os.path.join(store_dir, part_dir_name(rank)))
     return part
+
+
+def _open_encodings(store_dir: str, meta: dict, rank: int, names: tuple[str, ...] | None, verify: bool) -> dict[str, np.ndarray]:
+    """The encoding arrays ``names`` of part ``rank`` (None: all the store holds), checked."""
+    held = meta.get("encodings", {})
+    names = tuple(held) if names is None else names
+    missing = [name for name in names if name not in held]
+    if missing:
+        raise encodings.missing_error(store_dir, os.path.join(store_dir, META_FILE), missing)
+    start, end = (int(v) for v in meta["node_ranges"][rank])
+    out = {}
+    for name in names:
+        relpath = f"{part_dir_name(rank)}/{name}.npy"
+        dtype = np.int64 if name == "degree" else np.float32
+        out[name] = open_array(store_dir, relpath, meta, dtype, (end - start, int(held[name])), verify)
+        for c in _chunks(out[name]):
+            encodings.check_values(os.path.join(store_dir, relpath), name, c)
+    return out
 
 
 def open_array(store_dir: str, relpath: str, meta: dict, dtype, shape: tuple, verify: bool = True) -> np.ndarray:
@@ -371,9 +401,10 @@ def load_permutation(store_dir: str | os.PathLike, verify: bool = True) -> np.nd
 
 
 def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph:
-    """Reassembles the whole relabelled graph from every part (for tests, evaluation and tools)."""
+    """Reassembles the whole relabelled graph from every part, encodings included (for tests,
+    evaluation and tools)."""
     meta = read_meta(store_dir)
-    parts = [load_part(store_dir, r, meta["num_parts"], verify) for r in range(meta["num_parts"])]
+    parts = [load_part(store_dir, r, meta["num_parts"], verify, encodings=None) for r in range(meta["num_parts"])]
     offsets = np.cumsum([0] + [p.num_local_edges for p in parts])
     rowptr = np.concatenate([[0]] + [p.rowptr[1:] + offsets[r] for r, p in enumerate(parts)]).astype(np.int64)
 
@@ -392,6 +423,7 @@ def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph
         name=str(meta.get("dataset", "graph")),
         edge_attr=cat("edge_attr").reshape(-1, f_e) if f_e else None,
         added_loops=cat("added_loops") if f_e else None,
+        enc={name: torch.from_numpy(np.concatenate([p.enc[name] for p in parts])) for name in meta.get("encodings", {})},
     )
     graph.validate(os.fspath(store_dir))
     return graph

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -148,6 +148,7 @@ class RowBlock(Protocol):
     train_mask: np.ndarray  # bool [n_b]
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings.py``)
     edge_attr: np.ndarray | None  # float32 [e_b, F_e] (None: no edge features)
     added_loops: np.ndarray | None  # bool [e_b]
 
@@ -165,13 +166,14 @@ class GraphBlock:
     train_mask: np.ndarray
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray] = field(default_factory=dict)
     edge_attr: np.ndarray | None = None
     added_loops: np.ndarray | None = None
 
 
 def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
     """Rows [start, end) of ``graph`` with their in-edges (and their features), node features,
-    labels and masks."""
+    labels, masks and encodings."""
     rowptr, col = graph.rows(start, end)
     lo, hi = graph.edge_range(start, end)
     edges = {}
@@ -181,7 +183,8 @@ def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
     return GraphBlock(
         start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
         y=graph.y[start:end].numpy(), train_mask=graph.train_mask[start:end].numpy(),
-        val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(), **edges,
+        val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(),
+        enc={name: array[start:end].numpy() for name, array in graph.enc.items()}, **edges,
     )  # fmt: skip
 
 
@@ -289,13 +292,15 @@ class LocalSubgraph:
 
 def local_subgraph(
     blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = (),
-    rows: BlockRows | None = None,
+    rows: BlockRows | None = None, halo_enc: dict[str, np.ndarray] | None = None,
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
     self loop (with ``halo_self_loops``; an added loop, with edge features). Block row ranges must be
     disjoint; copies out of memmaps. ``rows``: the blocks' ``BlockRows``, where the caller has built
-    it already. Edge features, where the blocks have them, follow the kept edges."""
+    it already. With ``halo_enc`` (the halo rows' encoding arrays, [h, w] each) the graph carries
+    those encodings: the blocks' rows, then the halo rows'. Edge features, where the blocks have
+    them, follow the kept edges."""
     rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
@@ -316,7 +321,8 @@ def local_subgraph(
     graph = Graph(
         rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
         y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
-        test_mask=cat("test_mask", bool, False), name="isolated", **_kept_edge_features(blocks, kept_edge, loops.size),
+        test_mask=cat("test_mask", bool, False), name="isolated", enc=_stacked_encodings(blocks, halo_enc),
+        **_kept_edge_features(blocks, kept_edge, loops.size),
     )  # fmt: skip
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
     return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
@@ -331,6 +337,13 @@ def _kept_edge_features(blocks: Sequence[RowBlock], kept_edge: np.ndarray, loops
     added = np.concatenate([np.asarray(b.added_loops, dtype=bool) for b in blocks])[kept_edge]
     return {"edge_attr": torch.from_numpy(np.concatenate([attr, np.zeros((loops, attr.shape[1]), np.float32)])),
             "added_loops": torch.from_numpy(np.concatenate([added, np.ones(loops, dtype=bool)]))}  # fmt: skip
+
+
+def _stacked_encodings(blocks: Sequence[RowBlock], halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
+    """The encoding arrays of ``halo_enc``'s names: the blocks' rows one after the other, then the
+    halo rows' (``halo_enc``, [h, w] each); none without ``halo_enc``."""
+    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo)]))
+            for name, halo in (halo_enc or {}).items()}  # fmt: skip
 
 
 @dataclass(kw_only=True)
