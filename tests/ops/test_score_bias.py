@@ -56,13 +56,17 @@ def test_reference_is_a_softmax_over_each_rows_biased_scores():
         torch.testing.assert_close(y[i], want)
 
 
-def test_cpu_gradients_in_fp64_pass_gradcheck():
+@pytest.mark.parametrize("channels", [0, 3], ids=["y", "y-and-edge-values"])
+def test_cpu_gradients_in_fp64_pass_gradcheck(channels):
+    """With ``channels`` edge values (``ops/edge_values.py``) the op returns (y, z); both are checked."""
     gen = torch.Generator().manual_seed(2)
     rowptr = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int64)
     col = torch.tensor([0, 1, 1, 2, 0, 2], dtype=torch.int32)
     q, k, v = (torch.randn(n, 2, 8, generator=gen, dtype=torch.float64, requires_grad=True) for n in (4, 3, 3))
     bias = torch.randn(6, 2, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *t: sparse_attention(rowptr, col, *t[:3], bias=t[3], backend="cpu"), (q, k, v, bias))
+    u = torch.randn(6, channels, generator=gen, dtype=torch.float64) if channels else None
+    assert torch.autograd.gradcheck(lambda *t: sparse_attention(rowptr, col, *t[:3], bias=t[3], edge_values=u, backend="cpu"),
+                                    (q, k, v, bias))  # fmt: skip
 
 
 @DTYPE

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from dsgraph.graph import load_npz, save_npz
-from dsgraph.graph.partition_cli import main as partition
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.train.helpers import ds_config, dump, load
+from tests.train.helpers import (
+    assert_same_evaluation, assert_same_steps, dataset_with_stores, ds_config, dump, quiet_trainer, results_by_world, step_losses,
+)  # fmt: skip
 
 HEADS = 4
 BIAS, VALUE = {"edge_features": "bias"}, {"edge_features": "bias_value"}
@@ -28,18 +29,11 @@ SAMPLED = dict(fanouts=[3, 3], batch_size=16, feature_dtype="float32")
 
 def edge_dataset(tmp: str) -> str:
     """random_graph with 3 edge features per edge as a .npz, and a partition store per rank count."""
-    path = os.path.join(tmp, "edges.npz")
-    if not os.path.exists(path):
-        save_npz(random_graph(edge_features=3), path)
-        for parts in (1, 2, 4):
-            assert partition(["--dataset", path, "--parts", str(parts), "--method", "random", "--out",
-                              os.path.join(tmp, f"store{parts}"), "--quiet"]) == 0  # fmt: skip
-    return path
+    return dataset_with_stores(tmp, "edges.npz", random_graph(edge_features=3))
 
 
 def _trainer(tmp, stage=2, **cfg) -> Trainer:
-    settings = dict(BASE, dataset=edge_dataset(tmp), **cfg)
-    return Trainer(DsgraphConfig.from_dict(settings), ds_config(stage=stage), torch.device("cpu"), log=lambda line: None)
+    return quiet_trainer(dict(BASE, dataset=edge_dataset(tmp), **cfg), stage)
 
 
 def _runs(world: int, tmp: str) -> dict[str, dict]:
@@ -52,37 +46,18 @@ def _runs(world: int, tmp: str) -> dict[str, dict]:
 
 
 def _train(rank, world, tmp):
-    losses = {}
-    for key, settings in _runs(world, tmp).items():
-        trainer = _trainer(tmp, epochs=3, **settings)
-        losses[key] = [trainer.train_step(step)["loss"] for epoch in range(3) for step in trainer.mode.steps(epoch, epoch + 1)]
-        trainer.mode.close()
+    losses = step_losses((key, _trainer(tmp, epochs=3, **settings)) for key, settings in _runs(world, tmp).items())
     if rank == 0:
         dump(tmp, f"losses_{world}.json", losses)
 
 
-def _by_world(fn, tmp_path, name: str) -> dict[int, dict]:
-    """What rank 0 of ``fn`` saved as ``name``_W.json, run on W = 1, 2 and 4 ranks."""
-    edge_dataset(str(tmp_path))
-    for world in (1, 2, 4):
-        run(fn, world, tmp_path)
-    return {world: load(tmp_path, f"{name}_{world}.json") for world in (1, 2, 4)}
-
-
 def test_one_two_and_four_ranks_take_the_same_steps_with_edge_features(tmp_path):
-    by_world = _by_world(_train, tmp_path, "losses")
-    reference = by_world[1]
-    assert reference["ag"] != reference["ag-value"]  # the edge-conditioned value changes the model
+    edge_dataset(str(tmp_path))
+    by_world = results_by_world(_train, tmp_path, "losses")
+    assert by_world[1]["ag"] != by_world[1]["ag-value"]  # the edge-conditioned value changes the model
     for world in (2, 4):
-        results = by_world[world]
-        assert set(results) >= {"ag", "ag-value", "halo", "halo-value", "ag_ring", "store", "sampled", "sampled-value"}
-        for key, losses in results.items():
-            want_all = reference["ag" if key == "store" else key]
-            assert want_all[-1] < want_all[0], key  # it learns
-            for got, want in zip(losses, want_all, strict=True):
-                assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (key, world, losses, want_all)
-    for got, want in zip(reference["store"], reference["ag"]):  # a store (relabelled) gives the .npz run's steps
-        assert abs(got - want) <= 1e-5 * max(1.0, abs(want))
+        assert set(by_world[world]) >= {"ag", "ag-value", "halo", "halo-value", "ag_ring", "store", "sampled", "sampled-value"}
+    assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
 def _edge_features_of(graph) -> dict[tuple[int, int], np.ndarray]:
@@ -112,11 +87,9 @@ def _isolated(rank, world, tmp):
 
 
 def test_isolated_mode_carries_the_edge_features_of_every_local_edge(tmp_path):
-    by_world = _by_world(_isolated, tmp_path, "isolated")
-    reference = by_world[1]
-    for world in (2, 4):
-        got = by_world[world]
-        assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5) and got["val_acc"] == reference["val_acc"]
+    edge_dataset(str(tmp_path))
+    by_world = results_by_world(_isolated, tmp_path, "isolated")
+    assert_same_evaluation(by_world)
 
 
 def _refused(rank, world, tmp):

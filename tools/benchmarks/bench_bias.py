@@ -29,17 +29,23 @@ from tools.common.bench import device_label, write_json
 VARIANTS = ("none", "bias", "bias+values")
 
 
+OPTIONS = (  # (flag, type, default, help)
+    ("--graph", str, "rmat:18", "rmat:SCALE[:EF], cora or a .npz file (default rmat:18)"),
+    ("--heads", int, 8, "attention heads H (default 8)"),
+    ("--dim", int, 16, "head dim D (default 16)"),
+    ("--channels", int, 5, "edge value channels C, F_e + 1 in the model (default 5)"),
+    ("--backend", str, "cpu", "sparse attention backend (default cpu)"),
+    ("--rounds", int, 5, "timed rounds, each runs every variant once (default 5)"),
+    ("--threads", int, None, "CPU threads (torch and numba; default: torch's)"),
+    ("--seed", int, 0, "graph and input seed (default 0)"),
+    ("--json-out", str, None, "also write the times as JSON here"),
+)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", default="rmat:18", help="rmat:SCALE[:EF], cora or a .npz file (default rmat:18)")
-    p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
-    p.add_argument("--dim", type=int, default=16, help="head dim D (default 16)")
-    p.add_argument("--channels", type=int, default=5, help="edge value channels C, F_e + 1 in the model (default 5)")
-    p.add_argument("--backend", default="cpu", help="sparse attention backend (default cpu)")
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds, each runs every variant once (default 5)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch and numba; default: torch's)")
-    p.add_argument("--seed", type=int, default=0, help="graph and input seed (default 0)")
-    p.add_argument("--json-out", help="also write the times as JSON here")
+    for flag, kind, default, text in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=text)
     return p.parse_args(argv)
 
 
