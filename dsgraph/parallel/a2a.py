@@ -3,6 +3,8 @@ whole graph; a second all-to-all brings y back to the node split."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from dsgraph.comm import GraphParallelGroup, edges_to_heads, heads_to_nodes, nodes_to_heads
@@ -12,6 +14,18 @@ from dsgraph.ops import sparse_attention
 from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups, refuse_edge_values
 
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
+EDGE_COUNTS = "a2a_edge_counts"  # the key of the ranks' edge counts in RankGraph.derived
+
+
+@dataclass(frozen=True)
+class EdgeCounts:
+    """The in-edges of every rank's rows, by which a score bias moves to the head split; read from
+    the whole graph's rowptr in ``prepare`` (on the CPU), so ``build`` reads no device data."""
+
+    counts: tuple[int, ...]
+
+    def to(self, device: torch.device) -> "EdgeCounts":
+        return self  # plain integers
 
 
 class AllToAllAttention(GraphAttention):
@@ -27,9 +41,9 @@ class AllToAllAttention(GraphAttention):
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
         self.chunks = ctx.comm_chunks
         self.edges = graph.edges
-        starts = torch.tensor(pg.starts, dtype=torch.int64)
-        rowptr = graph.whole.rowptr.cpu()  # the ranks' edge counts, read once
-        self.edge_counts = (rowptr[starts[1:]] - rowptr[starts[:-1]]).tolist()
+        if EDGE_COUNTS not in graph.derived:
+            raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
+        self.edge_counts = list(graph.derived[EDGE_COUNTS].counts)
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None) -> torch.Tensor:
         refuse_edge_values(self.name, edge_values)
@@ -73,6 +87,11 @@ class AllToAll(Strategy):
             return (f"it splits attention heads over ranks, but {heads} heads do not divide over {world_size} ranks; "
                     f"use --strategy ag, or a head count divisible by {world_size}")  # fmt: skip
         return ""
+
+    def prepare(self, graph, pg, ctx):
+        """The ranks' edge counts, from the whole structure this rank holds (no exchange)."""
+        rowptr, starts = graph.whole.rowptr, torch.tensor(pg.starts, dtype=torch.int64)
+        graph.derived[EDGE_COUNTS] = EdgeCounts(tuple((rowptr[starts[1:]] - rowptr[starts[:-1]]).tolist()))
 
     def build(self, graph, pg, ctx):
         self.check_feasible(ctx.heads, pg.world_size)

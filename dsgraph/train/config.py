@@ -88,8 +88,8 @@ class DsgraphConfig:
     by global node id, so results stay independent of the rank count)."""
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
-    residual, head, feature_norm, edge_features (``dsgraph/models/options.py``; docs/concepts/model.md).
-    Keys left out keep their defaults."""
+    residual, head, feature_norm, edge_features, encodings, encoding_input, max_degree, degree_dim
+    (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
     or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
