@@ -112,11 +112,16 @@ def write_store(
         "file_bytes": files.file_bytes,
         **(extra or {}),
     }
+    write_meta(out_dir, meta)
+    return meta
+
+
+def write_meta(out_dir: str, meta: dict) -> None:
+    """META.json, written last and atomically: a store without it is unfinished."""
     tmp = os.path.join(out_dir, META_FILE + ".tmp")
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, META_FILE))  # META.json last: a store without it is unfinished
-    return meta
+    os.replace(tmp, os.path.join(out_dir, META_FILE))
 
 
 @dataclass

@@ -87,7 +87,8 @@ def assert_same_steps(by_world: dict[int, dict], same_as: dict[str, str] | None 
     for world, results in by_world.items():
         for key, losses in results.items():
             want_all = reference[same_as.get(key, key)]
-            assert want_all[-1] < want_all[0], key  # it learns
+            third = max(1, len(want_all) // 3)  # several steps per epoch (sampled mode): mean over a third of them
+            assert sum(want_all[-third:]) < sum(want_all[:third]), key  # it learns
             for got, want in zip(losses, want_all, strict=True):
                 assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (key, world, losses, want_all)
 

@@ -96,7 +96,7 @@ def _refused(rank, world, tmp):
     plain = os.path.join(tmp, "plain.npz")
     save_npz(random_graph(), plain)
     for settings in (dict(dataset=plain), dict(dataset=plain, mode="sampled", sampled=SAMPLED)):
-        with pytest.raises(ValueError, match="has no edge_attr; use a dataset with edge features, or set model.edge_features"):
+        with pytest.raises(ValueError, match=r"reads edge features \(model.edge_features\), but the (file|graph) has no"):
             Trainer(DsgraphConfig.from_dict(dict(BASE, model=BIAS, **settings)), ds_config(stage=2), torch.device("cpu"),
                     log=lambda line: None)  # fmt: skip
     for strategy in ("a2a", "ag_ring"):
