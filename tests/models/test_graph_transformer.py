@@ -154,15 +154,21 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
     from dsgraph.train.config import load_ds_config
     from dsgraph.train.trainer import build_model
 
+    from dsgraph.graph.rank_graph import EdgeData
+
     _, cfg = load_ds_config(config)
-    model = build_model(cfg, 100, num_classes).eval()
+    edge_dim = 4 if cfg.model.reads_edges else 0  # a config that reads edge features gets a graph with them
+    model = build_model(cfg, 100, num_classes, edge_dim=edge_dim).eval()
     calls = []
 
-    def attention(q, k, v):
-        calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
-        return v
+    class Attention:
+        edges = EdgeData.of(torch.rand(10, edge_dim), None) if edge_dim else None
 
-    logits = model(torch.rand(6, 100), attention, torch.arange(6))
+        def __call__(self, q, k, v, bias=None, edge_values=None):
+            calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
+            return v if edge_values is None else (v, v.new_zeros((*v.shape[:2], edge_values.shape[1])))
+
+    logits = model(torch.rand(6, 100), Attention(), torch.arange(6))
     assert logits.shape == (6, num_classes) and len(calls) == cfg.layers
     for q, k, v in calls:
         assert q == k == v and q[0] == cfg.heads and q[1] in HEAD_DIMS, (config, calls)
