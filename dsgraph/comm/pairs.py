@@ -83,5 +83,5 @@ class PairRows:
             self.plan = plan_pairs(self.u_rows, self.v_rows, self.pg)
         plan = self.plan
         received = exchange_rows(z_nd, plan.send_index, plan.send_counts, plan.recv_counts, self.pg)
-        table = torch.cat([z_nd, received]) if received.shape[0] else z_nd
+        table = torch.cat([z_nd, received])  # even with no rows received: every rank's backward joins the exchange
         return z_nd.index_select(0, plan.u_local), table.index_select(0, plan.v_compact)

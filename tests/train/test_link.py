@@ -140,3 +140,52 @@ def test_link_config_refuses_what_it_cannot_run(tmp_path):
     with pytest.raises(ValueError, match="decoder"):
         DsgraphConfig.from_dict({**base, "link": {"decoder": "bilinear"}})
     assert DsgraphConfig.from_dict({**base, "metric": "hits@50"}).metric == "hits@50"
+
+
+SAVED = dict(LINK, epochs=3, eval_every=3, checkpoint_every=3, dropout=0.0)
+
+
+def _edges() -> np.ndarray:
+    return np.random.default_rng(3).integers(0, 103, (40, 2))  # random_graph's 103 nodes
+
+
+def _train_and_score(rank, world, tmp):
+    trainer = make_trainer(tmp, ds_config(stage=2), checkpoint_dir=f"{tmp}/ck", **SAVED)
+    last = trainer.fit(log=lambda line: None)["last"]
+    trainer.engine.eval()
+    batch = trainer.mode.eval_batch()
+    pairs, index = trainer.mode.link.pairs_of(_edges())
+    with torch.no_grad():
+        scores = trainer.engine(batch.x, batch.attention, batch.node_ids, 0, pairs).float()
+    np.savez(f"{tmp}/ref_rank{rank}.npz", index=index, scores=scores.numpy())
+    if rank == 0:
+        dump(tmp, "last.json", last)
+
+
+def _predict(rank, world, tmp, strategy):
+    from dsgraph.train.inference import Inference
+
+    cfg = DsgraphConfig.from_dict({**SAVED, "dataset": write_random_graph(tmp), "hidden": 32, "heads": 4, "seed": 3,
+                                   "self_loops": True, "checkpoint_dir": f"{tmp}/ck", "strategy": strategy})  # fmt: skip
+    inference = Inference(cfg, torch.device("cpu"), cfg.checkpoint_dir, None, log=lambda line: None)
+    inference.write(f"{tmp}/pred{world}_{strategy}.npz", _edges())
+    metrics = inference.metrics()
+    if rank == 0:
+        dump(tmp, f"metrics{world}_{strategy}.json", metrics)
+
+
+def test_a_link_checkpoint_scores_an_edge_list_at_any_world_size(tmp_path):
+    run(_train_and_score, 2, tmp_path)
+    ref = np.zeros(40, np.float32)
+    for r in range(2):
+        part = np.load(tmp_path / f"ref_rank{r}.npz")
+        ref[part["index"]] = part["scores"]
+    last = load(tmp_path, "last.json")
+    for world, strategy in ((1, "ag"), (2, "halo"), (4, "a2a")):
+        run(_predict, world, tmp_path, strategy)
+        with np.load(tmp_path / f"pred{world}_{strategy}.npz") as pred:
+            assert np.array_equal(pred["edges"], _edges()) and pred["embeddings"].shape == (103, 16)
+            assert np.abs(pred["scores"] - ref).max() <= 1e-5, (world, strategy)
+        metrics = load(tmp_path, f"metrics{world}_{strategy}.json")
+        for key in ("test_rocauc", "val_ap", "test_mrr", "val_hits@20", "loss"):
+            assert abs(metrics[key] - last[key]) <= 1e-5, (world, strategy, key)
