@@ -4,11 +4,13 @@ A link task scores pairs (u, v) of global rows of the row split. Rank r is respo
 pairs whose u it owns; their v may live on any rank. No rank gathers all rows: ``PairRows``
 fetches only the distinct v rows that live elsewhere, each once per forward.
 
-1. The plan (``plan_pairs``, built by the first ``fetch``, inside the forward): the distinct remote
+1. The plan (``plan_pairs``, built by the first ``table``, inside the forward): the distinct remote
    v, ascending and hence grouped by owner; an all-to-all of their counts and one of their ids tell
    every owner which of its rows to send where (int64: 8 bytes per id, P per count exchange).
-2. The fetch: ``exchange_rows``, the uneven all-to-all of those rows whose backward sends the
-   gradients back along the same routes and sums them into the rows they were sent from.
+2. The rows: ``exchange_rows``, the uneven all-to-all of those rows whose backward sends the
+   gradients back along the same routes and sums them into the rows they were sent from; ``table``
+   returns this rank's rows and the received ones as one table with the two index vectors of the
+   pairs into it (a decoder gathers from it), ``fetch`` the gathered rows themselves.
 
 Per forward a rank sends d x dtype bytes per row another rank asked for, and as much again in
 backward; all of it (ids included) is counted in the group's ``stats`` (``comm_bytes``).
@@ -65,7 +67,7 @@ def owner_of(rows: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
 
 
 class PairRows:
-    """Pairs (u, v) of global rows this rank scores (it owns every u); ``fetch(z)`` gives their rows."""
+    """Pairs (u, v) of global rows this rank scores (it owns every u); ``table(z)`` gives their rows."""
 
     def __init__(self, u_rows: torch.Tensor, v_rows: torch.Tensor, pg: GraphParallelGroup):
         if u_rows.shape != v_rows.shape or u_rows.ndim != 1:
@@ -76,12 +78,17 @@ class PairRows:
     def __len__(self) -> int:
         return int(self.u_rows.numel())
 
-    def fetch(self, z_nd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """z_nd: this rank's rows [n, d]. Returns (z[u], z[v]) [m, d] each; backward returns the
-        gradients of the fetched v rows to their owners (collective)."""
+    def table(self, z_nd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """z_nd: this rank's rows [n, d]. Returns (table [n + h, d]: z then the h rows received,
+        u_index [m], v_index [m]): pair i's rows are table[u_index[i]] and table[v_index[i]]. The
+        backward of ``table`` returns the received rows' gradients to their owners (collective)."""
         if self.plan is None:
             self.plan = plan_pairs(self.u_rows, self.v_rows, self.pg)
         plan = self.plan
         received = exchange_rows(z_nd, plan.send_index, plan.send_counts, plan.recv_counts, self.pg)
-        table = torch.cat([z_nd, received])  # even with no rows received: every rank's backward joins the exchange
-        return z_nd.index_select(0, plan.u_local), table.index_select(0, plan.v_compact)
+        return torch.cat([z_nd, received]), plan.u_local, plan.v_compact  # cat even without received rows: every rank's backward joins the exchange
+
+    def fetch(self, z_nd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z[u], z[v]) [m, d] each, gathered from ``table``."""
+        table, u_index, v_index = self.table(z_nd)
+        return table.index_select(0, u_index), table.index_select(0, v_index)
