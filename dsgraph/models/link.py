@@ -95,10 +95,12 @@ class LinkPredictor(nn.Module):
     def blocks(self) -> nn.ModuleList:
         return self.encoder.blocks
 
-    def forward(self, x_nf: torch.Tensor, attention, node_ids: torch.Tensor, step: int = 0, pairs=None) -> torch.Tensor:
+    def forward(self, x_nf: torch.Tensor, attention, node_ids: torch.Tensor, step: int = 0,
+                enc: dict[str, torch.Tensor] | None = None, pairs=None) -> torch.Tensor:  # fmt: skip
         """This rank's node embeddings z [n, d] without ``pairs``; with them, the scores [m] of the
-        pairs this rank is responsible for (collective: every rank passes its own pairs)."""
-        z_nd = self.encoder(x_nf, attention, node_ids, step)
+        pairs this rank is responsible for (collective: every rank passes its own pairs). ``enc``:
+        the rows' encoding arrays, as the encoder's."""
+        z_nd = self.encoder(x_nf, attention, node_ids, step, enc)
         return z_nd if pairs is None else self.score(z_nd, pairs)
 
     def score(self, z_nd: torch.Tensor, pairs) -> torch.Tensor:

@@ -48,6 +48,8 @@ class Step:
     pairs: object = None
     """A link task's pairs (``dsgraph.comm.pairs.PairRows``): the model scores them, and ``labels``
     are their 1/0 targets; None: a node task (the model's rows ``loss_rows`` carry the loss)."""
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The rows' encoding arrays the model reads (``NodeData.enc``), on the device."""
 
 
 @dataclass(kw_only=True)
@@ -66,6 +68,7 @@ class EvalBatch:
     """A link task's evaluation pairs (scored instead of the rows' outputs), None for a node task."""
     pair_sets: object = None
     """Which set (split, positive or negative) and position every one of those pairs has."""
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Mode(ABC):
@@ -78,6 +81,8 @@ class Mode(ABC):
     num_classes: int = 0
     multilabel: bool = False
     """Labels are [N, T] 0/1 targets (NaN: missing), trained with BCE; num_classes is then T."""
+    encoding_widths: dict[str, int] = {}
+    """Width of each encoding array the rows carry (``NodeData.enc``): what the model's encoder reads."""
 
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:

@@ -292,7 +292,7 @@ def _check_mode_sections(cfg: DsgraphConfig) -> None:
         if cfg.mode == "isolated":
             cfg.isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
         if cfg.task == "link":
-            cfg.link.check_run(mode=cfg.mode, partitions=cfg.partitions)
+            cfg.link.check_run(mode=cfg.mode, partitions=cfg.partitions, encodings=cfg.model.encodings)
     except ValueError as err:
         raise ValueError(f"dsgraph config: {err}") from None
 

@@ -32,7 +32,7 @@ class Inference:
         self.link = self.mode.link  # a link task's data, else None
         self.task = Task.link() if self.link is not None else Task.of(self.mode.num_classes, multilabel=self.mode.multilabel)
         dtype = torch.bfloat16 if bf16 else torch.float32
-        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "
@@ -47,9 +47,9 @@ class Inference:
         """(logits, embeddings) of this rank's rows, float32; a link task's are both its embeddings."""
         batch = self.mode.eval_batch()
         if self.link is not None:
-            z = self.model(batch.x, batch.attention, batch.node_ids, 0)
+            z = self.model(batch.x, batch.attention, batch.node_ids, 0, batch.enc)
             return z.float(), z.float()
-        logits, emb = self.model.embed(batch.x, batch.attention, batch.node_ids, 0)
+        logits, emb = self.model.embed(batch.x, batch.attention, batch.node_ids, 0, batch.enc)
         return logits.float(), emb.float()
 
     def metrics(self) -> dict:
@@ -61,7 +61,7 @@ class Inference:
         metric = self.task.metric(self.cfg.metric)
         if self.link is not None:
             with torch.no_grad():
-                scores = self.model(batch.x, batch.attention, batch.node_ids, 0, batch.pairs).float()
+                scores = self.model(batch.x, batch.attention, batch.node_ids, 0, batch.enc, batch.pairs).float()
             values = evaluate_links(scores, batch.pair_sets, link_hits(self.cfg, metric))
         else:
             logits, _ = self.forward()
@@ -102,7 +102,7 @@ class Inference:
         import deepspeed.comm as dist
 
         batch = self.mode.eval_batch()
-        z = self.model(batch.x, batch.attention, batch.node_ids, 0)
+        z = self.model(batch.x, batch.attention, batch.node_ids, 0, batch.enc)
         n = self.mode.ranks.graph.num_nodes
         shapes = {"embeddings": ((n, z.shape[1]), "float32")}
         if edges is not None:

@@ -54,16 +54,17 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     return torch.device("cpu")
 
 
-def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTransformer | LinkPredictor:
+def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int,
+                encoding_widths: dict[str, int] | None = None) -> GraphTransformer | LinkPredictor:  # fmt: skip
     """The node task's GraphTransformer, or a link task's encoder (output width: the embedding
-    width) with its decoder."""
+    width) with its decoder; ``encoding_widths``: the widths of the encoding arrays the data carries."""
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
     link = cfg.task == "link"
     outputs = cfg.link.embedding_dim if link else num_classes
     encoder = GraphTransformer(
         in_dim, outputs, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
-        options=cfg.model,
+        options=cfg.model, encoding_widths=encoding_widths,
     )  # fmt: skip
     if not link:
         return encoder
@@ -120,7 +121,7 @@ class Trainer:
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
-        model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
@@ -145,7 +146,7 @@ class Trainer:
         start = time.perf_counter()
         dropout_step = engine.global_steps if step.dropout_step is None else step.dropout_step
         pairs = () if step.pairs is None else (step.pairs,)  # a link task's model scores its pairs
-        logits = engine(step.x, step.attention, step.node_ids, dropout_step, *pairs)[step.loss_rows].float()
+        logits = engine(step.x, step.attention, step.node_ids, dropout_step, step.enc, *pairs)[step.loss_rows].float()
         losses, correct, counted = self.task.losses(logits, step.labels)
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
@@ -181,7 +182,7 @@ class Trainer:
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
         pairs = () if batch.pairs is None else (batch.pairs,)
-        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, *pairs).float()
+        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, batch.enc, *pairs).float()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start

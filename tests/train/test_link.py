@@ -1,5 +1,6 @@
 """Link prediction over ranks: 1, 2 and 4 gloo ranks take the same steps (losses and evaluation to
-1e-5, fp32, dropout on) for every strategy; no held-out edge reaches the encoder on any rank; the
+1e-5, fp32, dropout on; the MLP decoder's model also reads the degree encoding) for every strategy;
+no held-out edge reaches the encoder on any rank, neither as an edge nor in the degrees; the
 exchange of the pairs' rows is counted in comm_bytes; a checkpoint scores an edge list at any
 world size."""
 
@@ -21,7 +22,8 @@ LINK = dict(task="link", epochs=3, eval_every=1, self_loops=True, dropout=0.2, i
 def _train(rank, world, tmp, decoder):
     out = {}
     for strategy in STRATEGIES if world > 1 else ("ag",):
-        trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, **{**LINK, "link": {**LINK["link"], "decoder": decoder}})
+        model = {"encodings": ["degree"]} if decoder == "mlp" else {}
+        trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, model=model, **{**LINK, "link": {**LINK["link"], "decoder": decoder}})
         before = trainer.evaluate(-1)
         rows = [trainer.train_epoch(epoch) for epoch in range(3)]
         out[strategy] = {"loss": [r["loss"] for r in rows], "acc": [r["train_acc"] for r in rows], "bytes": [r["comm_bytes"] for r in rows],
@@ -71,15 +73,18 @@ def _encoder_pairs(graph: RankGraph, perm: np.ndarray, start: int) -> list[np.nd
 def _leakage(rank, world, tmp):
     found = {}
     for strategy in STRATEGIES:
-        trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, **LINK)
+        trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, model={"encodings": ["degree"]}, **LINK)
         graph = trainer.mode.ranks.graph
         perm = np.argsort(trainer.mode.link.row_of)  # global row -> dataset id
         held, n = _held_out_keys(trainer)
         assert held.size > 10
         seen = np.concatenate([pair_keys(p, n) for p in _encoder_pairs(graph, perm, trainer.pg.rows[0])])
-        train = pair_keys(trainer.mode.link.split.positives["train"], n)
+        train_pairs = trainer.mode.link.split.positives["train"]
+        train = pair_keys(train_pairs, n)
+        degree = np.bincount(train_pairs.reshape(-1), minlength=n)  # an undirected training edge: in and out of both ends
         found[strategy] = {"leaked": int(np.isin(held, seen).sum()), "train_seen": int(np.isin(train, seen).sum()),
-                           "rows": trainer.pg.counts}  # fmt: skip
+                           "rows": trainer.pg.counts,
+                           "degree_ok": bool((graph.nodes.enc["degree"].numpy() == degree[graph.nodes.node_ids.numpy(), None]).all())}  # fmt: skip
     dump(tmp, f"leak{world}_{rank}.json", found)
 
 
@@ -93,6 +98,7 @@ def test_no_held_out_edge_reaches_the_encoder_on_any_rank(tmp_path):
             for strategy, got in load(tmp_path, f"leak{world}_{rank}.json").items():
                 assert got["leaked"] == 0, (world, rank, strategy)
                 assert got["train_seen"] > 0, (world, rank, strategy)
+                assert got["degree_ok"], (world, rank, strategy)
 
 
 def _bytes(rank, world, tmp):
@@ -139,6 +145,9 @@ def test_link_config_refuses_what_it_cannot_run(tmp_path):
         DsgraphConfig.from_dict({**base, "link": {"negative": 2}})
     with pytest.raises(ValueError, match="decoder"):
         DsgraphConfig.from_dict({**base, "link": {"decoder": "bilinear"}})
+    with pytest.raises(ValueError, match="held-out ones included"):
+        DsgraphConfig.from_dict({**base, "model": {"encodings": ["degree", "rwse"]}})
+    assert DsgraphConfig.from_dict({**base, "model": {"encodings": ["degree"]}}).model.encodings == ("degree",)
     assert DsgraphConfig.from_dict({**base, "metric": "hits@50"}).metric == "hits@50"
 
 
@@ -156,7 +165,7 @@ def _train_and_score(rank, world, tmp):
     batch = trainer.mode.eval_batch()
     pairs, index = trainer.mode.link.pairs_of(_edges())
     with torch.no_grad():
-        scores = trainer.engine(batch.x, batch.attention, batch.node_ids, 0, pairs).float()
+        scores = trainer.engine(batch.x, batch.attention, batch.node_ids, 0, batch.enc, pairs).float()
     np.savez(f"{tmp}/ref_rank{rank}.npz", index=index, scores=scores.numpy())
     if rank == 0:
         dump(tmp, "last.json", last)

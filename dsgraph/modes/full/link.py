@@ -144,7 +144,7 @@ class LinkOnRanks:
         nodes = graph.nodes
         return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids, loss_rows=slice(None),
                     labels=labels, global_count=self.train_total * (1 + self.cfg.link.negatives), dropout_step=epoch,
-                    pairs=PairRows(u, v, self.pg))  # fmt: skip
+                    pairs=PairRows(u, v, self.pg), enc=nodes.enc)  # fmt: skip
 
     def eval_batch(self) -> EvalBatch:
         """The whole graph and every evaluation pair (the pairs' exchange plan is kept between evaluations)."""
