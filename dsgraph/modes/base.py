@@ -45,6 +45,9 @@ class Step:
     """This rank's weight in that average; the weights sum to 1 over the ranks."""
     input_bytes: int = 0
     """Bytes this rank sent to build the step's input (halo features), counted in ``comm_bytes``."""
+    pairs: object = None
+    """A link task's pairs (``dsgraph.comm.pairs.PairRows``): the model scores them, and ``labels``
+    are their 1/0 targets; None: a node task (the model's rows ``loss_rows`` carry the loss)."""
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
     """The rows' encoding arrays the model reads (``NodeData.enc``), on the device."""
 
@@ -61,6 +64,10 @@ class EvalBatch:
     reduce: bool = True
     """Sum counts over ranks (each rank holds its own rows); False: every rank holds every row."""
     dropout_step: int | None = None
+    pairs: object = None
+    """A link task's evaluation pairs (scored instead of the rows' outputs), None for a node task."""
+    pair_sets: object = None
+    """Which set (split, positive or negative) and position every one of those pairs has."""
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
 
 

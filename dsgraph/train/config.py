@@ -17,11 +17,12 @@ from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
 from dsgraph.ops.dispatch import backend_names
+from dsgraph.modes.full.link_config import LinkConfig
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import mode_names
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.parallel import Needs, get_strategy, strategy_names
-from dsgraph.train.task import METRICS
+from dsgraph.train.task import TASKS, check_metric
 
 DEFAULT_STRATEGY = "ag"
 
@@ -51,11 +52,15 @@ class DsgraphConfig:
     allow_overlapping_splits: bool = False
     """Accept nodes that are in two of train/val/test; by default such masks are refused with the
     counts (a test set equal to the training set reports training accuracy as test accuracy)."""
+    task: str = "node"
+    """'node' (node classification, from the labels: multi-class, binary or multi-label) or 'link'
+    (link prediction on the dataset's edges, mode 'full', every strategy; the 'link' section)."""
     metric: str | None = None
     """The evaluation metric that eval rows report as val_<metric>/test_<metric> and that picks the
     best epoch: 'accuracy', 'rocauc', 'ap', 'f1_micro' or 'f1_macro' (``dsgraph/train/task.py``),
     computed exactly over all ranks' rows. null: accuracy for multi-class tasks, ROC-AUC for binary
-    and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric."""
+    and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric. A link task:
+    'rocauc' (its default), 'ap', 'mrr' or 'hits@K' (any integer K), OGB's conventions."""
     early_stop_patience: int = 0
     """Stop training when this many evaluations in a row have not improved the best validation value
     of 'metric' (0: never stop early). The best evaluation stays the model selection."""
@@ -139,6 +144,10 @@ class DsgraphConfig:
     repart_every, sync, batch_size, correction, halo_fraction, comm_dtype, chunk_method, prefetch,
     store. The older top-level spellings (isolated_chunks, repart_every, isolated_sync, ...) are
     still accepted."""
+    link: LinkConfig = dataclasses.field(default_factory=LinkConfig)
+    """'task': 'link': its settings, a JSON object (``dsgraph/modes/full/link_config.py``):
+    val_fraction, test_fraction, split_seed, negatives, decoder, decoder_hidden, embedding_dim,
+    hits_at (docs/guides/link-prediction.md)."""
     agp_profile: str | None = None
     """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
     agp_recalibrate_after: int = 5
@@ -183,8 +192,12 @@ class DsgraphConfig:
         _check_strategy_and_mode(self)
         if self.split < 0:
             raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
-        if self.metric is not None and self.metric not in METRICS:
-            raise ValueError(f"dsgraph config: 'metric' must be one of {', '.join(METRICS)} (or null: per task); got '{self.metric}'")
+        if self.task not in TASKS:
+            raise ValueError(f"dsgraph config: 'task' must be one of {', '.join(TASKS)}; got '{self.task}'")
+        try:
+            check_metric(self.task, self.metric)
+        except ValueError as err:
+            raise ValueError(f"dsgraph config: {err}") from None
         for name in ("comm_dtype", "comm_grad_dtype"):
             if getattr(self, name) not in CODECS:
                 raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
@@ -233,7 +246,7 @@ class DsgraphConfig:
         return dataclasses.asdict(self)
 
 
-SECTIONS = {"sampled": SampledConfig, "isolated": IsolatedConfig}  # config section -> its dataclass (one per mode with settings)
+SECTIONS = {"sampled": SampledConfig, "isolated": IsolatedConfig, "link": LinkConfig}  # config section -> its dataclass
 
 
 def _nest_flat_keys(section: dict, source: str) -> dict:
@@ -278,6 +291,8 @@ def _check_mode_sections(cfg: DsgraphConfig) -> None:
             cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
         if cfg.mode == "isolated":
             cfg.isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+        if cfg.task == "link":
+            cfg.link.check_run(mode=cfg.mode, partitions=cfg.partitions, encodings=cfg.model.encodings)
     except ValueError as err:
         raise ValueError(f"dsgraph config: {err}") from None
 
@@ -306,8 +321,13 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
 
 
 def _check_edge_values(cfg: DsgraphConfig) -> None:
-    """Edge-conditioned values run where the attention takes per-edge values: the strategies that
-    say so (a sampled run's attention is local, GP-AG's), on the cpu or reference backend."""
+    """Edge features are read by node tasks (a link task's message graph is rebuilt from its
+    training pairs, without them); edge-conditioned values run where the attention takes per-edge
+    values: the strategies that say so (a sampled run's attention is local, GP-AG's), on the cpu or
+    reference backend."""
+    if cfg.model.reads_edges and cfg.task == "link":
+        raise ValueError("dsgraph config: task 'link' does not read edge features (its message graph is rebuilt from the "
+                         "training pairs, without them); set model.edge_features to \"none\"")  # fmt: skip
     if cfg.model.edge_features != "bias_value":
         return
     takes = [n for n in strategy_names() if get_strategy(n).edge_values]
@@ -348,7 +368,7 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
           "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "SampledConfig": (dict, SampledConfig),
-          "IsolatedConfig": (dict, IsolatedConfig)}  # fmt: skip
+          "IsolatedConfig": (dict, IsolatedConfig), "int | None": (int, type(None)), "LinkConfig": (dict, LinkConfig)}  # fmt: skip
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:

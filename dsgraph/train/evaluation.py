@@ -62,19 +62,24 @@ def ranking_metric(metric: str, scores_nk: np.ndarray, labels_nk: np.ndarray) ->
     return scores.mean_over_labels(fn, scores_nk, labels_nk)
 
 
-def _gathered_ranking(metric: str, task: Task, parts: list, reduce: bool) -> list[float]:
-    """The ranking metric of each split, from every rank's (scores, labels) of that split."""
+def on_root(part, compute, reduce: bool = True):
+    """``compute([every rank's part])``, computed once on rank 0 from the parts gathered there and
+    broadcast to every rank (``reduce`` False or one process: ``compute([part])`` here)."""
     if reduce and tdist.is_initialized() and tdist.get_world_size() > 1:
         rank = tdist.get_rank()
         everyone = [None] * tdist.get_world_size() if rank == 0 else None
-        tdist.gather_object(parts, everyone, dst=0)
-        out = [None]
-        if rank == 0:
-            out = [[ranking_metric(metric, np.concatenate([p[i][0] for p in everyone]), np.concatenate([p[i][1] for p in everyone]))
-                    for i in range(len(parts))]]  # fmt: skip
+        tdist.gather_object(part, everyone, dst=0)
+        out = [compute(everyone) if rank == 0 else None]
         tdist.broadcast_object_list(out, src=0)
         return out[0]
-    return [ranking_metric(metric, s, l) for s, l in parts]
+    return compute([part])
+
+
+def _gathered_ranking(metric: str, task: Task, parts: list, reduce: bool) -> list[float]:
+    """The ranking metric of each split, from every rank's (scores, labels) of that split."""
+    return on_root(parts, lambda everyone: [
+        ranking_metric(metric, np.concatenate([p[i][0] for p in everyone]), np.concatenate([p[i][1] for p in everyone]))
+        for i in range(len(parts))], reduce)  # fmt: skip
 
 
 def evaluate_splits(task: Task, metric: str, logits: torch.Tensor, y: torch.Tensor, masks, reduce: bool, all_reduce) -> dict:

@@ -6,7 +6,8 @@ Loads the module weights of the latest (or ``--tag``) checkpoint, whatever world
 saved it (``weights.py``), splits the graph over this run's ranks with any strategy, and writes in
 the dataset's own node order ``logits`` [N, C], ``embeddings`` [N, d] (the input of the output
 layer) and ``train_mask``/``val_mask``/``test_mask`` [N] of the run's split
-(``prediction_files.py``). ``--eval-only`` prints the checkpoint's metrics instead.
+(``prediction_files.py``); for a link task ``embeddings`` [N, d] and, with ``--edges FILE``, the
+pairs and their ``scores``. ``--eval-only`` prints the checkpoint's metrics instead.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import sys
 import numpy as np
 import torch
 
+from dsgraph.graph.link_data import edge_file
 from dsgraph.parallel import strategy_names
 from dsgraph.train.config import DsgraphConfig, load_ds_config
 from dsgraph.train.run_name import with_run_name
-from dsgraph.train.task import METRICS
+from dsgraph.train.task import LINK_METRICS, METRICS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)")
     p.add_argument("--dataset", help="dataset (default: the config's)")
     p.add_argument("--split", type=int, help="which fixed split's masks to write and evaluate")
-    p.add_argument("--metric", choices=METRICS, help="metric for --eval-only (default: the config's, or per task)")
+    p.add_argument("--metric", help=f"metric for --eval-only: {', '.join(METRICS)}; a link task's: {', '.join(LINK_METRICS)} "
+                   "(default: the config's, or per task)")
+    p.add_argument("--edges", help="link task: node pairs to score, a .npy [m, 2] or a .npz with 'edges' [m, 2] of dataset "
+                   "ids; --out then also holds 'edges' and their 'scores' [m] (logits)")
     p.add_argument("--bf16", action="store_true", help="run the model in bfloat16 (outputs are still float32)")
     p.add_argument("--eval-only", dest="eval_only", action="store_true", help="print the checkpoint's metrics; write nothing")
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
@@ -45,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--out FILE.npz is required unless --eval-only")
     if args.out and not args.out.endswith(".npz"):
         p.error("--out must end in .npz")
+    if args.edges and args.eval_only:
+        p.error("--edges writes scores into --out; it does not go with --eval-only")
     return args
 
 
@@ -88,10 +95,15 @@ def run_prediction(cfg: DsgraphConfig, args: argparse.Namespace, device: torch.d
     """On every rank: the metrics (``--eval-only``) or a description of what was written."""
     from dsgraph.train.inference import Inference
 
+    edges = None
+    if args.edges:
+        if cfg.task != "link":
+            raise ValueError("--edges scores node pairs; it needs a link task (\"task\": \"link\" in the config)")
+        edges = edge_file(args.edges)
     inference = Inference(cfg, device, args.checkpoint_dir or cfg.checkpoint_dir, args.tag, bf16=args.bf16)
     if args.eval_only:
         return inference.metrics()
-    return inference.write(args.out)
+    return inference.write(args.out, edges)
 
 
 if __name__ == "__main__":

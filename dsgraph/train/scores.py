@@ -1,4 +1,5 @@
-"""Exact evaluation metrics on NumPy arrays: ROC-AUC, average precision, accuracy and F1.
+"""Exact evaluation metrics on NumPy arrays: ROC-AUC, average precision, accuracy, F1, and the
+ranking metrics of link prediction, Hits@K and MRR.
 
 Pure functions (no torch.distributed): the trainer gathers a split's rows from every rank (or sums
 their counts) and calls these once, so a metric never averages per-rank values. They equal
@@ -14,6 +15,12 @@ scikit-learn's on the same input (tested against it); scikit-learn is not needed
 - ``f1_from_counts``: micro and macro F1 from per-class true/false positive and false negative
   counts (summed over ranks); macro averages over the classes present in the labels or the
   predictions, as ``sklearn.metrics.f1_score`` does, with 0 for a class that is never right.
+- ``hits_at_k`` and ``mrr`` follow OGB's link evaluators (``ogb.linkproppred.Evaluator``). With one
+  shared set of negatives (ogbl-collab, -ppa, -ddi), Hits@K is the share of positives scored
+  strictly above the K-th highest negative (1.0 when there are fewer than K negatives). With K
+  negatives per positive (ogbl-citation2), each positive's rank among its own negatives is
+  1 + (#higher + #higher-or-equal) / 2 (ties split evenly), MRR the mean of 1 / rank and Hits@K the
+  share of ranks <= K. MRR against a shared set ranks each positive among all of it the same way.
 """
 
 from __future__ import annotations
@@ -99,3 +106,41 @@ def f1_from_counts(tp, fp, fn, average: str) -> float:
     if not seen.any():
         return float("nan")
     return float(np.mean(2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])))
+
+
+def _ranks_among(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """float64 [n]: each positive's rank among the negatives, OGB's way (ties count half)."""
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    neg = np.asarray(neg, dtype=np.float64)
+    if neg.ndim == 2:  # K negatives per positive
+        higher = (neg > pos[:, None]).sum(1)
+        at_least = (neg >= pos[:, None]).sum(1)
+    else:
+        ordered = np.sort(neg.reshape(-1))
+        higher = ordered.size - np.searchsorted(ordered, pos, side="right")
+        at_least = ordered.size - np.searchsorted(ordered, pos, side="left")
+    return 0.5 * (higher + at_least) + 1.0
+
+
+def hits_at_k(pos, neg, k: int) -> float:
+    """Hits@K of positive scores [n] against negatives: shared [m], or [n, K'] per positive; NaN
+    without positives."""
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    neg = np.asarray(neg, dtype=np.float64)
+    if pos.size == 0:
+        return float("nan")
+    if neg.ndim == 2:
+        return float(np.mean(_ranks_among(pos, neg) <= k))
+    if neg.size < k:
+        return 1.0
+    kth = np.partition(neg, neg.size - k)[neg.size - k]  # the K-th highest negative
+    return float(np.mean(pos > kth))
+
+
+def mrr(pos, neg) -> float:
+    """Mean reciprocal rank of positive scores [n] among negatives: shared [m], or [n, K] per
+    positive; NaN without positives."""
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    if pos.size == 0:
+        return float("nan")
+    return float(np.mean(1.0 / _ranks_among(pos, neg)))

@@ -7,6 +7,8 @@
 - ``multilabel``: ``y`` [N, T] float 0/1 with NaN for a missing label, T outputs, binary
   cross-entropy with logits over the present (node, label) pairs; default metric the mean ROC-AUC
   over labels.
+- ``link``: scores [m] of node pairs (``dsgraph.models.link``) with 1/0 targets, binary
+  cross-entropy with logits; default metric ROC-AUC; also AP, MRR and Hits@K (``hits@K``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,30 @@ import torch.nn.functional as F
 
 METRICS = ("accuracy", "rocauc", "ap", "f1_micro", "f1_macro")
 RANKING_METRICS = ("rocauc", "ap")  # need every row's score (gathered), not sums of counts
+LINK_METRICS = ("rocauc", "ap", "mrr", "hits@K")  # a link task's; hits@K with an integer K >= 1
+TASKS = ("node", "link")
+
+
+def hits_k(metric: str) -> int | None:
+    """K of a 'hits@K' metric, else None; ValueError for 'hits@' without an integer K >= 1."""
+    if not metric.startswith("hits@"):
+        return None
+    k = metric[len("hits@"):]
+    if not k.isdigit() or int(k) < 1:
+        raise ValueError(f"metric '{metric}': Hits@K needs an integer K >= 1, for example hits@50")
+    return int(k)
+
+
+def check_metric(task: str, metric: str | None) -> None:
+    """ValueError unless ``metric`` (None: the task's default) is one of ``task``'s metrics."""
+    if metric is None:
+        return
+    if task == "link":
+        if metric in LINK_METRICS[:3] or hits_k(metric) is not None:
+            return
+        raise ValueError(f"'metric' of a link task must be one of {', '.join(LINK_METRICS)} (or null: rocauc); got '{metric}'")
+    if metric not in METRICS:
+        raise ValueError(f"'metric' must be one of {', '.join(METRICS)} (or null: per task); got '{metric}'")
 
 
 def metric_key(metric: str) -> str:
@@ -27,7 +53,7 @@ def metric_key(metric: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    kind: str  # 'multiclass' | 'binary' | 'multilabel'
+    kind: str  # 'multiclass' | 'binary' | 'multilabel' | 'link'
     num_outputs: int
 
     @classmethod
@@ -36,6 +62,11 @@ class Task:
         if multilabel:
             return cls("multilabel", num_classes)
         return cls("binary" if num_classes == 2 else "multiclass", num_classes)
+
+    @classmethod
+    def link(cls) -> "Task":
+        """Link prediction: one score per pair."""
+        return cls("link", 1)
 
     @property
     def default_metric(self) -> str:
@@ -48,6 +79,9 @@ class Task:
         """(loss per row [m] summed over its present labels, correct predictions, predictions
         counted): rows' class predictions for single-label tasks, present (row, label) pairs for
         multi-label ones."""
+        if self.kind == "link":  # scores [m] of pairs, labels 1/0 [m]
+            losses = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+            return losses, ((logits > 0) == (labels > 0.5)).sum(), torch.tensor(labels.numel(), device=logits.device)
         if self.kind != "multilabel":
             losses = F.cross_entropy(logits, labels, reduction="none")
             return losses, (logits.argmax(1) == labels).sum(), torch.tensor(labels.numel(), device=logits.device)

@@ -21,14 +21,16 @@ from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
+from dsgraph.models.link import LinkPredictor, make_decoder
 from dsgraph.train import checkpoint, run_name
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.evaluation import evaluate_splits
+from dsgraph.train.link_evaluation import evaluate_links
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
 from dsgraph.train.preemption import Preempted, Preemption, can_checkpoint
-from dsgraph.train.task import Task, metric_key
+from dsgraph.train.task import Task, hits_k, metric_key
 from dsgraph.train.trace import StepTracer
 
 
@@ -53,15 +55,21 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
 
 
 def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None,
-                edge_dim: int = 0) -> GraphTransformer:  # fmt: skip
-    """The run's model; ``encoding_widths``: the widths of the encoding arrays the data carries;
+                edge_dim: int = 0) -> GraphTransformer | LinkPredictor:  # fmt: skip
+    """The node task's GraphTransformer, or a link task's encoder (output width: the embedding
+    width) with its decoder; ``encoding_widths``: the widths of the encoding arrays the data carries;
     ``edge_dim``: F_e of the dataset's edge features (0: none)."""
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    return GraphTransformer(
-        in_dim, num_classes, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
+    link = cfg.task == "link"
+    outputs = cfg.link.embedding_dim if link else num_classes
+    encoder = GraphTransformer(
+        in_dim, outputs, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
         options=cfg.model, encoding_widths=encoding_widths, edge_dim=edge_dim,
     )  # fmt: skip
+    if not link:
+        return encoder
+    return LinkPredictor(encoder, make_decoder(cfg.link.decoder, outputs, cfg.link.decoder_hidden or outputs))
 
 
 def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelGroup) -> list[float]:
@@ -93,6 +101,12 @@ def upgrade_best(best: dict, metric: str) -> dict:
     return best if best.get("metric") == metric else {**new_best(metric), "epoch": -1}
 
 
+def link_hits(cfg: DsgraphConfig, metric: str) -> list[int]:
+    """The K of the Hits@K columns: the link section's, and the metric's own."""
+    k = hits_k(metric)
+    return sorted(set(cfg.link.hits_at) | ({k} if k else set()))
+
+
 class Trainer:
     def __init__(self, cfg: DsgraphConfig, ds_config: dict, device: torch.device, log=print, heartbeat=None):
         """``heartbeat(phase)`` is called at every phase of set-up and of the loop (the entry point
@@ -119,7 +133,7 @@ class Trainer:
         self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
         self.start_epoch = 0
-        self.task = Task.of(self.mode.num_classes, multilabel=getattr(self.mode, "multilabel", False))
+        self.task = Task.link() if cfg.task == "link" else Task.of(self.mode.num_classes, multilabel=getattr(self.mode, "multilabel", False))
         self.metric = self.task.metric(cfg.metric)
         rank_log(f"task: {self.task.kind} ({self.task.num_outputs} outputs); model selection by {self.metric}")
         self.best = new_best(self.metric)
@@ -132,7 +146,8 @@ class Trainer:
         self.pg.stats.reset()
         start = time.perf_counter()
         dropout_step = engine.global_steps if step.dropout_step is None else step.dropout_step
-        logits = engine(step.x, step.attention, step.node_ids, dropout_step, step.enc)[step.loss_rows].float()
+        pairs = () if step.pairs is None else (step.pairs,)  # a link task's model scores its pairs
+        logits = engine(step.x, step.attention, step.node_ids, dropout_step, step.enc, *pairs)[step.loss_rows].float()
         losses, correct, counted = self.task.losses(logits, step.labels)
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
@@ -167,16 +182,21 @@ class Trainer:
         batch: EvalBatch = self.mode.eval_batch()
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
-        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, batch.enc).float()
+        pairs = () if batch.pairs is None else (batch.pairs,)
+        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, batch.enc, *pairs).float()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
         all_reduce = (lambda t: dist.all_reduce(t)) if self.world > 1 else (lambda t: None)
-        values = evaluate_splits(self.task, self.metric, logits, batch.y, batch.masks, batch.reduce, all_reduce)
+        if batch.pairs is None:
+            values = evaluate_splits(self.task, self.metric, logits, batch.y, batch.masks, batch.reduce, all_reduce)
+        else:
+            values = evaluate_links(logits, batch.pair_sets, link_hits(self.cfg, self.metric), batch.reduce)
         key = metric_key(self.metric)
         val, test = values[f"val_{key}"], values[f"test_{key}"]
         if val > self.best["val"]:  # NaN (a one-class val split) never improves
-            self.best = {**self.best, "val": val, "test": test, "epoch": epoch}
+            tests = {k: v for k, v in values.items() if k.startswith("test_")}  # every test column at the best epoch
+            self.best = {**self.best, "val": val, "test": test, "epoch": epoch, "tests": tests}
         best = {f"best_val_{key}": self.best["val"], f"test_{key}_at_best_val": self.best["test"], "metric": self.metric}
         extra = {k: v for k, v in values.items() if k not in ("loss", "train_acc", "val_acc", "test_acc")}
         row = Row(kind="eval", epoch=epoch, step=engine.global_steps, loss=values["loss"], train_acc=values["train_acc"],

@@ -149,7 +149,8 @@ def test_every_architecture_gives_the_same_logits_and_gradients_on_two_ranks(tmp
 def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_need(config, num_classes):
     """Every attention layer of a shipped config's model (the output layer too) runs cfg.heads heads,
     so GP-A2A's check of cfg.heads against the rank count holds for every layer, with a head dim the
-    CUDA kernels support (HEAD_DIMS), whatever the class count of the graph."""
+    CUDA kernels support (HEAD_DIMS), whatever the class count of the graph (a link task's encoder
+    gives its embedding width instead of classes)."""
     from dsgraph.ops.cuda_source import HEAD_DIMS
     from dsgraph.train.config import load_ds_config
     from dsgraph.train.trainer import build_model
@@ -169,7 +170,8 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
             return v if edge_values is None else (v, v.new_zeros((*v.shape[:2], edge_values.shape[1])))
 
     logits = model(torch.rand(6, 100), Attention(), torch.arange(6))
-    assert logits.shape == (6, num_classes) and len(calls) == cfg.layers
+    outputs = cfg.link.embedding_dim if cfg.task == "link" else num_classes
+    assert logits.shape == (6, outputs) and len(calls) == cfg.layers
     for q, k, v in calls:
         assert q == k == v and q[0] == cfg.heads and q[1] in HEAD_DIMS, (config, calls)
     assert cfg.heads % 2 == 0 and cfg.heads % 4 == 0, "the shipped head counts split over 2 and 4 ranks"

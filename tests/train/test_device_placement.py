@@ -133,6 +133,19 @@ def test_isolated_chunks_and_evaluation_are_on_the_training_device(tmp_path, rec
         mode.close()
 
 
+def test_link_pairs_and_negatives_are_on_the_training_device(tmp_path, recording):
+    """A link task's fixed pairs ride in the rank graph; each step's pairs and targets follow."""
+    mode = _mode(tmp_path, task="link", link={"embedding_dim": 8})
+    wrong = {name: str(t.device) for name, t in mode.ranks.graph.tensors().items() if t.device != META}
+    assert "link_pairs.eval_u" in mode.ranks.graph.tensors() and not wrong, f"link: left behind: {wrong}"
+    step = next(mode.steps(0))
+    for name, t in (("u", step.pairs.u_rows), ("v", step.pairs.v_rows), ("labels", step.labels)):
+        assert t.device == META and t.numel() > 0, f"link step {name} is on {t.device}"
+    batch = mode.eval_batch()
+    assert batch.pairs.u_rows.device == META and batch.pair_sets.set_id.device == META
+    _run_steps_and_evaluation(mode, [step], recording, "link")
+
+
 def test_a_tensor_left_on_the_cpu_is_caught(tmp_path, recording):
     """The check itself: an index tensor planted on the CPU beside meta q, k, v is reported."""
     mode = _mode(tmp_path, strategy="ag")

@@ -99,6 +99,8 @@ def _refused(rank, world, tmp):
         with pytest.raises(ValueError, match=r"reads edge features \(model.edge_features\), but the (file|graph) has no"):
             Trainer(DsgraphConfig.from_dict(dict(BASE, model=BIAS, **settings)), ds_config(stage=2), torch.device("cpu"),
                     log=lambda line: None)  # fmt: skip
+    with pytest.raises(ValueError, match="task 'link' does not read edge features"):
+        DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=BIAS, task="link"))
     for strategy in ("a2a", "ag_ring"):
         with pytest.raises(ValueError, match=f"runs with strategy ag or halo, not '{strategy}'"):
             DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy=strategy))

@@ -57,7 +57,9 @@ def sections() -> list[tuple[str, type, str]]:
     from dsgraph.models.options import ModelOptions
     from dsgraph.train.config import SECTIONS, DsgraphConfig
 
-    return [("", DsgraphConfig, "all"), ("model", ModelOptions, "all")] + [(name, cls, name) for name, cls in SECTIONS.items()]
+    task_sections = {"link": "full"}  # a task's section: the mode it trains in
+    return [("", DsgraphConfig, "all"), ("model", ModelOptions, "all")] + [(name, cls, task_sections.get(name, name))
+                                                                         for name, cls in SECTIONS.items()]  # fmt: skip
 
 
 def allowed_values() -> dict[str, tuple[str, ...]]:
@@ -70,13 +72,17 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
     from dsgraph.modes.isolated import config as isolated
     from dsgraph.modes.isolated.chunks import CHUNK_METHODS, CORRECTIONS
     from dsgraph.modes.registry import mode_names
+    from dsgraph.models.link import DECODERS
     from dsgraph.modes.sampled.config import FEATURE_DTYPE_NAMES
     from dsgraph.parallel import strategy_names
+    from dsgraph.train.task import TASKS
 
     return {
         "strategy": tuple(strategy_names()),
         "backend": ("auto", *ops.backend_names()),
         "mode": tuple(mode_names()),
+        "task": TASKS,
+        "link.decoder": DECODERS,
         "comm_dtype": tuple(CODECS),
         "comm_grad_dtype": tuple(CODECS),
         "partition_method": tuple(METHODS),
@@ -98,7 +104,7 @@ def keys() -> list[Key]:
     """Every key of every section, in declaration order (a nested section's own key is listed too)."""
     allowed = allowed_values()
     out, all_sections = [], sections()
-    modes = {prefix for prefix, _, mode in all_sections if prefix == mode}
+    modes = {prefix: mode for prefix, _, mode in all_sections if prefix}
     for prefix, cls, mode in all_sections:
         docs = field_docstrings(cls)
         defaults = cls()
@@ -107,7 +113,7 @@ def keys() -> list[Key]:
             default, type_name, key_mode = getattr(defaults, f.name), str(f.type).replace(" | None", " or null"), mode
             if dataclasses.is_dataclass(default):  # a nested section: its keys follow
                 default, type_name = "{...}", "object"
-                key_mode = f.name if f.name in modes else mode
+                key_mode = modes.get(f.name, mode)
             out.append(Key(path, type_name, default, allowed.get(path), key_mode, docs.get(f.name, "")))
     return out
 
@@ -131,12 +137,12 @@ def markdown() -> str:
         "A run is one DeepSpeed JSON file: DeepSpeed's own keys plus a top-level `\"dsgraph\"` section, whose keys",
         "are listed here. dsgraph validates the section itself: an unknown or mistyped key is an error that names it",
         "and lists the valid keys (DeepSpeed would ignore it). Command-line options of `launch/train.py` override",
-        "the section. The nested sections `model`, `sampled` and `isolated` are JSON objects; keys left out keep",
+        "the section. The nested sections `model`, `sampled`, `isolated` and `link` are JSON objects; keys left out keep",
         "their defaults. The keys of `sampled` and `isolated` are also accepted at the top level under their older",
         "spellings (for example `isolated_chunks` for `isolated.chunks`).",
         "",
         "This page is generated from the config dataclasses (`dsgraph/train/config.py`, `dsgraph/models/options.py`,",
-        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`) by",
+        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`, `dsgraph/modes/full/link_config.py`) by",
         "`python -m tools.common.config_reference`, again at every build of the site: the description of each",
         "key is the docstring under its field. \"Mode\" says which training mode reads it (`all`: every mode; see",
         "[Training modes](../concepts/modes.md)).",
@@ -148,7 +154,7 @@ def markdown() -> str:
         "",
     ]
     titles = {"": "Top-level keys", "model": "`model`: the architecture", "sampled": "`sampled`: mini-batch mode",
-              "isolated": "`isolated`: isolated (Grappa) mode"}  # fmt: skip
+              "isolated": "`isolated`: isolated (Grappa) mode", "link": "`link`: link prediction (`\"task\": \"link\"`)"}  # fmt: skip
     by_section: dict[str, list[Key]] = {}
     for key in keys():
         by_section.setdefault(key.path.rpartition(".")[0], []).append(key)

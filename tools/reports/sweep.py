@@ -9,7 +9,8 @@ is one full training run of the config; ``--nprocs`` ranks run them one after an
 process group (spawned gloo/NCCL processes, no launcher start-up per run). Reported per run: the
 test value of the configured metric at the best validation epoch, the best validation value and
 the last epoch's test value (and accuracy beside another metric). Std is the sample standard
-deviation (ddof=1) over the runs.
+deviation (ddof=1) over the runs. A link task (``"task": "link"``) also reports every other test
+metric (AP, MRR, Hits@K, ...) at the epoch its validation metric picked.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
                f"test_{key}_last": lambda r: r["last"][f"test_{key}"]}  # fmt: skip
     if key != "acc":
         columns["test_acc_last"] = lambda r: r["last"]["test_acc"]
+    for name in rows[0]["best"].get("tests", {}):  # every test column at the best epoch (a link task's AP, MRR, Hits@K)
+        if name != f"test_{key}":
+            columns[f"{name}_at_best_val"] = lambda r, name=name: r["best"]["tests"][name]
     out = {}
     for name, get in columns.items():
         values = np.array([get(r) for r in rows], dtype=float)

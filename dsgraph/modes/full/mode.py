@@ -8,6 +8,7 @@ import torch
 from dsgraph.graph.encodings import arrays_of, widths
 from dsgraph.graph.loading import from_graph, load_rank_graph
 from dsgraph.modes.base import EvalBatch, Mode, Step
+from dsgraph.modes.full.link import LinkOnRanks
 from dsgraph.parallel import Needs, StrategyContext, get_strategy
 from dsgraph.parallel.shapes import ModelShape
 
@@ -59,9 +60,11 @@ def train_count(nodes) -> int:
 class GraphOnRanks:
     """A graph split over the job's ranks by one strategy: its rank graph and attention."""
 
-    def __init__(self, cfg, pg, control, log, graph=None, heartbeat=lambda phase: None):
-        """``graph``: the dataset when the caller has loaded it already (isolated mode)."""
-        self.cfg, self.control, self.log = cfg, control, log
+    def __init__(self, cfg, pg, control, log, graph=None, heartbeat=lambda phase: None, outputs: int | None = None):
+        """``graph``: the dataset when the caller has loaded it already (isolated mode, link tasks);
+        ``outputs``: the model's output width when it is not the graph's class count (a link task's
+        embedding width)."""
+        self.cfg, self.control, self.log, self.outputs = cfg, control, log, outputs
         self.spec = get_strategy(cfg.strategy)
         self.spec.check_feasible(cfg.heads, pg.world_size)
         self.pg, self.graph = load_rank_graph(
@@ -85,7 +88,7 @@ class GraphOnRanks:
         graph = self.graph
         return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, dtype=dtype, log=self.log,
                                comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks,
-                               regather_kv=cfg.regather_kv, model=model_shape(cfg, graph.num_features, graph.num_classes),
+                               regather_kv=cfg.regather_kv, model=model_shape(cfg, graph.num_features, self.outputs or graph.num_classes),
                                agp_profile=cfg.agp_profile, agp_recalibrate_after=cfg.agp_recalibrate_after)  # fmt: skip
 
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
@@ -103,9 +106,14 @@ class FullGraph(Mode):
     name = "full"
 
     def __init__(self, cfg, pg, control, log, heartbeat):
-        self.cfg = cfg
+        self.cfg, self.link = cfg, None
         heartbeat("start-up: loading the graph")
-        self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
+        if getattr(cfg, "task", "node") == "link":
+            on_ranks = lambda graph, outputs: GraphOnRanks(cfg, pg, control, log, graph, heartbeat, outputs)  # noqa: E731
+            self.link = LinkOnRanks(cfg, pg, control, log, heartbeat, on_ranks)
+            self.ranks = self.link.ranks
+        else:
+            self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
         self.num_edge_features = self.ranks.graph.num_edge_features
@@ -128,10 +136,12 @@ class FullGraph(Mode):
             yield self.step(epoch)
 
     def step(self, epoch: int) -> Step:
+        if self.link is not None:
+            return self.link.step(epoch)
         nodes = self.ranks.graph.nodes
         return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids,
                     loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=self.ranks.train_count,
                     dropout_step=epoch, enc=nodes.enc)  # fmt: skip
 
     def eval_batch(self):
-        return self.ranks.eval_batch()
+        return self.ranks.eval_batch() if self.link is None else self.link.eval_batch()
