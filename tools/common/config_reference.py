@@ -85,6 +85,7 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
         "model.residual": options.RESIDUALS,
         "model.head": options.HEADS,
         "model.feature_norm": options.FEATURE_NORMS,
+        "model.global_attention": options.GLOBAL_ATTENTIONS,
         "sampled.feature_dtype": FEATURE_DTYPE_NAMES,
         "isolated.sync": isolated.SYNC_MODES,
         "isolated.comm_dtype": isolated.COMM_DTYPE_NAMES,
