@@ -32,7 +32,7 @@ def documented_tools() -> list[str]:
     return sorted(m for m in found if os.path.isfile(os.path.join(ROOT, *m.split(".")) + ".py"))
 
 
-COMMANDS = [["-m", "dsgraph", "--help"], *(["-m", "dsgraph", sub, "--help"] for sub in ("train", "partition", "convert", "profile", "plan")),
+COMMANDS = [["-m", "dsgraph", "--help"], *(["-m", "dsgraph", sub, "--help"] for sub in ("train", "partition", "convert", "encode", "profile", "plan")),
             ["launch/train.py", "--help"], *(["-m", module, "--help"] for module in documented_tools())]  # fmt: skip
 
 
@@ -87,7 +87,7 @@ def documented_command_lines() -> list[tuple[str, str]]:
         for block in _shell_blocks(page):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split(" #")[0]
-                if re.search(r"(^|[ /])dsgraph (train|partition|convert|profile|plan)\b|launch/train\.py|-m tools\.[a-z_]+\.[a-z_]+", line):
+                if re.search(r"(^|[ /])dsgraph (train|partition|convert|encode|profile|plan)\b|launch/train\.py|-m tools\.[a-z_]+\.[a-z_]+", line):
                     lines.append((os.path.relpath(page, ROOT), line))
     return lines
 
@@ -97,7 +97,7 @@ def test_documented_options_exist(helps):
     train = helps["launch/train.py --help"].stdout
     wrong = []
     for page, line in documented_command_lines():
-        sub = re.search(r"dsgraph (train|partition|convert|profile|plan)\b(.*)", line)
+        sub = re.search(r"dsgraph (train|partition|convert|encode|profile|plan)\b(.*)", line)
         tool = re.search(r"-m (tools\.[a-z_]+\.[a-z_]+)(.*)", line)
         if tool:
             known, args = helps[f"-m {tool.group(1)} --help"].stdout, tool.group(2)

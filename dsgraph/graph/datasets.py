@@ -26,8 +26,9 @@ def load_dataset(spec: str, seed: int = 0, choice: SplitChoice | None = None) ->
     """The whole dataset; ``choice``: which of a file's fixed splits, and whether they may overlap."""
     if spec in BUNDLED:
         return load_npz(bundled_path(spec), name=spec, choice=choice)
-    if spec.startswith("rmat:"):
-        return rmat_graph(spec, seed=seed)
+    if spec.startswith("rmat:"):  # the cached file when there is one: it may hold encodings (`dsgraph encode`)
+        path, exists = dataset_file(spec, seed)
+        return load_npz(path, name=spec, choice=choice) if exists else rmat_graph(spec, seed=seed)
     if spec.endswith(".npz") or os.path.exists(spec):
         return load_npz(spec, choice=choice)
     raise _unknown(spec)

@@ -56,9 +56,11 @@ def _generate(spec: str, seed: int, path: str, heartbeat) -> None:
         raise ValueError(f"generating {spec} into {path} failed (exit code {child.exitcode})")
 
 
-def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, *, whole: bool = False) -> tuple[object, RankGraph]:
+def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, *, whole: bool = False,
+              encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
     """This rank's share of ``data`` split by ``pg``'s split if it has one, else by ``method``
-    (``whole``: the whole structure too); equal to ``loading.from_graph`` on the whole graph (tested)."""
+    (``whole``: the whole structure too; ``encodings``: the node arrays its rows carry); equal to
+    ``loading.from_graph`` on the whole graph (tested)."""
     perm = None
     if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
         perm, split = _partition(data, pg, control, method, self_loops, seed)
@@ -74,7 +76,7 @@ def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, see
     structure = None
     if whole:
         structure = block if (start, end) == (0, data.num_nodes) else data.rows(0, data.num_nodes, self_loops, perm)
-    graph = RankGraph(num_nodes=data.num_nodes, block=block, nodes=data.node_data(ids, node_ids=ids),
+    graph = RankGraph(num_nodes=data.num_nodes, block=block, nodes=data.node_data(ids, node_ids=ids, arrays=encodings),
                       num_features=data.num_features, num_classes=data.num_classes(), whole=structure)  # fmt: skip
     return pg, graph
 

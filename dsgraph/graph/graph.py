@@ -7,10 +7,12 @@ ids must stay below 2^31).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from dsgraph.graph import encodings
 
 MAX_NODES = 2**31 - 1
 
@@ -39,6 +41,9 @@ class Graph(CsrSizes):
     val_mask: torch.Tensor  # bool [N]
     test_mask: torch.Tensor  # bool [N]
     name: str = "graph"
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Node encodings by array name (``encodings.py``): 'degree' int64 [N, 2] of the edges the graph
+    was built from, and what the dataset stores ('rwse' [N, K], 'lappe' and 'lappe_eigvals' [N, k])."""
 
     @property
     def num_nodes(self) -> int:
@@ -74,7 +79,8 @@ class Graph(CsrSizes):
         name: str = "graph",
         source: str = "input",
     ) -> "Graph":
-        """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything.
+        """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
+        ``enc['degree']`` counts these edges (``encodings.degrees``).
 
         ``source`` names where the arrays came from; it prefixes every error message.
         """
@@ -97,6 +103,7 @@ class Graph(CsrSizes):
             val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
             name=name,
+            enc={"degree": torch.from_numpy(encodings.degrees(src, dst, num_nodes))},
         )
         graph.validate(source)
         return graph
@@ -114,10 +121,10 @@ class Graph(CsrSizes):
             raise ValueError(f"{source}: an edge source index is outside [0, {n})")
         if self.x.ndim != 2:
             raise ValueError(f"{source}: features 'x' must be 2-D [N, F], got shape {tuple(self.x.shape)}")
-        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
-            length = getattr(self, name).shape[0]
-            if length != n:
-                raise ValueError(f"{source}: array '{name}' has {length} rows but the graph has {n} nodes")
+        node_arrays = {name: getattr(self, name) for name in ("x", "y", "train_mask", "val_mask", "test_mask")}
+        for name, array in {**node_arrays, **self.enc}.items():
+            if array.shape[0] != n:
+                raise ValueError(f"{source}: array '{name}' has {array.shape[0]} rows but the graph has {n} nodes")
         if not bool(torch.isfinite(self.x).all()):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
@@ -155,6 +162,7 @@ class Graph(CsrSizes):
             val_mask=self.val_mask,
             test_mask=self.test_mask,
             name=self.name,
+            enc=self.enc,
         )
 
     def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -132,7 +132,8 @@ def _assemble(pair: list, num_nodes, arrays, cleanup, stats, name, source) -> Gr
         y=torch.from_numpy(np.ascontiguousarray(arrays["y"], dtype=np.int64)),
         **{m: torch.from_numpy(np.ascontiguousarray(arrays[m], dtype=bool)) for m in MASKS},
         name=name,
-    )
+        enc={"degree": torch.from_numpy(np.stack([np.diff(rowptr), np.bincount(col, minlength=num_nodes)], axis=1))},
+    )  # the dataset's in/out degrees (encodings.py), which a partition store keeps per part
     graph.validate(source)
     return graph
 

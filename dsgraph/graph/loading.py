@@ -18,6 +18,8 @@ import os
 import numpy as np
 import torch
 
+from dsgraph.graph.encodings import STORED as ENCODED
+from dsgraph.graph.encodings import as_tensors, missing_error
 from dsgraph.graph.file_loading import dataset_path, from_file
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
@@ -47,35 +49,40 @@ def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int) -> tu
 
 def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, split_method: str, whole: bool,
                     partitions: str | None = None, graph: Graph | None = None, heartbeat=lambda phase: None,
-                    choice: SplitChoice = SplitChoice()):  # fmt: skip
+                    choice: SplitChoice = SplitChoice(), encodings: tuple[str, ...] = ()):  # fmt: skip
     """(``pg`` with the run's row split, this rank's RankGraph): from the partition store
     ``partitions``, from ``graph`` (the dataset, self loops added as configured, when the caller
     holds it already), or else only this rank's rows read from the ``dataset`` file
     (``file_loading.py``). ``split_method`` splits the rows when ``pg`` has no split yet;
     ``whole``: the rank also holds the whole structure (a strategy that reads every row);
-    ``choice``: which of the file's fixed splits, and whether they may overlap."""
+    ``choice``: which of the file's fixed splits, and whether they may overlap; ``encodings``: the
+    node encoding arrays the rank's node data carries (``encodings.py``); a dataset without one of
+    them fails here, on every rank, with the ``dsgraph encode`` command that computes it."""
     if partitions is not None:
         if whole:
             raise ValueError("'partitions' loads one part per rank, but this strategy needs the whole graph on every rank")
-        return from_store(partitions, pg, control, self_loops)
+        return from_store(partitions, pg, control, self_loops, encodings)
     if graph is not None:
-        return from_graph(graph, pg, control, split_method, seed, whole=whole)
+        return from_graph(graph, pg, control, split_method, seed, whole=whole, encodings=encodings)
     path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
     error, data = None, None
     try:
         data = DatasetFile(path, choice=choice)
+        missing = [name for name in encodings if name in ENCODED and name not in data.stored]
+        if missing:
+            raise missing_error(dataset, path, missing, seed)
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)
-    return from_file(data, pg, control, split_method, self_loops, seed, whole=whole)
+    return from_file(data, pg, control, split_method, self_loops, seed, whole=whole, encodings=encodings)
 
 
-def from_store(store_dir: str, pg, control, self_loops: bool) -> tuple[object, RankGraph]:
-    """Memory-maps only this rank's part of the store (checked against META.json's sizes and sha256);
-    the store must have exactly one part per rank."""
+def from_store(store_dir: str, pg, control, self_loops: bool, encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:
+    """Memory-maps only this rank's part of the store (checked against META.json's sizes and sha256)
+    with its ``encodings`` arrays; the store must have exactly one part per rank."""
     error = None
     try:
-        part = load_part(store_dir, pg.rank, pg.world_size)
+        part = load_part(store_dir, pg.rank, pg.world_size, encodings=encodings)
         perm = load_permutation(store_dir)
     except (ValueError, FileNotFoundError) as err:
         error = err
@@ -91,6 +98,7 @@ def from_store(store_dir: str, pg, control, self_loops: bool) -> tuple[object, R
     nodes = NodeData(
         node_ids=copy(perm[part.start : part.end]).long(), x=copy(part.x).float(), y=copy(part.y),
         train_mask=copy(part.train_mask), val_mask=copy(part.val_mask), test_mask=copy(part.test_mask),
+        enc=as_tensors(part.enc),
     )  # fmt: skip
     num_classes = meta.get("num_classes")
     if not isinstance(num_classes, int) or num_classes < 1:
@@ -100,12 +108,16 @@ def from_store(store_dir: str, pg, control, self_loops: bool) -> tuple[object, R
     return pg, graph
 
 
-def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whole: bool = False) -> tuple[object, RankGraph]:
+def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whole: bool = False,
+               encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
     """This rank's share of a graph every rank holds, split by ``pg``'s split if it has one (the
-    caller chose it), else by ``method`` (None: 'balanced'). A contiguous method ('balanced',
-    'contiguous') keeps the node order; a partition ('metis', 'random') is computed on rank 0, its
-    part ids reach the others through the control plane, and every rank relabels the graph so that
-    each part is one contiguous row range."""
+    caller chose it), else by ``method`` (None: 'balanced'), with the ``encodings`` arrays of
+    ``graph.enc``. A contiguous method ('balanced', 'contiguous') keeps the node order; a partition
+    ('metis', 'random') is computed on rank 0, its part ids reach the others through the control
+    plane, and every rank relabels the graph so that each part is one contiguous row range."""
+    missing = [name for name in encodings if name not in graph.enc]
+    if missing:
+        raise missing_error(graph.name, f"graph '{graph.name}'", missing)
     num_classes = graph.num_classes
     perm = None
     method = method or "balanced"
@@ -125,6 +137,7 @@ def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whol
     nodes = NodeData(
         node_ids=node_ids, x=graph.x[start:end], y=graph.y[start:end], train_mask=graph.train_mask[start:end],
         val_mask=graph.val_mask[start:end], test_mask=graph.test_mask[start:end],
+        enc={name: graph.enc[name][start:end] for name in encodings},
     )  # fmt: skip
     rank_graph = RankGraph(num_nodes=graph.num_nodes, block=block, nodes=nodes, num_features=graph.num_features,
                            num_classes=num_classes, whole=structure if whole else None)  # fmt: skip

@@ -2,8 +2,9 @@
 
 The format is the one of the bundled ``cora.npz``: ``src``, ``dst`` (int, edges src -> dst), ``x``
 [N, F] numeric features, ``y`` [N] int labels (-1 = unlabelled), and bool ``train_mask``,
-``val_mask``, ``test_mask`` [N] or [S, N]; or the published benchmark layout (``layout.py``). Extra
-arrays are ignored.
+``val_mask``, ``test_mask`` [N] or [S, N]; or the published benchmark layout (``layout.py``). Node
+encodings (``rwse``, ``lappe``, ``lappe_eigvals``; ``encodings.py``) may be stored beside them;
+other extra arrays are ignored.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 import numpy as np
 
+from dsgraph.graph.encodings import STORED
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
 
@@ -29,8 +31,9 @@ def load_npz(path: str | os.PathLike, name: str | None = None, choice: SplitChoi
 
 
 def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -> None:
-    """Writes ``graph`` in the format ``load_npz`` reads (edges as src/dst); ``masks``: [S, N]
-    masks (every fixed split) to write instead of the graph's one split."""
+    """Writes ``graph`` in the format ``load_npz`` reads (edges as src/dst) with its stored encodings
+    (``encodings.STORED``); ``masks``: [S, N] masks (every fixed split) to write instead of the
+    graph's one split."""
     masks = masks or {}
     dst = np.repeat(np.arange(graph.num_nodes), graph.in_degrees().numpy())
     np.savez(
@@ -42,4 +45,5 @@ def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -
         train_mask=masks.get("train_mask", graph.train_mask.numpy()),
         val_mask=masks.get("val_mask", graph.val_mask.numpy()),
         test_mask=masks.get("test_mask", graph.test_mask.numpy()),
+        **{name: array.numpy() for name, array in graph.enc.items() if name in STORED},
     )

@@ -169,6 +169,7 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
         val_mask=graph.val_mask[perm_t],
         test_mask=graph.test_mask[perm_t],
         name=graph.name,
+        enc={name: array[perm_t] for name, array in graph.enc.items()},
     )
     return new_graph, perm, node_ranges
 

@@ -40,16 +40,23 @@ class NodeData:
     train_mask: torch.Tensor  # bool [n]
     val_mask: torch.Tensor
     test_mask: torch.Tensor
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The node encodings the model reads, by array name (``encodings.py``): float [n, w] each, and
+    'degree' int64 [n, 2] (in, out) of the whole graph."""
 
     @property
     def num_rows(self) -> int:
         return self.node_ids.numel()
 
     def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "NodeData":
+        """Everything on ``device``; features and float encodings in ``feature_dtype``."""
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device, dtype=feature_dtype or t.dtype) if t.is_floating_point() else t.to(device)
+
         return NodeData(
-            node_ids=self.node_ids.to(device), x=self.x.to(device=device, dtype=feature_dtype or self.x.dtype),
-            y=self.y.to(device), train_mask=self.train_mask.to(device), val_mask=self.val_mask.to(device),
-            test_mask=self.test_mask.to(device),
+            node_ids=self.node_ids.to(device), x=cast(self.x), y=self.y.to(device), train_mask=self.train_mask.to(device),
+            val_mask=self.val_mask.to(device), test_mask=self.test_mask.to(device),
+            enc={name: cast(t) for name, t in self.enc.items()},
         )  # fmt: skip
 
 
@@ -87,7 +94,8 @@ class RankGraph:
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor this rank graph holds, by name (the placement tests check them all)."""
         out = {f"block.{f.name}": getattr(self.block, f.name) for f in dataclasses.fields(Csr)}
-        out.update({f"nodes.{f.name}": getattr(self.nodes, f.name) for f in dataclasses.fields(NodeData)})
+        out.update({f"nodes.{f.name}": getattr(self.nodes, f.name) for f in dataclasses.fields(NodeData) if f.name != "enc"})
+        out.update({f"nodes.enc.{name}": t for name, t in self.nodes.enc.items()})
         if self.whole is not None:
             out.update({f"whole.{f.name}": getattr(self.whole, f.name) for f in dataclasses.fields(Csr)})
         for key, value in self.derived.items():
@@ -101,7 +109,7 @@ def whole_graph(graph, feature_dtype: torch.dtype | None = None) -> RankGraph:
     n = graph.num_nodes
     nodes = NodeData(
         node_ids=torch.arange(n), x=graph.x if feature_dtype is None else graph.x.to(feature_dtype), y=graph.y,
-        train_mask=graph.train_mask, val_mask=graph.val_mask, test_mask=graph.test_mask,
+        train_mask=graph.train_mask, val_mask=graph.val_mask, test_mask=graph.test_mask, enc=dict(graph.enc),
     )  # fmt: skip
     csr = Csr(graph.rowptr, graph.col)
     return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=graph.num_features,

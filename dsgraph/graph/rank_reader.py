@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dsgraph.graph import layout
+from dsgraph.graph import encodings, layout
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, num_splits, select_split
 from dsgraph.graph.npz_map import open_arrays
@@ -30,7 +30,10 @@ class DatasetFile:
 
     def __init__(self, path: str, chunk_edges: int = CHUNK_EDGES, choice: SplitChoice = SplitChoice()):
         self.path, self.chunk_edges = path, chunk_edges
-        self.names = layout.canonical(path, layout.members(path))  # dsgraph name -> member name
+        members = layout.members(path)
+        self.names = layout.canonical(path, members)  # dsgraph name -> member name
+        self.stored = tuple(name for name in encodings.STORED if name in members)  # encodings the file holds
+        self._degrees: np.ndarray | None = None
         mapped = open_arrays(path, list(self.names.values()))
         self.arrays = {key: mapped[member] for key, member in self.names.items()}
         a = self.arrays
@@ -95,6 +98,40 @@ class DatasetFile:
             has_loop[d[s == d]] = True
         return degree + ~has_loop if self_loops else degree
 
+    def degrees(self) -> np.ndarray:
+        """int64 [N, 2]: in- and out-degree of every node over the file's edges (computed once)."""
+        if self._degrees is None:
+            out = np.zeros((self.num_nodes, 2), dtype=np.int64)
+            for _, s, d in self.chunks():
+                encodings.degrees(s, d, self.num_nodes, out)
+            self._degrees = out
+        return self._degrees
+
+    def encoding(self, name: str) -> np.ndarray:
+        """The stored encoding ``name`` (memory-mapped), its shape checked: float [N, w], with the
+        same w for 'lappe' and 'lappe_eigvals'."""
+        if name not in self.stored:
+            raise ValueError(f"{self.path}: no '{name}' array; compute it with `dsgraph encode`")
+        array = open_arrays(self.path, [name])[name]
+        if array.ndim != 2 or array.shape[0] != self.num_nodes or not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(f"{self.path}: array '{name}' must be float [N={self.num_nodes}, width], got {array.dtype} "
+                             f"{array.shape}; recompute it with `dsgraph encode`")  # fmt: skip
+        if name.startswith("lappe") and {"lappe", "lappe_eigvals"} <= set(self.stored):
+            pair = open_arrays(self.path, ["lappe", "lappe_eigvals"])
+            if pair["lappe"].shape != pair["lappe_eigvals"].shape:
+                raise ValueError(f"{self.path}: 'lappe' {pair['lappe'].shape} and 'lappe_eigvals' {pair['lappe_eigvals'].shape} "
+                                 "differ in shape; recompute them with `dsgraph encode`")  # fmt: skip
+        return array
+
+    def node_encodings(self, ids: np.ndarray, arrays) -> dict[str, torch.Tensor]:
+        """Copies of the encoding ``arrays`` of rows ``ids`` ('degree' counted over the file's edges)."""
+        out = {}
+        for name in arrays:
+            rows = self.degrees()[ids] if name == "degree" else np.asarray(self.encoding(name)[ids])
+            encodings.check_values(self.path, name, rows)
+            out[name] = rows
+        return encodings.as_tensors(out)
+
     def num_classes(self) -> int:
         y = self.arrays["y"]
         if self.multilabel:
@@ -143,15 +180,18 @@ class DatasetFile:
         return y
 
     def graph(self, name: str) -> Graph:
-        """The whole dataset in memory (``load_npz``), read the way a rank reads its rows."""
+        """The whole dataset in memory (``load_npz``), read the way a rank reads its rows, with every
+        encoding the file stores."""
         chunks = list(self.chunks())
         src = np.concatenate([s for _, s, _ in chunks]) if chunks else np.zeros(0, np.int64)
         dst = np.concatenate([d for _, _, d in chunks]) if chunks else np.zeros(0, np.int64)
         ids = np.arange(self.num_nodes)
         nodes = self.node_data(ids, ids)
-        return Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
-                                val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
-                                name=name, source=self.path)  # fmt: skip
+        graph = Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
+                                 val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
+                                 name=name, source=self.path)  # fmt: skip
+        graph.enc.update(self.node_encodings(ids, self.stored))  # 'degree' came with the edges
+        return graph
 
     def structure(self, self_loops: bool) -> Graph:
         """The whole graph's structure as a Graph without node data (x is [N, 0]): for partitioning."""
@@ -160,9 +200,10 @@ class DatasetFile:
         return Graph(rowptr=csr.rowptr, col=csr.col, x=torch.zeros(n, 0), y=torch.zeros(n, dtype=torch.int64),
                      train_mask=none, val_mask=none, test_mask=none, name=self.path)  # fmt: skip
 
-    def node_data(self, ids: np.ndarray, node_ids: np.ndarray) -> NodeData:
-        """Copies of the features, labels and masks of rows ``ids`` (dataset ids, ascending or not),
-        checked as Graph.validate checks them; ``node_ids`` are what the model is told."""
+    def node_data(self, ids: np.ndarray, node_ids: np.ndarray, arrays: tuple[str, ...] = ()) -> NodeData:
+        """Copies of the features, labels, masks and the encoding ``arrays`` of rows ``ids``
+        (dataset ids, ascending or not), checked as Graph.validate checks them; ``node_ids`` are
+        what the model is told."""
         a, path = self.arrays, self.path
         x = np.ascontiguousarray(a["x"][ids], dtype=np.float32)
         bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
@@ -174,4 +215,5 @@ class DatasetFile:
             if not self.multilabel and (mask & (y < 0)).any():
                 raise ValueError(f"{path}: '{self.names[name]}' selects a node whose label is -1 (unlabelled)")
         t = torch.from_numpy
-        return NodeData(node_ids=t(np.asarray(node_ids, dtype=np.int64)), x=t(x), y=t(y), **{k: t(v) for k, v in masks.items()})
+        return NodeData(node_ids=t(np.asarray(node_ids, dtype=np.int64)), x=t(x), y=t(y), **{k: t(v) for k, v in masks.items()},
+                        enc=self.node_encodings(ids, arrays))  # fmt: skip

@@ -13,6 +13,11 @@ Layout (format version 1)::
         y.npy              int64 [n_r]    -1 = unlabelled
         train_mask.npy, val_mask.npy, test_mask.npy   bool [n_r]
         halo.npy           int32 [h_r]    sorted unique sources outside [start_r, end_r)
+        degree.npy         int64 [n_r, 2] in- and out-degree in the whole graph (``encodings.py``)
+        rwse.npy, lappe.npy, lappe_eigvals.npy   float32 [n_r, w], when the dataset has them
+
+META.json's ``encodings`` maps each encoding array the parts hold to its width (``dsgraph encode``
+adds arrays to a store).
 
 ``META.json`` is written last, so an interrupted write leaves no loadable store. Loading checks
 every file it opens (present, size, sha256, .npy header, dtype, shape, contents) and raises
@@ -31,6 +36,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from dsgraph.graph import encodings
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.partition import halo_ids
 
@@ -76,7 +82,7 @@ def write_store(
     for r, (start, end) in enumerate(_progress(node_ranges.tolist(), progress, "writing parts")):
         os.makedirs(os.path.join(out_dir, part_dir_name(r)))
         arrays = _part_arrays(graph, start, end, halos[r] if halos is not None else None)
-        for name in PART_ARRAYS:
+        for name in (*PART_ARRAYS, *graph.enc):
             files.save(f"{part_dir_name(r)}/{name}.npy", arrays[name])
         part_edges.append(int(arrays["col"].size))
         part_halo.append(int(arrays["halo"].size))
@@ -96,6 +102,7 @@ def write_store(
         "part_num_edges": part_edges,
         "part_num_halo": part_halo,
         "permutation_file": PERM_FILE,
+        "encodings": {name: int(array.shape[1]) for name, array in graph.enc.items()},
         "sha256": files.sha256,
         "file_bytes": files.file_bytes,
         **(extra or {}),
@@ -146,6 +153,7 @@ def _part_arrays(graph: Graph, start: int, end: int, halo: np.ndarray | None) ->
         "val_mask": graph.val_mask[start:end].numpy(),
         "test_mask": graph.test_mask[start:end].numpy(),
         "halo": np.asarray(halo, dtype=np.int32),
+        **{name: array[start:end].numpy() for name, array in graph.enc.items()},
     }
 
 
@@ -231,6 +239,7 @@ class LocalPart:
     test_mask: np.ndarray  # bool [n_r]
     halo: np.ndarray  # int32 [h_r], sorted remote source ids
     meta: dict = field(repr=False)
+    enc: dict[str, np.ndarray] = field(default_factory=dict)  # encoding arrays asked for: [n_r, w]
 
     @property
     def num_local_nodes(self) -> int:
@@ -241,12 +250,15 @@ class LocalPart:
         return int(self.col.shape[0])
 
 
-def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: bool = True) -> LocalPart:
-    """Memory-maps part ``rank`` of the store, opening no other part's files.
+def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: bool = True,
+              encodings: tuple[str, ...] | None = ()) -> LocalPart:  # fmt: skip
+    """Memory-maps part ``rank`` of the store, opening no other part's files, and the encoding
+    arrays ``encodings`` (None: every one the store holds; a missing one is an error that says the
+    ``dsgraph encode`` command to run).
 
     Checks, in order: META.json (version), part count == ``world_size``, and for each file: present,
     size as recorded, sha256 as recorded (when ``verify``), a valid .npy with the expected dtype and
-    shape, and its contents (rowptr monotone, ids in range, finite features, labels).
+    shape, and its contents (rowptr monotone, ids in range, finite features and encodings, labels).
     """
     store_dir = os.fspath(store_dir)
     meta = read_meta(store_dir)
@@ -277,9 +289,27 @@ def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: 
         for name, (dtype, shape) in expected.items()
     }
     part = LocalPart(rank=rank, num_parts=num_parts, start=start, end=end, num_nodes=int(meta["num_nodes"]),
-                     meta=meta, **arrays)
+                     meta=meta, enc=_open_encodings(store_dir, meta, rank, encodings, verify), **arrays)
     _check_part_contents(part, os.path.join(store_dir, part_dir_name(rank)))
     return part
+
+
+def _open_encodings(store_dir: str, meta: dict, rank: int, names: tuple[str, ...] | None, verify: bool) -> dict[str, np.ndarray]:
+    """The encoding arrays ``names`` of part ``rank`` (None: all the store holds), checked."""
+    held = meta.get("encodings", {})
+    names = tuple(held) if names is None else names
+    missing = [name for name in names if name not in held]
+    if missing:
+        raise encodings.missing_error(store_dir, os.path.join(store_dir, META_FILE), missing)
+    start, end = (int(v) for v in meta["node_ranges"][rank])
+    out = {}
+    for name in names:
+        relpath = f"{part_dir_name(rank)}/{name}.npy"
+        dtype = np.int64 if name == "degree" else np.float32
+        out[name] = open_array(store_dir, relpath, meta, dtype, (end - start, int(held[name])), verify)
+        for c in _chunks(out[name]):
+            encodings.check_values(os.path.join(store_dir, relpath), name, c)
+    return out
 
 
 def open_array(store_dir: str, relpath: str, meta: dict, dtype, shape: tuple, verify: bool = True) -> np.ndarray:
@@ -354,9 +384,10 @@ def load_permutation(store_dir: str | os.PathLike, verify: bool = True) -> np.nd
 
 
 def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph:
-    """Reassembles the whole relabelled graph from every part (for tests, evaluation and tools)."""
+    """Reassembles the whole relabelled graph from every part, encodings included (for tests,
+    evaluation and tools)."""
     meta = read_meta(store_dir)
-    parts = [load_part(store_dir, r, meta["num_parts"], verify) for r in range(meta["num_parts"])]
+    parts = [load_part(store_dir, r, meta["num_parts"], verify, encodings=None) for r in range(meta["num_parts"])]
     offsets = np.cumsum([0] + [p.num_local_edges for p in parts])
     rowptr = np.concatenate([[0]] + [p.rowptr[1:] + offsets[r] for r, p in enumerate(parts)]).astype(np.int64)
 
@@ -372,6 +403,7 @@ def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph
         val_mask=cat("val_mask"),
         test_mask=cat("test_mask"),
         name=str(meta.get("dataset", "graph")),
+        enc={name: torch.from_numpy(np.concatenate([p.enc[name] for p in parts])) for name in meta.get("encodings", {})},
     )
     graph.validate(os.fspath(store_dir))
     return graph

@@ -4,6 +4,9 @@ al., ICLR 2018) with dot-product scores: the first layer attends over the featur
 are ELU(h + dropout(attention)), and the last layer attends with class logits as values, averaged
 over the heads. ``options.TRANSFORMER`` is the pre-LN Transformer with a per-node classifier.
 
+Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
+appended to the input features or added after the input projection.
+
 The model sees only this rank's node rows; attention reaches other ranks' rows through the
 graph-parallel ``attention`` strategy passed to ``forward``, so the same module serves 1 or P ranks.
 Every attention layer is an element of ``self.blocks`` (an nn.ModuleList) with the forward
@@ -17,6 +20,7 @@ from torch import nn
 
 from dsgraph.models.blocks import Attention, AttentionBlock, OutputAttention, TransformerBlock
 from dsgraph.models.dropout import NodeDropout
+from dsgraph.models.encodings import NodeEncoder
 from dsgraph.models.options import ModelOptions
 
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
@@ -45,14 +49,22 @@ class GraphTransformer(nn.Module):
         attention_dropout: float = 0.0,
         seed: int = 0,
         options: ModelOptions | None = None,
+        encoding_widths: dict[str, int] | None = None,
     ):
-        """``layers`` counts attention layers, the output attention layer included (head 'attention')."""
+        """``layers`` counts attention layers, the output attention layer included (head 'attention');
+        ``encoding_widths``: the width of each encoding array in the data (``NodeEncoder``), needed
+        when ``options.encodings`` names any."""
         super().__init__()
         o = ModelOptions() if options is None else options
         if layers < 1:
             raise ValueError(f"a Graph Transformer needs at least one attention layer, got layers={layers}")
         self.heads, self.seed, self.options = heads, seed, o
         self.input_dropout = NodeDropout(input_dropout, site=0)
+        self.encoder = None
+        if o.encodings:
+            self.encoder = NodeEncoder(o.encodings, encoding_widths or {}, combine=o.encoding_input, hidden=hidden,
+                                       max_degree=o.max_degree, degree_dim=o.degree_dim)  # fmt: skip
+            in_dim += self.encoder.concat_width
         self.input = nn.Linear(in_dim, hidden) if o.input_projection else None
         width = hidden if o.input_projection else in_dim
         hidden_layers = layers - 1 if o.head == "attention" else layers
@@ -68,19 +80,27 @@ class GraphTransformer(nn.Module):
         self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
         self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None
 
-    def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> torch.Tensor:
+    def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0,
+                enc: dict[str, torch.Tensor] | None = None) -> torch.Tensor:  # fmt: skip
         """x_nf: this rank's node features [n, F]; node_ids: their global ids [n] (for dropout masks);
-        step: the optimizer step (for dropout masks). Returns logits [n, num_classes]."""
-        return self.embed(x_nf, attention, node_ids, step)[0]
+        step: the optimizer step (for dropout masks and LapPE's signs); enc: the rows' encoding arrays
+        (``NodeData.enc``) when the model reads encodings. Returns logits [n, num_classes]."""
+        return self.embed(x_nf, attention, node_ids, step, enc)[0]
 
-    def embed(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0,
+              enc: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """(logits [n, num_classes], embeddings [n, d]): the embeddings are the input of the output
         layer (the output attention layer, or the classifier after its norm)."""
         if self.options.feature_norm == "row":
             x_nf = (x_nf.float() / x_nf.float().abs().sum(1, keepdim=True).clamp_min(1e-12)).to(x_nf.dtype)
         h = self.input_dropout(x_nf, node_ids, self.seed, step, 0)
+        extra = self.encoder(enc, self.seed, step, h.dtype) if self.encoder is not None else None
+        if extra is not None and self.options.encoding_input == "concat":
+            h = torch.cat([h, extra], dim=1)
         if self.input is not None:
             h = self.input(h)
+        if extra is not None and self.options.encoding_input == "add":
+            h = h + extra
         last = len(self.blocks) if self.classifier is not None else len(self.blocks) - 1
         for layer, block in enumerate(self.blocks[:last], start=1):
             h = block(h, attention, node_ids, self.seed, step, layer)

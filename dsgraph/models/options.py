@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from dsgraph.graph import encodings
+
 BLOCKS = ("attention", "transformer")
 NORMS = ("none", "pre", "post")
 RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
 GLOBAL_ATTENTIONS = ("none", "linear")
+ENCODINGS = tuple(encodings.ENCODINGS)
+ENCODING_INPUTS = ("concat", "add")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -49,13 +53,39 @@ class ModelOptions:
     (Rampasek et al. 2022); its per-head sums are all-reduced over the ranks, one small message per
     layer (``dsgraph/models/global_attention.py``). 'none': local attention only. The output
     attention layer (head 'attention') stays local."""
+    encodings: tuple[str, ...] = ()
+    """Node encodings the model reads (docs/guides/encodings.md): 'rwse' (random-walk return
+    probabilities), 'lappe' (Laplacian eigenvectors with their eigenvalues; each eigenvector's sign
+    flips at random in training), both stored with the dataset by `dsgraph encode`, and 'degree'
+    (learned embeddings of the in- and out-degree, computed at load). A dataset that lacks a stored
+    one fails at start-up with the command that computes it."""
+    encoding_input: str = "concat"
+    """How the encodings enter: 'concat' appends them to the (normalised, dropped-out) features, so
+    the input projection or the first layer reads both; 'add' projects them to the hidden width and
+    adds them after the input projection (needs input_projection: true)."""
+    max_degree: int = 64
+    """'degree': degrees above this share the last embedding."""
+    degree_dim: int = 16
+    """'degree' with encoding_input 'concat': width of the degree embedding appended to the input
+    (the sum of an in-degree and an out-degree embedding); with 'add' it is the hidden width."""
 
     def __post_init__(self) -> None:
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
-                              ("feature_norm", FEATURE_NORMS), ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
+                              ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS),
+                              ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")
+        object.__setattr__(self, "encodings", tuple(self.encodings))
+        wrong = [name for name in self.encodings if name not in ENCODINGS]
+        if wrong or len(set(self.encodings)) != len(self.encodings):
+            raise ValueError(f"'model.encodings' must list distinct names among {', '.join(ENCODINGS)}; got {list(self.encodings)}")
+        for name in ("max_degree", "degree_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"'model.{name}' must be >= 1, got {getattr(self, name)}")
+        if self.encodings and self.encoding_input == "add" and not self.input_projection:
+            raise ValueError("'model.encoding_input' 'add' adds the encodings after the input projection; set "
+                             "'model.input_projection': true, or use 'concat'")  # fmt: skip
 
     @classmethod
     def from_dict(cls, section: dict) -> "ModelOptions":
@@ -66,13 +96,19 @@ class ModelOptions:
         if unknown:
             raise ValueError(f"unknown key(s) {', '.join(repr(k) for k in unknown)} in \"model\"; valid keys: {', '.join(option_names())}")
         for f in dataclasses.fields(cls):
-            want = bool if f.type == "bool" else str
-            if f.name in section and type(section[f.name]) is not want:
-                raise ValueError(f"'model.{f.name}' must be {want.__name__}, got {section[f.name]!r}")
+            if f.name not in section:
+                continue
+            value, want = section[f.name], _TYPES[f.type]
+            listed = isinstance(value, (list, tuple)) and all(type(v) is str for v in value)
+            if not (listed if want is list else type(value) is want):
+                raise ValueError(f"'model.{f.name}' must be {'a list of strings' if want is list else want.__name__}, got {value!r}")
         return cls(**section)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "encodings": list(self.encodings)}
+
+
+_TYPES = {"bool": bool, "str": str, "int": int, "tuple[str, ...]": list}
 
 
 def option_names() -> list[str]:

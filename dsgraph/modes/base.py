@@ -45,6 +45,8 @@ class Step:
     """This rank's weight in that average; the weights sum to 1 over the ranks."""
     input_bytes: int = 0
     """Bytes this rank sent to build the step's input (halo features), counted in ``comm_bytes``."""
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The rows' encoding arrays the model reads (``NodeData.enc``), on the device."""
 
 
 @dataclass(kw_only=True)
@@ -59,6 +61,7 @@ class EvalBatch:
     reduce: bool = True
     """Sum counts over ranks (each rank holds its own rows); False: every rank holds every row."""
     dropout_step: int | None = None
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Mode(ABC):
@@ -71,6 +74,8 @@ class Mode(ABC):
     num_classes: int = 0
     multilabel: bool = False
     """Labels are [N, T] 0/1 targets (NaN: missing), trained with BCE; num_classes is then T."""
+    encoding_widths: dict[str, int] = {}
+    """Width of each encoding array the rows carry (``NodeData.enc``): what the model's encoder reads."""
 
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:

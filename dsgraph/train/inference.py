@@ -30,7 +30,7 @@ class Inference:
         self.pg = self.mode.pg
         self.task = Task.of(self.mode.num_classes, multilabel=self.mode.multilabel)
         dtype = torch.bfloat16 if bf16 else torch.float32
-        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "
@@ -44,7 +44,7 @@ class Inference:
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, embeddings) of this rank's rows, float32."""
         batch = self.mode.eval_batch()
-        logits, emb = self.model.embed(batch.x, batch.attention, batch.node_ids, 0)
+        logits, emb = self.model.embed(batch.x, batch.attention, batch.node_ids, 0, batch.enc)
         return logits.float(), emb.float()
 
     def metrics(self) -> dict:

@@ -17,7 +17,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nprocs", type=int, default=2, help="ranks on this machine (GPUs when present, else CPU processes)")
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="DeepSpeed JSON with a \"dsgraph\" section")
     args, rest = p.parse_known_args(argv)
+    run_deepspeed("dsgraph.train.main", args.nprocs, ["--deepspeed_config", args.config, *rest])
+
+
+def run_deepspeed(module: str, nprocs: int, args: list[str]) -> None:
+    """Replaces this process with ``deepspeed --num_accelerators=nprocs --module module *args`` (the
+    deepspeed next to this Python when it is not on PATH)."""
     launcher = shutil.which("deepspeed") or os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, f"--num_accelerators={args.nprocs}", "--module", "dsgraph.train.main", "--deepspeed_config", args.config, *rest]
+    cmd = [launcher, f"--num_accelerators={nprocs}", "--module", module, *args]
     print("dsgraph: running", " ".join(cmd), flush=True)
     os.execv(cmd[0], cmd)

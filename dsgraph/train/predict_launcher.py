@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import sys
+
+from dsgraph.train.launcher import run_deepspeed
 
 
 def main(argv: list[str]) -> int:
@@ -19,7 +18,4 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nprocs", type=int, default=1, help="ranks on this machine (GPUs when present, else CPU processes)")
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="the training run's DeepSpeed JSON")
     args, rest = p.parse_known_args(argv)
-    launcher = shutil.which("deepspeed") or os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, f"--num_accelerators={args.nprocs}", "--module", "dsgraph.train.predict", "--config", args.config, *rest]
-    print("dsgraph: running", " ".join(cmd), flush=True)
-    os.execv(cmd[0], cmd)
+    run_deepspeed("dsgraph.train.predict", args.nprocs, ["--config", args.config, *rest])

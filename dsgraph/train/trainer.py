@@ -52,12 +52,13 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     return torch.device("cpu")
 
 
-def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int) -> GraphTransformer:
+def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None) -> GraphTransformer:
+    """The run's model; ``encoding_widths``: the widths of the encoding arrays the data carries."""
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
     return GraphTransformer(
         in_dim, num_classes, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
-        options=cfg.model,
+        options=cfg.model, encoding_widths=encoding_widths,
     )  # fmt: skip
 
 
@@ -105,7 +106,7 @@ class Trainer:
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
-        model = build_model(cfg, self.mode.num_features, self.mode.num_classes)
+        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
@@ -129,7 +130,7 @@ class Trainer:
         self.pg.stats.reset()
         start = time.perf_counter()
         dropout_step = engine.global_steps if step.dropout_step is None else step.dropout_step
-        logits = engine(step.x, step.attention, step.node_ids, dropout_step)[step.loss_rows].float()
+        logits = engine(step.x, step.attention, step.node_ids, dropout_step, step.enc)[step.loss_rows].float()
         losses, correct, counted = self.task.losses(logits, step.labels)
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
@@ -164,7 +165,7 @@ class Trainer:
         batch: EvalBatch = self.mode.eval_batch()
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
-        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step).float()
+        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, batch.enc).float()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start

@@ -62,7 +62,8 @@ def test_meta_describes_the_store(store, relabelled):
     assert (meta["num_parts"], meta["num_nodes"], meta["num_edges"]) == (4, graph.num_nodes, graph.num_edges)
     assert (meta["num_features"], meta["feature_dtype"], meta["num_classes"]) == (1433, "float32", 7)
     assert meta["node_ranges"] == ranges.tolist()
-    assert len(meta["sha256"]) == 1 + 4 * 8  # perm.npy and 8 arrays per part
+    assert len(meta["sha256"]) == 1 + 4 * 9  # perm.npy and 8 arrays per part, and each node's in/out degree
+    assert meta["encodings"] == {"degree": 2}
     for relpath, digest in meta["sha256"].items():
         assert file_sha256(os.path.join(store, relpath)) == digest
 

@@ -40,6 +40,19 @@ def test_kernels_compile_to_cubin(file, arch, dtype):
             assert name.encode() + b"\x00" in cubin, (name, file, arch, dtype, head_dim)
 
 
+@needs_nvrtc
+def test_compiling_leaves_the_interpreter_intact():
+    """NVRTC writes its log and cubin into the buffers it is given. A shared immutable bytes object
+    there (CPython keeps one object per one-byte value, and an empty log is one byte) once changed
+    b" " into b"\\x00" for the whole process: every later pickle read the integer 32 as 0."""
+    import io
+    import pickle
+
+    compile_cubin(sorted(KERNELS)[0], "sm_80", "float32", HEAD_DIMS[0])  # a clean compile: an empty log
+    assert b" " == bytes([32]) and b" ".decode() == " "
+    assert pickle.load(io.BytesIO(pickle.dumps(torch.Size([32, 12])))) == torch.Size([32, 12])
+
+
 @pytest.mark.skipif(bool(CUPY_MISSING), reason=f"CuPy not importable ({CUPY_MISSING}); pip install -e '.[cuda]'")
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("file", sorted(KERNELS))

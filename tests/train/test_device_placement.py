@@ -3,11 +3,15 @@ data loaded on the CPU and attached to another device (torch's ``meta`` device) 
 tensors on that device. A recording backend notes the device of every tensor each op call receives;
 on a GPU, one tensor left on the CPU fails the first step, and here it fails these tests."""
 
+import os
+import shutil
+
 import pytest
 import torch
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import TorchControlPlane
+from dsgraph.graph.encode.cli import main as encode
 from dsgraph.ops import register_backend
 from dsgraph.ops.backend import FusedBackend
 from dsgraph.ops.dispatch import unregister_backend
@@ -58,8 +62,8 @@ def recording():
 
 
 def _mode(tmp_path, **settings):
-    cfg = DsgraphConfig.from_dict(dict(dataset=write_random_graph(str(tmp_path)), hidden=HEADS * DIM, heads=HEADS, layers=1,
-                                       backend="recording", seed=1, **settings))  # fmt: skip
+    settings = dict(dict(dataset=write_random_graph(str(tmp_path))), **settings)
+    cfg = DsgraphConfig.from_dict(dict(hidden=HEADS * DIM, heads=HEADS, layers=1, backend="recording", seed=1, **settings))
     mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None)
     mode.attach(META, torch.float32)
     return mode
@@ -137,3 +141,20 @@ def test_a_tensor_left_on_the_cpu_is_caught(tmp_path, recording):
     _call(attention, mode.ranks.graph.nodes.num_rows)
     with pytest.raises(AssertionError, match="'col': 'cpu'"):
         _assert_all_on_meta(recording, "planted mistake")
+
+
+@pytest.mark.parametrize("settings", [dict(strategy="ag"), dict(strategy="halo"), dict(mode="sampled", fanouts=[3], epochs=1),
+                                      dict(mode="isolated", isolated_chunks=2, repart_every=1, epochs=2)], ids=str)  # fmt: skip
+def test_encodings_ride_with_the_node_data_to_the_training_device(tmp_path, recording, settings):
+    path = os.path.join(tmp_path, "encoded.npz")
+    shutil.copy(write_random_graph(str(tmp_path)), path)
+    assert encode([path, "--rwse", "3", "--lappe", "2", "--quiet"]) == 0
+    mode = _mode(tmp_path, dataset=path, model={"encodings": ["rwse", "lappe", "degree"]}, **settings)
+    arrays = {"rwse", "lappe", "lappe_eigvals", "degree"}
+    try:
+        for what, enc in [*((f"step {i}", step.enc) for i, step in enumerate(mode.steps(0))), ("evaluation", mode.eval_batch().enc)]:
+            assert set(enc) == arrays, what
+            wrong = {name: str(t.device) for name, t in enc.items() if t.device != META}
+            assert not wrong, f"{what}: encodings left behind: {wrong}"
+    finally:
+        mode.close()

@@ -86,6 +86,7 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
         "model.head": options.HEADS,
         "model.feature_norm": options.FEATURE_NORMS,
         "model.global_attention": options.GLOBAL_ATTENTIONS,
+        "model.encoding_input": options.ENCODING_INPUTS,
         "sampled.feature_dtype": FEATURE_DTYPE_NAMES,
         "isolated.sync": isolated.SYNC_MODES,
         "isolated.comm_dtype": isolated.COMM_DTYPE_NAMES,

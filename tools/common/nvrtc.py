@@ -7,13 +7,31 @@ and the NVRTC library from the ``nvidia-cuda-nvrtc`` wheel (both in the ``dev`` 
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import re
+from collections.abc import Iterator
 
-from dsgraph.ops.cuda_source import compile_options, kernel_source
+from dsgraph.ops.cuda_source import DTYPES, HEAD_DIMS, KERNELS, compile_options, kernel_source
 
 
 class NvrtcUnavailable(RuntimeError):
     """NVRTC (cuda-bindings and an NVRTC library) cannot be loaded on this machine."""
+
+
+def add_variant_options(p: argparse.ArgumentParser, default_archs: list[str]) -> None:
+    """--arch, --dtype, --head-dim and --file (each repeatable) of the tools that compile kernel variants."""
+    p.add_argument("--arch", action="append", help=f"target, e.g. sm_90 (repeatable; default {' and '.join(default_archs)})")
+    p.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default all")
+    p.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS, help="repeatable; default all")
+    p.add_argument("--file", action="append", choices=sorted(KERNELS), help="repeatable; default all")
+    p.set_defaults(default_archs=default_archs)
+
+
+def variants(args: argparse.Namespace) -> Iterator[tuple[str, str, str, int]]:
+    """(file, arch, dtype, head dim) of every variant the options of ``add_variant_options`` select."""
+    return itertools.product(args.file or sorted(KERNELS), args.arch or args.default_archs, args.dtype or DTYPES,
+                             args.head_dim or HEAD_DIMS)  # fmt: skip
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -65,10 +83,10 @@ def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, 
             raise RuntimeError(f"NVRTC on {file} ({arch}, {dtype}, D={head_dim}): {err}\n{log}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)  # NVRTC writes into the buffer: never an immutable (possibly shared) bytes object
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "nvrtcGetCUBIN")
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -83,7 +101,9 @@ def _nvrtc():
 
 def _log(nvrtc, prog) -> str:
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    # A writable buffer: an empty log has size 1, and b" " * 1 is CPython's shared one-byte object for
+    # b" ", whose overwritten byte then turned every b" " of the process into b"\x00" (pickle read 32 as 0).
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, log)
     return log.decode(errors="replace").rstrip("\x00 \n")
 

@@ -15,34 +15,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-
-from dsgraph.ops.cuda_source import DTYPES, HEAD_DIMS, KERNELS  # noqa: E402
-from tools.common.nvrtc import compile_cubin, nvrtc_version  # noqa: E402
+from tools.common.nvrtc import add_variant_options, compile_cubin, nvrtc_version, variants
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", action="append", help="target, e.g. sm_90 (repeatable; default sm_80 and sm_90)")
-    p.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default all")
-    p.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS, help="repeatable; default all")
-    p.add_argument("--file", action="append", choices=sorted(KERNELS), help="repeatable; default all")
+    add_variant_options(p, ["sm_80", "sm_90"])
     args = p.parse_args(argv)
     major, minor = nvrtc_version()
     print(f"NVRTC {major}.{minor}")
     print("| file | arch | dtype | D | cubin KB | seconds |\n|---|---|---|---|---|---|")
-    for file in args.file or sorted(KERNELS):
-        for arch in args.arch or ["sm_80", "sm_90"]:
-            for dtype in args.dtype or DTYPES:
-                for dim in args.head_dim or HEAD_DIMS:
-                    t0 = time.perf_counter()
-                    try:
-                        cubin = compile_cubin(file, arch, dtype, dim)
-                    except RuntimeError as exc:
-                        print(exc, file=sys.stderr)
-                        return 1
-                    print(f"| {file} | {arch} | {dtype} | {dim} | {len(cubin) / 1024:.0f} | {time.perf_counter() - t0:.2f} |")
+    for file, arch, dtype, dim in variants(args):
+        t0 = time.perf_counter()
+        try:
+            cubin = compile_cubin(file, arch, dtype, dim)
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"| {file} | {arch} | {dtype} | {dim} | {len(cubin) / 1024:.0f} | {time.perf_counter() - t0:.2f} |")
     return 0
 
 

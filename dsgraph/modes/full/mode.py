@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from dsgraph.graph.encodings import arrays_of, widths
 from dsgraph.graph.loading import from_graph, load_rank_graph
 from dsgraph.modes.base import EvalBatch, Mode, Step
 from dsgraph.parallel import Needs, StrategyContext, get_strategy
@@ -15,15 +16,18 @@ def dtype_name(dtype: torch.dtype) -> str:
     return "bfloat16" if dtype == torch.bfloat16 else "float32"
 
 
-def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method=None, seed=0):
+def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method=None, seed=0,
+                   encodings: tuple[str, ...] = ()):  # fmt: skip
     """A graph every rank holds in memory, split over ``pg`` for ``strategy`` (``pg``'s own split if
-    it has one, else ``partition_method``, else the strategy's default): returns (pg with the split,
-    this rank's RankGraph on ``device``, its attention). For tools and tests; training goes through
-    ``GraphOnRanks``, which runs the same steps."""
+    it has one, else ``partition_method``, else the strategy's default), its rows carrying the
+    encoding arrays ``encodings``: returns (pg with the split, this rank's RankGraph on ``device``,
+    its attention). For tools and tests; training goes through ``GraphOnRanks``, which runs the same
+    steps."""
     spec = get_strategy(strategy)
     spec.check_feasible(ctx.heads, pg.world_size)
     method = partition_method or spec.split_method
-    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), method, seed, whole=spec.needs is Needs.WHOLE_GRAPH)
+    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), method, seed, whole=spec.needs is Needs.WHOLE_GRAPH,
+                                encodings=encodings)  # fmt: skip
     spec.prepare(rank_graph, pg, ctx)
     rank_graph = rank_graph.to(device, dtype)
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
@@ -64,7 +68,7 @@ class GraphOnRanks:
         self.pg, self.graph = load_rank_graph(
             pg, control, dataset=cfg.dataset, seed=cfg.seed, self_loops=cfg.self_loops, partitions=cfg.partitions,
             split_method=cfg.partition_method or self.spec.split_method, whole=self.spec.needs is Needs.WHOLE_GRAPH,
-            graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(),
+            graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(), encodings=arrays_of(cfg.model.encodings),
         )  # fmt: skip
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
@@ -92,7 +96,7 @@ class GraphOnRanks:
     def eval_batch(self) -> EvalBatch:
         nodes = self.graph.nodes
         return EvalBatch(x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, y=nodes.y,
-                         masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask))  # fmt: skip
+                         masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), enc=nodes.enc)  # fmt: skip
 
 
 class FullGraph(Mode):
@@ -105,6 +109,7 @@ class FullGraph(Mode):
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
         self.multilabel = self.ranks.graph.nodes.y.ndim == 2
+        self.encoding_widths = widths(self.ranks.graph.nodes.enc)
 
     def attach(self, device, dtype):
         self.ranks.attach(device, dtype)
@@ -125,7 +130,7 @@ class FullGraph(Mode):
         nodes = self.ranks.graph.nodes
         return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids,
                     loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=self.ranks.train_count,
-                    dropout_step=epoch)  # fmt: skip
+                    dropout_step=epoch, enc=nodes.enc)  # fmt: skip
 
     def eval_batch(self):
         return self.ranks.eval_batch()

@@ -118,7 +118,7 @@ class ChunkLoader:
         self.device, self.dtype = device, dtype
         self.chunk_ends = np.asarray(meta["node_ranges"], dtype=np.int64)[:, 1]  # [C]
         self.perm = load_permutation(store_dir, verify)  # [N] relabelled id -> original id (memory-mapped)
-        self.parts = [load_part(store_dir, c, schedule.num_chunks, verify) for c in range(schedule.num_chunks)]
+        self.parts = [load_part(store_dir, c, schedule.num_chunks, verify, encodings=None) for c in range(schedule.num_chunks)]
         self.plan = cycle_plan(self.parts, schedule, settings.halo_fraction)
         self.train_counts = [int(np.count_nonzero(p.train_mask)) for p in self.parts]  # [C]
 
@@ -165,6 +165,20 @@ class ChunkLoader:
             any_rank=any(ids.size for ids in self.plan.halo[super_epoch % self.schedule.cycle_length]),
         )  # fmt: skip
 
+    def _encodings_of(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The encoding arrays (every one the store holds) of nodes ``ids`` (relabelled), read from
+        the chunks that own them: every rank maps every chunk, so a halo row's encodings need no
+        exchange."""
+        chunk = np.searchsorted(self.chunk_ends, ids, side="right")
+        out = {}
+        for name, first in self.parts[0].enc.items():
+            rows = np.empty((ids.size, first.shape[1]), dtype=first.dtype)
+            for c in np.unique(chunk):
+                mine = chunk == c
+                rows[mine] = self.parts[c].enc[name][ids[mine] - self.parts[c].start]
+            out[name] = rows
+        return out
+
     def _orders(self, super_epoch: int, loss_rows: np.ndarray) -> torch.Tensor:
         """int64 [epochs, m]: the loss rows shuffled for each epoch of the super-epoch (keyed by seed, epoch)."""
         cfg = self.settings
@@ -181,7 +195,8 @@ class ChunkLoader:
         holders = self.schedule.holders(super_epoch)
         blocks = [self.parts[c] for c in chunks]
         rows, halo_ids = BlockRows(blocks), self._halo_ids(self.rank, super_epoch, holders)
-        sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks, rows=rows)
+        sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks, rows=rows,
+                             halo_enc=self._encodings_of(halo_ids))  # fmt: skip
         graph, own = sub.graph, sub.node_ids[: sub.num_own].numpy()
         loss = graph.train_mask[: sub.num_own].numpy()
         weights = correction_weights(cfg.correction, degree=sub.degree[loss], kept=sub.kept[loss],

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -148,6 +148,7 @@ class RowBlock(Protocol):
     train_mask: np.ndarray  # bool [n_b]
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings.py``)
 
 
 @dataclass(kw_only=True)
@@ -163,15 +164,17 @@ class GraphBlock:
     train_mask: np.ndarray
     val_mask: np.ndarray
     test_mask: np.ndarray
+    enc: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
-    """Rows [start, end) of ``graph`` with their in-edges, features, labels and masks."""
+    """Rows [start, end) of ``graph`` with their in-edges, features, labels, masks and encodings."""
     rowptr, col = graph.rows(start, end)
     return GraphBlock(
         start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
         y=graph.y[start:end].numpy(), train_mask=graph.train_mask[start:end].numpy(),
         val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(),
+        enc={name: array[start:end].numpy() for name, array in graph.enc.items()},
     )  # fmt: skip
 
 
@@ -279,12 +282,14 @@ class LocalSubgraph:
 
 def local_subgraph(
     blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = (),
-    rows: BlockRows | None = None,
+    rows: BlockRows | None = None, halo_enc: dict[str, np.ndarray] | None = None,
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
     self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps.
-    ``rows``: the blocks' ``BlockRows``, where the caller has built it already."""
+    ``rows``: the blocks' ``BlockRows``, where the caller has built it already. With ``halo_enc``
+    (the halo rows' encoding arrays, [h, w] each) the graph carries those encodings: the blocks'
+    rows, then the halo rows'."""
     rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
@@ -306,10 +311,18 @@ def local_subgraph(
         rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
         y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
         test_mask=cat("test_mask", bool, False), name="isolated",
+        enc=_stacked_encodings(blocks, halo_enc),
     )  # fmt: skip
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
     return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
                          halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
+
+
+def _stacked_encodings(blocks: Sequence[RowBlock], halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
+    """The encoding arrays of ``halo_enc``'s names: the blocks' rows one after the other, then the
+    halo rows' (``halo_enc``, [h, w] each); none without ``halo_enc``."""
+    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo)]))
+            for name, halo in (halo_enc or {}).items()}  # fmt: skip
 
 
 @dataclass(kw_only=True)

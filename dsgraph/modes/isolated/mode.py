@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from dsgraph.graph import load_dataset
+from dsgraph.graph import encodings, load_dataset
 from dsgraph.modes.isolated.local_steps import LocalSteps
 from dsgraph.modes.sync import EveryStep
 from dsgraph.modes.isolated.chunks import (
@@ -75,6 +75,8 @@ class Isolated(Mode):
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
+        self.encoding_widths = encodings.widths(graph.enc)
         if graph.multilabel:
             raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "
                              "use mode 'full' (any strategy)")
@@ -183,7 +185,7 @@ class Isolated(Mode):
                   "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
         total = sum(plan.counts)
         count = len(rows) if self.local else plan.global_counts[j]
-        return Step(epoch=plan.epoch, x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
+        return Step(epoch=plan.epoch, x=nodes.x, enc=nodes.enc, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
                     labels=nodes.y[rows], weights=data.row_weights[rows], global_count=max(count, 1), dropout_step=dropout_step,
                     reduce=False, fields=fields, ends_epoch=last, local=self.local, sync=self.local and plan.boundary and last,
                     sync_weight=plan.counts[self.pg.rank] / total if total else 1.0 / len(plan.counts),

@@ -9,7 +9,7 @@ are data-parallel over seeds), and every rank runs the same number of steps per 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -55,13 +55,17 @@ class MiniBatch:
     cache_hits: int  # rows of x served by the feature cache
     sample_time_s: float
     gather_time_s: float
+    enc: dict[str, torch.Tensor] = field(default_factory=dict)  # encoding arrays of graph.node_ids; host memory
 
 
 class BatchBuilder:
-    """Builds MiniBatches: sampler + feature store + labels, keyed by (seed, epoch, batch)."""
+    """Builds MiniBatches: sampler + feature store + labels (+ the encoding arrays ``enc`` [N, w] of
+    every node, gathered like the labels), keyed by (seed, epoch, batch)."""
 
-    def __init__(self, sampler: NeighborSampler, store: FeatureStore, labels: torch.Tensor, seed: int):
+    def __init__(self, sampler: NeighborSampler, store: FeatureStore, labels: torch.Tensor, seed: int,
+                 enc: dict[str, torch.Tensor] | None = None):  # fmt: skip
         self.sampler, self.store, self.labels, self.seed = sampler, store, labels, seed
+        self.enc = enc or {}
 
     def build(self, epoch: int, index: int, global_batch: np.ndarray, rank: int = 0, world_size: int = 1) -> MiniBatch:
         start = time.perf_counter()
@@ -86,4 +90,5 @@ class BatchBuilder:
             cache_hits=hits,
             sample_time_s=sampled - start,
             gather_time_s=done - sampled,
+            enc={name: table[graph.node_ids] for name, table in self.enc.items()},
         )

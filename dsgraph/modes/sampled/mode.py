@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dsgraph.comm import GlobalNodes, GraphParallelGroup
-from dsgraph.graph import load_dataset
+from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph, whole_graph
 from dsgraph.parallel import StrategyContext, get_strategy
 from dsgraph.modes.sampled import (
@@ -53,7 +53,7 @@ def batch_graph(batch: MiniBatch, num_features: int, num_classes: int) -> RankGr
     train = torch.zeros(n, dtype=torch.bool)
     train[:seeds] = True
     none = torch.zeros(n, dtype=torch.bool)
-    nodes = NodeData(node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none)
+    nodes = NodeData(node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none, enc=batch.enc)
     csr = Csr(sub.rowptr, sub.col)
     return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=num_features, num_classes=num_classes)
 
@@ -67,6 +67,8 @@ class Sampled(Mode):
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
         graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
+        self.encoding_widths = encodings.widths(graph.enc)
         self.multilabel = graph.multilabel
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
@@ -82,7 +84,7 @@ class Sampled(Mode):
         self.store = FeatureStore(graph.x, dtype=FEATURE_DTYPES[cfg.sampled.feature_dtype], cache_fraction=cfg.sampled.cache_fraction,
                                   hot_scores=hot, device=device)  # fmt: skip
         sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.self_loops)
-        self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed)
+        self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed, enc=graph.enc)
         self.eval_source = graph.with_self_loops() if cfg.self_loops else graph
         self.graph = None
         self.log(
@@ -117,7 +119,7 @@ class Sampled(Mode):
             summed={"sampled_nodes_before_dedup": sub.nodes_before_dedup, "sampled_nodes_after_dedup": sub.num_nodes,
                     "sampled_edges": sub.num_edges, "cache_hits": batch.cache_hits, "queue_wait_s": queue_wait_s,
                     "prepare_time_s": batch.sample_time_s + batch.gather_time_s},
-            fields={"batch": batch.index}, ends_epoch=batch.index + 1 == self.batches_per_epoch,
+            fields={"batch": batch.index}, ends_epoch=batch.index + 1 == self.batches_per_epoch, enc=nodes.enc,
         )  # fmt: skip
 
     def step_fields(self, step, summed):
@@ -137,7 +139,7 @@ class Sampled(Mode):
         graph = whole_graph(self.eval_source).to(self.device, self.dtype)
         nodes = graph.nodes
         return EvalBatch(x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
-                         y=nodes.y, masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), reduce=False)  # fmt: skip
+                         y=nodes.y, masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), reduce=False, enc=nodes.enc)  # fmt: skip
 
     def epoch_line(self, epoch, rows):
         mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
