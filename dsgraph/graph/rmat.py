@@ -11,6 +11,13 @@ Everything is a function of the seed.
 vertex id pick one of 16 blocks, each block has a random 0/1 pattern over the T labels, a node
 takes its block's pattern with ``LABEL_NOISE`` of its entries flipped, ``LABEL_MISSING`` of its
 entries are missing (NaN), and its features are a noisy centroid of its block.
+
+``rmat:SCALE:EF:structural`` plants a graph unlike a citation graph: two classes at 80/20 (class 1:
+the ``MINORITY_SHARE`` of vertex ids that come first, the densest corner of R-MAT's recursion, whose
+edges stay among themselves more often than chance) and ``NUM_STRUCTURAL`` dense structural
+features per node that carry no label directly (``structural_features``: log degrees, statistics
+of the neighbours' degrees, reciprocity). The class shows in degrees only in part; a model does
+better by looking at whom a node is linked to.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ FEATURE_SIGNAL = 0.6  # centroid scale relative to unit noise
 LABEL_BITS = 4  # multi-label: 16 blocks of planted label patterns
 LABEL_NOISE = 0.1
 LABEL_MISSING = 0.1
+STRUCTURAL = "structural"  # the last part of 'rmat:SCALE[:EF]:structural'
+MINORITY_SHARE = 0.2  # structural: class 1's share of the nodes
+NUM_STRUCTURAL = 7
 
 
 def rmat_labels(spec: str) -> int:
@@ -43,11 +53,18 @@ def rmat_labels(spec: str) -> int:
     return labels
 
 
+def rmat_structural(spec: str) -> bool:
+    """Whether ``spec`` is 'rmat:SCALE[:EF]:structural' (two imbalanced classes, structural features)."""
+    return spec.split(":")[-1] == STRUCTURAL
+
+
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """``rmat:SCALE[:EDGE_FACTOR][:labels=T]`` -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:structural]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
     if parts[-1].startswith("labels="):
         rmat_labels(spec)
+        parts = parts[:-1]
+    elif parts[-1] == STRUCTURAL:
         parts = parts[:-1]
     if parts[0] != "rmat" or len(parts) not in (2, 3):
         raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR], for example rmat:12:16")
@@ -89,6 +106,26 @@ def planted_multilabel(block: np.ndarray, labels: int, rng: np.random.Generator)
     return y, x
 
 
+def structural_features(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """float32 [n, NUM_STRUCTURAL] of edges src -> dst: log(1 + in-degree), log(1 + out-degree), the
+    mean and the max of log(1 + in-degree) over a node's in-neighbours, its mean over the
+    out-neighbours, log(1 + the in-neighbours' summed in-degree) (the size of the 2-hop reach) and
+    the reciprocity (the share of in-edges whose reverse edge exists). Unscaled, as a user's
+    structural features usually come."""
+    deg_in, deg_out = np.bincount(dst, minlength=n), np.bincount(src, minlength=n)
+    log_in = np.log1p(deg_in)
+    mean_in = np.bincount(dst, weights=log_in[src], minlength=n) / np.maximum(deg_in, 1)
+    max_in = np.zeros(n)
+    np.maximum.at(max_in, dst, log_in[src])
+    mean_out = np.bincount(src, weights=log_in[dst], minlength=n) / np.maximum(deg_out, 1)
+    reach = np.log1p(np.bincount(dst, weights=deg_in[src], minlength=n))
+    keys = np.sort(src * n + dst)
+    reverse = dst * n + src
+    found = keys[np.minimum(np.searchsorted(keys, reverse), keys.size - 1)] == reverse if keys.size else np.zeros(0, bool)
+    reciprocity = np.bincount(dst, weights=found, minlength=n) / np.maximum(deg_in, 1)
+    return np.stack([log_in, np.log1p(deg_out), mean_in, max_in, mean_out, reach, reciprocity], axis=1).astype(np.float32)
+
+
 def rmat_graph(spec: str, seed: int = 0) -> Graph:
     scale, edge_factor = parse_rmat_spec(spec)
     rng = np.random.default_rng(seed)
@@ -108,6 +145,10 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
         block = np.empty(n, dtype=np.int64)
         block[perm] = np.arange(n) >> (scale - LABEL_BITS)
         y, x = planted_multilabel(block, rmat_labels(spec), rng)
+    if rmat_structural(spec):
+        y = np.zeros(n, dtype=np.int64)
+        y[perm[: round(MINORITY_SHARE * n)]] = 1  # the first MINORITY_SHARE of the pre-permutation ids
+        x = structural_features(src, dst, n)
     split = rng.random(n)
     return Graph.from_edges(
         src,

@@ -19,6 +19,7 @@ NORMS = ("none", "pre", "post")
 RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
+GLOBAL_ATTENTIONS = ("none", "linear")
 ENCODINGS = tuple(encodings.ENCODINGS)
 ENCODING_INPUTS = ("concat", "add")
 
@@ -46,6 +47,12 @@ class ModelOptions:
     feature_norm: str = "none"
     """'row': divide each node's features by their L1 norm before the model (the row normalisation
     GCN and GAT apply to bag-of-words features); 'none'."""
+    global_attention: str = "none"
+    """'linear': every hidden block adds a linear global attention over all nodes (elu + 1 kernel,
+    Katharopoulos et al. 2020) beside its attention over in-edges, summed as GraphGPS does
+    (Rampasek et al. 2022); its per-head sums are all-reduced over the ranks, one small message per
+    layer (``dsgraph/models/global_attention.py``). 'none': local attention only. The output
+    attention layer (head 'attention') stays local."""
     encodings: tuple[str, ...] = ()
     """Node encodings the model reads (docs/guides/encodings.md): 'rwse' (random-walk return
     probabilities), 'lappe' (Laplacian eigenvectors with their eigenvalues; each eigenvector's sign
@@ -64,7 +71,8 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
-                              ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS)):  # fmt: skip
+                              ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS),
+                              ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")

@@ -155,15 +155,19 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
     from dsgraph.train.config import load_ds_config
     from dsgraph.train.trainer import build_model
 
+    from dsgraph.graph.encodings import DEFAULT_WIDTH, arrays_of
+
     _, cfg = load_ds_config(config)
-    model = build_model(cfg, 100, num_classes).eval()
+    enc = {name: torch.randint(0, 9, (6, 2)) if name == "degree" else torch.rand(6, DEFAULT_WIDTH[name.split("_")[0]])
+           for name in arrays_of(cfg.model.encodings)}  # what `dsgraph encode` suggests (cpu_gps.json: RWSE K=16)
+    model = build_model(cfg, 100, num_classes, {name: a.shape[1] for name, a in enc.items()}).eval()
     calls = []
 
     def attention(q, k, v):
         calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
         return v
 
-    logits = model(torch.rand(6, 100), attention, torch.arange(6))
+    logits = model(torch.rand(6, 100), attention, torch.arange(6), enc=enc)
     outputs = cfg.link.embedding_dim if cfg.task == "link" else num_classes
     assert logits.shape == (6, outputs) and len(calls) == cfg.layers
     for q, k, v in calls:

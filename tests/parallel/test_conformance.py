@@ -24,17 +24,18 @@ MODEL = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS)  # auto without a 
 
 
 def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
-                     regather=False):  # fmt: skip
+                     regather=False, options=None):  # fmt: skip
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
-    head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``."""
+    head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``;
+    ``options``: the model's ModelOptions (default: the default model)."""
     ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None,
                           comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
-                             input_dropout=0.2, attention_dropout=0.3, seed=7)  # fmt: skip
+                             input_dropout=0.2, attention_dropout=0.3, seed=7, options=options)  # fmt: skip
     outputs = []
     for block in model.blocks:
         block.register_forward_hook(lambda mod, inp, out: outputs.append(out))
