@@ -90,3 +90,14 @@ def test_no_development_history_outside_the_dated_pages(path):
 def test_readme_is_short():
     with open(os.path.join(ROOT, "README.md")) as f:
         assert len(f.readlines()) <= 250
+
+
+def test_readme_model_table_lists_every_model_option():
+    """The README's model table names every key of the config's "model" object."""
+    from dsgraph.models.options import option_names
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    table = text[text.index("## Models"):].split("\n## ", 1)[0]
+    missing = [name for name in option_names() if f"`{name}`" not in table]
+    assert not missing, f"README.md's model table lacks {missing}"

@@ -14,6 +14,9 @@ this module is one loop over them:
   strategy whose collectives overlap its attention costs the longer of the two;
 - rest: the profile's fit for the projections and FFN (node-MACs), over all layers, the input
   projection and the classifier;
+- global attention (``ModelShape.global_attention``): each hidden layer's all-reduce of its per-head
+  sums, forward and backward (``GlobalAttentionCost``, the same for every strategy, never
+  overlapped), its projections with the rest, its activations with the layer's;
 - activation checkpointing (``ModelShape.checkpoint_every``): each checkpointed layer runs its
   forward again in backward: FORWARD_SHARE of its attention and projection time and its forward
   collectives once more; it keeps its input and its attention sublayer's output for backward, and
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
-from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
+from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
 
 
 def strategy_names() -> list[str]:
@@ -127,6 +130,14 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
     return 4 + 2 * ffn_mult + 1 / dtype_bytes
 
 
+def global_sublayer_units(dtype_bytes: int) -> float:
+    """Values of hidden width a row keeps for backward in a block's global branch
+    (``models/global_attention.py``): its q, k, v and the dropped-out v (4), phi(q), phi(k) and the
+    numerator in fp32 (3 x 4 / b), v's fp32 copy when the activations are narrower (4 / b - 1), the
+    attention output and W_g's output (2), and two bool dropout masks (2 / b)."""
+    return 4 + 12 / dtype_bytes + (4 / dtype_bytes - 1) + 2 + 2 / dtype_bytes
+
+
 def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
     """Bytes per rank by term (``MEMORY_TERMS``): optimizer-held parameters, features, the strategy's
     graph and activations. A checkpointed layer keeps its input (a Transformer block also its attention
@@ -138,6 +149,7 @@ def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
     recomputed = (0.0, 0.0, 0.0)  # the largest recomputed sublayer: (bytes, of which K/V replicas, of which halo)
     for kind, terms in zip(kinds, all_terms):
         attention = rows * kind.shape.hidden * b * attention_sublayer_units(b) + terms.activation_bytes
+        attention += rows * kind.shape.hidden * b * global_sublayer_units(b) if kind.global_attention else 0.0
         ffn = block_input * ffn_sublayer_units(model.ffn_mult, b) if kind.ffn else 0.0
         nested = kind.ffn and model.checkpoint_nested
         kept_rows = 2 if kind.ffn and not nested else 1
@@ -178,12 +190,22 @@ def _message_inter_bytes(fits, message) -> float:
     return message[2] * fit.inter_bytes(message[1], message[3] if len(message) > 3 else None)
 
 
-def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float) -> dict:
+def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int) -> dict:
     """Attention and collective seconds of all layers, each split into the layers' own and the
-    forwards checkpointing recomputes; the share of the forward collectives that runs during
-    attention (``hidden``); the projections' multiply-adds; the bytes across nodes."""
-    out = dict.fromkeys(("attention", "attention_recompute", "comm", "comm_recompute", "hidden", "macs", "inter"), 0.0)
+    forwards checkpointing recomputes; the global attention's all-reduces (``glob``, never
+    overlapped); the share of the forward collectives that runs during attention (``hidden``); the
+    projections' multiply-adds; the bytes across nodes and the bytes sent."""
+    keys = ("attention", "attention_recompute", "comm", "comm_recompute", "glob", "glob_recompute", "hidden", "macs", "inter", "sent")
+    out = dict.fromkeys(keys, 0.0)
     for kind, terms in zip(kinds, all_terms):
+        out["sent"] += terms.bytes_sent * kind.count + terms.forward_bytes * kind.attention_recomputes
+        if kind.global_attention:
+            g = GlobalAttentionCost.of(p, kind.shape)
+            out["glob"] += kind.count * sum(_message_s(fits, m) for m in g.messages) * scale
+            out["glob_recompute"] += kind.attention_recomputes * sum(_message_s(fits, m) for m in g.forward_messages) * scale
+            out["sent"] += g.bytes_sent * kind.count + g.forward_bytes * kind.attention_recomputes
+            out["inter"] += kind.count * sum(_message_inter_bytes(fits, m) for m in g.messages)
+            out["inter"] += kind.attention_recomputes * sum(_message_inter_bytes(fits, m) for m in g.forward_messages)
         d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
         one = fits.attention(terms.edge_heads * d_scale)
         out["attention"] += kind.count * one
@@ -223,7 +245,7 @@ def predict(
     if reason:
         return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason, nodes=nodes)
     fits = profile.fits(p)
-    t = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0))
+    t = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0), p)
     attention, comm = t["attention"] + t["attention_recompute"], t["comm"] + t["comm_recompute"]
     rows, macs = all_terms[0].rows, t["macs"]
     if step:  # the input projection and the classifier, where the model has them
@@ -235,17 +257,19 @@ def predict(
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
     hidden = min(t["hidden"], FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     comm -= hidden
-    layers = max(attention, comm) if all_terms[0].overlapped else attention + comm
+    glob = t["glob"] + t["glob_recompute"]
+    layers = (max(attention, comm) if all_terms[0].overlapped else attention + comm) + glob
+    comm += glob
     total = layers + rest + calibration.overhead_s
     time_terms = {
         "attention": t["attention"], "attention recompute": t["attention_recompute"],
-        "collectives": t["comm"], "collectives recompute": t["comm_recompute"],
+        "collectives": t["comm"] + t["glob"], "collectives recompute": t["comm_recompute"] + t["glob_recompute"],
         "overlap": layers - attention - comm - hidden, "projections": projections, "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,
     }  # fmt: skip
     memory_terms = _memory(kinds, all_terms, model, profile.dtype_bytes)
     memory = sum(memory_terms.values())
-    sent = sum(t.bytes_sent * k.count + t.forward_bytes * k.attention_recomputes for k, t in zip(kinds, all_terms))
+    sent = t["sent"]
     extra = dict(memory_terms=memory_terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap

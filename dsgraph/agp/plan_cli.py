@@ -14,7 +14,7 @@ from dsgraph.agp.profile import load_profile
 from dsgraph.agp.report import memory_lines, next_smaller, projected_inputs, remedies, shape_advice, smaller_lines, time_lines
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
-from dsgraph.models.options import BLOCKS, HEADS, ModelOptions
+from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS, ModelOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"attention (the last layer attends with class logits, needs --classes) or linear; default {default.head}")
     m.add_argument("--input-projection", action=argparse.BooleanOptionalAction, default=default.input_projection,
                    help="a Linear(in_dim, hidden) before the first block (default: as the training config's model section)")
+    m.add_argument("--global-attention", choices=GLOBAL_ATTENTIONS, default=default.global_attention,
+                   help="linear: every hidden block adds linear global attention (one all-reduce of its per-head sums "
+                        f"forward and one backward); default {default.global_attention}")
     m.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="activation checkpointing of blocks 0, K, 2K, ... (1: every block; default 0: none)")
     m.add_argument("--checkpoint-nested", action="store_true",
@@ -160,7 +163,7 @@ def _model(args, in_dim: int, classes: int, **changes) -> ModelShape:
         in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
         checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
         comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
-        input_projection=args.input_projection, regather_kv=args.regather_kv,
+        input_projection=args.input_projection, regather_kv=args.regather_kv, global_attention=args.global_attention,
     )  # fmt: skip
 
 
@@ -227,7 +230,8 @@ def _print_tables(args, graph, model, profile, ranks, predictions, variants) -> 
     """The inputs in one line, the prediction table, the placement variants and the shape advice."""
     h = profile.hierarchy
     print(f"graph: N={graph.num_nodes:,} E={graph.num_edges:,}; model: L={model.layers} d={model.hidden} H={model.heads} "
-          f"({model.block} blocks, {model.head} head{', input projection' if model.input_projection else ''}); "
+          f"({model.block} blocks, {model.head} head{', input projection' if model.input_projection else ''}"
+          f"{', linear global attention' if model.global_attention != 'none' else ''}); "
           f"profile: {profile.backend} {profile.dtype} ({profile.system.get('description', 'no description')})")  # fmt: skip
     if h is not None:
         print(f"system: nodes of {h.ranks_per_node} ranks; rank counts {', '.join(map(str, ranks))}")

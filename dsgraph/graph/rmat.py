@@ -17,6 +17,13 @@ one of T types (its ``edge_attr`` is the one-hot [E, T]), drawn as its destinati
 dominant type with probability ``TYPE_DOMINANCE`` and uniformly otherwise; a node's label is the
 most frequent type of its in-edges (-1, unlabelled, for a node without in-edges or with a tie),
 and node features are standard normal noise, the same distribution for every class.
+
+``rmat:SCALE:EF:structural`` plants a graph unlike a citation graph: two classes at 80/20 (class 1:
+the ``MINORITY_SHARE`` of vertex ids that come first, the densest corner of R-MAT's recursion, whose
+edges stay among themselves more often than chance) and ``NUM_STRUCTURAL`` dense structural
+features per node that carry no label directly (``structural_features``: log degrees, statistics
+of the neighbours' degrees, reciprocity). The class shows in degrees only in part; a model does
+better by looking at whom a node is linked to.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ LABEL_NOISE = 0.1
 LABEL_MISSING = 0.1
 TYPE_DOMINANCE = 0.5  # edge_types: chance that an in-edge has its destination's dominant type
 OPTIONS = ("labels", "edge_types")  # the spec's optional last part: NAME=T
+STRUCTURAL = "structural"  # or the last part 'structural': 'rmat:SCALE[:EF]:structural'
+MINORITY_SHARE = 0.2  # structural: class 1's share of the nodes
+NUM_STRUCTURAL = 7
 
 
 def _option(spec: str, name: str) -> int:
@@ -61,11 +71,18 @@ def rmat_edge_types(spec: str) -> int:
     return _option(spec, "edge_types")
 
 
+def rmat_structural(spec: str) -> bool:
+    """Whether ``spec`` is 'rmat:SCALE[:EF]:structural' (two imbalanced classes, structural features)."""
+    return spec.split(":")[-1] == STRUCTURAL
+
+
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T]`` -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
     if any(parts[-1].startswith(f"{name}=") for name in OPTIONS):
         rmat_labels(spec), rmat_edge_types(spec)
+        parts = parts[:-1]
+    elif parts[-1] == STRUCTURAL:
         parts = parts[:-1]
     if parts[0] != "rmat" or len(parts) not in (2, 3):
         raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR], for example rmat:12:16")
@@ -117,6 +134,24 @@ def planted_edge_types(dst: np.ndarray, n: int, types: int, rng: np.random.Gener
     top = counts.max(axis=1)
     y = np.where((top > 0) & ((counts == top[:, None]).sum(axis=1) == 1), counts.argmax(axis=1), -1)
     return np.eye(types, dtype=np.float32)[edge_type], y.astype(np.int64)
+def structural_features(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """float32 [n, NUM_STRUCTURAL] of edges src -> dst: log(1 + in-degree), log(1 + out-degree), the
+    mean and the max of log(1 + in-degree) over a node's in-neighbours, its mean over the
+    out-neighbours, log(1 + the in-neighbours' summed in-degree) (the size of the 2-hop reach) and
+    the reciprocity (the share of in-edges whose reverse edge exists). Unscaled, as a user's
+    structural features usually come."""
+    deg_in, deg_out = np.bincount(dst, minlength=n), np.bincount(src, minlength=n)
+    log_in = np.log1p(deg_in)
+    mean_in = np.bincount(dst, weights=log_in[src], minlength=n) / np.maximum(deg_in, 1)
+    max_in = np.zeros(n)
+    np.maximum.at(max_in, dst, log_in[src])
+    mean_out = np.bincount(src, weights=log_in[dst], minlength=n) / np.maximum(deg_out, 1)
+    reach = np.log1p(np.bincount(dst, weights=deg_in[src], minlength=n))
+    keys = np.sort(src * n + dst)
+    reverse = dst * n + src
+    found = keys[np.minimum(np.searchsorted(keys, reverse), keys.size - 1)] == reverse if keys.size else np.zeros(0, bool)
+    reciprocity = np.bincount(dst, weights=found, minlength=n) / np.maximum(deg_in, 1)
+    return np.stack([log_in, np.log1p(deg_out), mean_in, max_in, mean_out, reach, reciprocity], axis=1).astype(np.float32)
 
 
 def rmat_graph(spec: str, seed: int = 0) -> Graph:
@@ -142,6 +177,10 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
     if rmat_edge_types(spec):
         edge_attr, y = planted_edge_types(dst, n, rmat_edge_types(spec), rng)
         x = rng.standard_normal((n, NUM_FEATURES), dtype=np.float32)  # the same for every class: no signal
+    if rmat_structural(spec):
+        y = np.zeros(n, dtype=np.int64)
+        y[perm[: round(MINORITY_SHARE * n)]] = 1  # the first MINORITY_SHARE of the pre-permutation ids
+        x = structural_features(src, dst, n)
     split = rng.random(n)
     labelled = y >= 0 if y.ndim == 1 else np.ones(n, dtype=bool)
     return Graph.from_edges(

@@ -4,7 +4,12 @@ graph-parallel strategy ([n, H, D] each, returns [n, H, D]); ``node_ids`` (globa
 ``step`` and ``layer`` key the dropout masks, so 1 or P ranks drop the same elements.
 
 Dropout sites (the ``site`` of NodeDropout; 0 is the model's input features): 1 the attention
-output, 2 the FFN output, 3 each source node's value vector per head (GAT-style attention dropout).
+output, 2 the FFN output, 3 each source node's value vector per head (GAT-style attention dropout),
+4 and 5 the same two of the global branch (``global_attention.py``).
+
+``global_attention`` 'linear' adds a linear global attention over all nodes beside the local one,
+as GraphGPS's layer does: both read the block's (normalised) input and their outputs are summed
+with the residual, before the ELU or the FFN.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dsgraph.models.dropout import NodeDropout
+from dsgraph.models.global_attention import GlobalAttention
 from dsgraph.ops.cuda_source import HEAD_DIMS
 
 Attention = Callable[..., torch.Tensor]  # (q, k, v[, bias]) -> y: q, k, v, y [n, H, D], bias [e, H]
@@ -101,14 +107,20 @@ class SplitLinear(nn.Linear):
         return [F.linear(x_ni, w, b).view(n, self.heads, -1) for w, b in zip(self.weight.chunk(self.parts), biases)]
 
 
+def _global_branch(kind: str, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float):
+    """The block's global attention branch (``global_attention`` 'linear'), or None ('none')."""
+    return GlobalAttention(in_dim, hidden, heads, dropout, attention_dropout) if kind == "linear" else None
+
+
 class AttentionBlock(nn.Module):
     """A GAT layer with scaled dot-product scores: h -> ELU(residual(h) + dropout(concat_h y_h)) with
     y_h = attention over in-edges of (h W_q, h W_k, dropout(h W_v)) (Velickovic et al., ICLR 2018; the
     dot-product score is Vaswani et al. 2017's). ``norm`` 'pre' normalises h before the projections,
-    'post' the sum before the ELU."""
+    'post' the sum before the ELU. ``global_attention`` 'linear' adds the global branch to the sum."""
 
     def __init__(self, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float = 0.0, *,
-                 norm: str = "none", residual: str = "identity", edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
+                 norm: str = "none", residual: str = "identity", global_attention: str = "none", edge_dim: int = 0,
+                 edge_values: bool = False):  # fmt: skip
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
@@ -120,24 +132,30 @@ class AttentionBlock(nn.Module):
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
         self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
+        self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
-        h_nd = self.residual(h_ni, self.attn_dropout(y_nd, node_ids, seed, step, layer))
+        branch_nd = self.attn_dropout(y_nd, node_ids, seed, step, layer)
+        if self.global_attn is not None:
+            branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
+        h_nd = self.residual(h_ni, branch_nd)
         return F.elu(self.norm(h_nd) if self.norm_at == "post" else h_nd)
 
 
 class TransformerBlock(nn.Module):
     """Attention -> W_o -> dropout -> residual, then a GELU FFN -> dropout -> residual (Vaswani et al.
     2017), with LayerNorms before each sublayer ('pre', the default here), after each residual sum
-    ('post') or none. ``in_dim`` (default ``hidden``): the width of the block's input."""
+    ('post') or none. ``in_dim`` (default ``hidden``): the width of the block's input.
+    ``global_attention`` 'linear': the attention sublayer also runs the global branch on the same
+    normalised input and adds it to the residual sum (GraphGPS's GPSLayer)."""
 
     def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0, *,
-                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity", edge_dim: int = 0,
-                 edge_values: bool = False):  # fmt: skip
+                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity", global_attention: str = "none",
+                 edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
         super().__init__()
         in_dim = hidden if in_dim is None else in_dim
         if hidden % heads:
@@ -154,6 +172,7 @@ class TransformerBlock(nn.Module):
         self.ffn_dropout = NodeDropout(dropout, site=2)
         self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
         self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
+        self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     sublayers = ("attention_sublayer", "ffn_sublayer")
     """What activation checkpointing recomputes one at a time (``checkpointing.py``): the backward
@@ -165,10 +184,14 @@ class TransformerBlock(nn.Module):
 
     def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
-        q_nHD, k_nHD, v_nHD = self.qkv(self.attn_norm(h_ni) if pre else h_ni)
+        x_ni = self.attn_norm(h_ni) if pre else h_ni
+        q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
-        h_nd = self.residual(h_ni, self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer))
+        branch_nd = self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
+        if self.global_attn is not None:
+            branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
+        h_nd = self.residual(h_ni, branch_nd)
         return self.attn_norm(h_nd) if post else h_nd
 
     def ffn_sublayer(self, h_nd, node_ids, seed: int, step: int, layer: int):

@@ -33,8 +33,9 @@ def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mul
     edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value")
     if o.block == "transformer":
         return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual,
-                                **edges)  # fmt: skip
-    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual, **edges)
+                                global_attention=o.global_attention, **edges)  # fmt: skip
+    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual,
+                          global_attention=o.global_attention, **edges)  # fmt: skip
 
 
 class GraphTransformer(nn.Module):
@@ -77,6 +78,9 @@ class GraphTransformer(nn.Module):
         self.input = nn.Linear(in_dim, hidden) if o.input_projection else None
         width = hidden if o.input_projection else in_dim
         hidden_layers = layers - 1 if o.head == "attention" else layers
+        if o.global_attention != "none" and hidden_layers == 0:
+            raise ValueError(f"global_attention '{o.global_attention}' needs a hidden block: with head 'attention' (the output "
+                             "layer stays local) use layers >= 2")  # fmt: skip
         blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout, edge_dim)
                   for i in range(hidden_layers)]  # fmt: skip
         width = hidden if hidden_layers else width

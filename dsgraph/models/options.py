@@ -20,6 +20,7 @@ RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
 EDGE_FEATURES = ("none", "bias", "bias_value")
+GLOBAL_ATTENTIONS = ("none", "linear")
 ENCODINGS = tuple(encodings.ENCODINGS)
 ENCODING_INPUTS = ("concat", "add")
 
@@ -53,6 +54,12 @@ class ModelOptions:
     an edge-conditioned value v_j + e_ij W_e (TransformerConv's edge_dim; strategies ag and halo, the
     sampled and isolated modes, cpu and reference backends); 'none'. Self loops the model adds get a learned
     embedding instead of features. Needs a dataset with edge_attr."""
+    global_attention: str = "none"
+    """'linear': every hidden block adds a linear global attention over all nodes (elu + 1 kernel,
+    Katharopoulos et al. 2020) beside its attention over in-edges, summed as GraphGPS does
+    (Rampasek et al. 2022); its per-head sums are all-reduced over the ranks, one small message per
+    layer (``dsgraph/models/global_attention.py``). 'none': local attention only. The output
+    attention layer (head 'attention') stays local."""
     encodings: tuple[str, ...] = ()
     """Node encodings the model reads (docs/guides/encodings.md): 'rwse' (random-walk return
     probabilities), 'lappe' (Laplacian eigenvectors with their eigenvalues; each eigenvector's sign
@@ -72,7 +79,7 @@ class ModelOptions:
     def __post_init__(self) -> None:
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
                               ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS),
-                              ("edge_features", EDGE_FEATURES)):  # fmt: skip
+                              ("edge_features", EDGE_FEATURES), ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")

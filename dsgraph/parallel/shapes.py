@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dsgraph.comm.allreduce import all_reduce_bytes
 from dsgraph.comm.compress import get_codec
 from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
 from dsgraph.graph.split import contiguous_split
 from dsgraph.models.blocks import padded_head_dim
-from dsgraph.models.options import BLOCKS, HEADS
+from dsgraph.models.global_attention import sum_values
+from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -125,6 +127,9 @@ class ModelShape:
     logits as values: H x pad(C) wide, its own layer kind)."""
     input_projection: bool = True
     """A Linear(in_dim, hidden) before the first block."""
+    global_attention: str = "none"
+    """'linear': every hidden block also runs linear global attention (its projections, and one
+    all-reduce of its per-head sums forward and one backward; ``GlobalAttentionCost``); 'none'."""
     edge_bias: bool = False
     """Every attention layer adds a score bias [E, H] made from edge features (``model.edge_features``):
     kept for backward, and moved where a strategy splits heads (GP-A2A)."""
@@ -142,8 +147,9 @@ class ModelShape:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
         if self.checkpoint_every < 0:
             raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
-        if self.block not in BLOCKS or self.head not in HEADS:
-            raise ValueError(f"model shape: block must be one of {BLOCKS} and head one of {HEADS}, got {self}")
+        if self.block not in BLOCKS or self.head not in HEADS or self.global_attention not in GLOBAL_ATTENTIONS:
+            raise ValueError(f"model shape: block must be one of {BLOCKS}, head one of {HEADS} and global_attention one of "
+                             f"{GLOBAL_ATTENTIONS}, got {self}")  # fmt: skip
         if self.head == "attention" and self.num_classes < 1:
             raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
 
@@ -162,7 +168,9 @@ class ModelShape:
             return sum(1 for i in range(first, stop) if k and i % k == 0)
 
         ffn = self.block == "transformer"
-        kinds = [LayerKind(self, hidden, checkpointed(0, hidden), d * d * (4 + 2 * f if ffn else 3), ffn)] if hidden else []
+        glob = self.global_attention != "none"
+        macs = d * d * (4 + 2 * f if ffn else 3) + (global_macs_per_node(d, self.head_dim) if glob else 0)
+        kinds = [LayerKind(self, hidden, checkpointed(0, hidden), macs, ffn, glob)] if hidden else []
         if self.head == "attention":
             c = padded_head_dim(self.num_classes)
             out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
@@ -174,7 +182,9 @@ class ModelShape:
         d, f, c = self.hidden, self.ffn_mult, self.num_classes
         total = 2 * d  # a final norm
         for kind in self.layer_kinds():
-            per_layer = kind.macs_per_node + (9 * d + f * d if kind.ffn else kind.shape.hidden * 3)  # weights + biases, norms
+            local = kind.macs_per_node - kind.global_macs_per_node  # the global branch's sums hold no weights
+            per_layer = local + (9 * d + f * d if kind.ffn else kind.shape.hidden * 3)  # weights + biases, norms
+            per_layer += 4 * d * d + 4 * d if kind.global_attention else 0  # W_q, W_k, W_v, W_g and their biases
             total += kind.count * per_layer
         if self.input_projection:
             total += self.in_dim * d + d
@@ -193,16 +203,59 @@ class LayerKind:
     checkpointed: int
     """How many of them activation checkpointing recomputes."""
     macs_per_node: int
-    """Multiply-adds per node of its projections (QKV, W_o and FFN; the output layer's q, k and logits)."""
+    """Multiply-adds per node of its projections (QKV, W_o and FFN; the output layer's q, k and logits),
+    and of its global branch, if it has one."""
     ffn: bool
     """A Transformer block: an FFN sublayer after the attention (checkpointed per sublayer, or nested)."""
+    global_attention: bool = False
+    """Each of these layers also runs linear global attention (``GlobalAttentionCost``)."""
+
+    @property
+    def global_macs_per_node(self) -> int:
+        """The global branch's share of ``macs_per_node``."""
+        return global_macs_per_node(self.shape.hidden, self.shape.head_dim) if self.global_attention else 0
 
     @property
     def attention_macs_per_node(self) -> int:
         """The attention sublayer's share of ``macs_per_node`` (what a nested recompute runs again)."""
-        return self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node
+        local = self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node - self.global_macs_per_node
+        return local + self.global_macs_per_node
 
     @property
     def attention_recomputes(self) -> int:
         """Forwards of its attention (and collectives) that checkpointing adds per iteration."""
         return self.checkpointed * (2 if self.ffn and self.shape.checkpoint_nested else 1)
+
+
+def global_macs_per_node(hidden: int, head_dim: int) -> int:
+    """Multiply-adds per node of a global branch (``models/global_attention.py``): its four
+    projections (W_q, W_k, W_v, W_g: 4 d^2), the node's terms of the sums S and z and the products
+    of phi(q) with them (per head 2 D^2 + 2 D)."""
+    return 4 * hidden * hidden + 2 * hidden * (head_dim + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalAttentionCost:
+    """One layer's linear global attention on p ranks, for AGP: the all-reduce of its per-head sums
+    (fp32 S [H, D, D] and z [H, D]) forward, and of their gradient backward. The same for every
+    strategy: it depends on the model's sizes alone, not on how the rows split. Its messages time a
+    ring all-reduce as the profile's collectives do (a reduce-scatter and an all-gather of 1/P of
+    the sums each), so single- and multi-tier profiles time it alike."""
+
+    payload_bytes: int
+    """Bytes of the sums one all-reduce carries."""
+    messages: tuple[tuple[str, float, float], ...]
+    """Forward and backward, as ``CostTerms.messages``."""
+    forward_messages: tuple[tuple[str, float, float], ...]
+    """The forward's share (what a checkpointed layer's recompute runs again)."""
+    bytes_sent: int
+    """Bytes a rank sends per layer, forward and backward (what ``CommStats`` counts)."""
+    forward_bytes: int
+
+    @classmethod
+    def of(cls, p: int, model: ModelShape) -> "GlobalAttentionCost":
+        payload = 4 * sum_values(model.heads, model.head_dim)
+        one = (("reduce_scatter", payload / p, 1), ("all_gather", payload / p, 1)) if p > 1 else ()
+        twice = tuple((name, size, 2 * times) for name, size, times in one)
+        sent = all_reduce_bytes(payload, p)
+        return cls(payload, twice, one, 2 * sent, sent)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from dsgraph.comm.allreduce import GlobalNodes
 from dsgraph.comm.compress import get_codec
 from dsgraph.comm.control import TorchControlPlane
 if TYPE_CHECKING:
@@ -51,6 +52,17 @@ class GraphAttention(ABC):
     name: str = ""
     edges = None
     """The ``EdgeData`` of the rank's in-edges (block order), or None."""
+    pg: "GraphParallelGroup"
+    """The group its rows are split over (every strategy sets it)."""
+    global_nodes: GlobalNodes | None = None
+    """The nodes global attention spans from this rank (``global_scope``); None: every row of the
+    graph split over ``pg``. A mode narrows it where a step sees part of the graph (sampled mode:
+    the global batch's seeds)."""
+
+    def global_scope(self) -> GlobalNodes:
+        """What linear global attention (``dsgraph/models/global_attention.py``) sums over: its
+        per-head sums of this rank's rows are all-reduced over the scope's group."""
+        return self.global_nodes if self.global_nodes is not None else GlobalNodes(self.pg)
 
     @abstractmethod
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH: torch.Tensor | None = None,

@@ -30,7 +30,8 @@ DEFAULT_STRATEGY = "ag"
 @dataclass(kw_only=True, slots=True)
 class DsgraphConfig:
     dataset: str = "cora"
-    """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph), or a path to a .npz."""
+    """'cora' (bundled), 'rmat:SCALE[:EDGE_FACTOR]' (synthetic power-law graph; ':labels=T' a
+    multi-label task, ':structural' two classes at 80/20 with 7 structural features), or a path to a .npz."""
     strategy: str = DEFAULT_STRATEGY
     """Graph-parallel attention strategy, one of ``dsgraph.parallel.strategy_names()`` (``--help``
     lists them with a line each). 'sampled' and 'isolated' are accepted as older spellings of 'mode'."""
@@ -93,8 +94,8 @@ class DsgraphConfig:
     by global node id, so results stay independent of the rank count)."""
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
-    residual, head, feature_norm, edge_features, encodings, encoding_input, max_degree, degree_dim
-    (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
+    residual, head, feature_norm, global_attention, edge_features, encodings, encoding_input, max_degree,
+    degree_dim (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
     or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""

@@ -210,3 +210,46 @@ def test_regathered_kv_trades_the_replica_for_one_more_all_gather():
     assert again.comm_bytes == pytest.approx(kept.comm_bytes + L * (n * 2 * d * b) * 3)
     assert kept.memory_bytes - again.memory_bytes == pytest.approx(L * n_all * 2 * d * b)
     assert again.comm_s > kept.comm_s
+
+
+def test_global_attention_adds_its_all_reduces_projections_and_activations():
+    """Global attention costs every strategy the same: per hidden layer one all-reduce of the fp32 sums
+    S [H, D, D] and z [H, D] forward and one backward (timed as a ring: a reduce-scatter and an
+    all-gather of 1/P each), its four projections with the rest, its activations; the parameter
+    count is the real model's."""
+    from dsgraph.agp.model import global_sublayer_units
+    from dsgraph.comm.allreduce import all_reduce_bytes
+    from dsgraph.models import GraphTransformer, ModelOptions
+    from dsgraph.parallel.shapes import GlobalAttentionCost
+
+    profile = _profile()
+    n, d, b, L, H, D, p = 25_000, 128, 4, 2, 8, 16, 4
+    glob = dataclasses.replace(MODEL, global_attention="linear")
+    payload = 4 * (H * D * D + H * D)
+    g = GlobalAttentionCost.of(p, glob)
+    assert g.payload_bytes == payload and g.forward_bytes == all_reduce_bytes(payload, p) == 2 * 3 * payload // 4
+    assert GlobalAttentionCost.of(1, glob).bytes_sent == 0 and GlobalAttentionCost.of(1, glob).messages == ()
+    for strategy in ("ag", "a2a", "ag_ring"):
+        plain, with_global = (predict(strategy, p, GRAPH, m, profile, step=False) for m in (MODEL, glob))
+        assert with_global.comm_bytes - plain.comm_bytes == pytest.approx(L * 2 * all_reduce_bytes(payload, p))
+        fits = profile.fits(p).collectives
+        all_reduces = L * 2 * (fits["reduce_scatter"](payload / p) + fits["all_gather"](payload / p))  # forward and backward
+        assert with_global.comm_s - plain.comm_s == pytest.approx(all_reduces, rel=1e-6), strategy
+        extra = with_global.memory_terms["activations"] - plain.memory_terms["activations"]
+        assert extra == pytest.approx(L * n * d * b * global_sublayer_units(b))
+        assert with_global.rest_s > plain.rest_s  # its projections
+    sub = dataclasses.replace(glob, checkpoint_every=1)
+    assert predict("ag", p, GRAPH, sub, profile, step=False).comm_bytes - predict(
+        "ag", p, GRAPH, dataclasses.replace(MODEL, checkpoint_every=1), profile, step=False).comm_bytes == pytest.approx(
+        L * 3 * all_reduce_bytes(payload, p))  # the recompute runs the forward all-reduce again
+    for block, head, layers in (("transformer", "linear", 2), ("attention", "attention", 3)):  # what the branch adds
+        counts = []
+        for kind in ("none", "linear"):
+            options = ModelOptions(block=block, head=head, input_projection=True, global_attention=kind)
+            model = GraphTransformer(100, 7, hidden=d, heads=H, layers=layers, ffn_mult=2, options=options)
+            shape = ModelShape(layers=layers, hidden=d, heads=H, in_dim=100, num_classes=7, block=block, head=head,
+                               input_projection=True, global_attention=kind)  # fmt: skip
+            counts.append((shape.num_params, sum(t.numel() for t in model.parameters())))
+        assert counts[1][0] - counts[0][0] == counts[1][1] - counts[0][1] == (layers - (head == "attention")) * (4 * d * d + 4 * d)
+    hidden_kind = glob.layer_kinds()[0]
+    assert hidden_kind.global_attention and hidden_kind.global_macs_per_node == 4 * d * d + 2 * d * (D + 1)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dsgraph.comm import GraphParallelGroup, RowSplit, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads
+from dsgraph.comm import GraphParallelGroup, RowSplit, all_reduce_sum, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads
+from dsgraph.comm.allreduce import all_reduce_bytes
 from tests.distributed import run
 
 N, H, D = 11, 4, 3  # 11 rows split unevenly over 2 or 4 ranks
@@ -51,9 +52,25 @@ def test_collectives_place_rank_encoded_rows(world, tmp_path):
     run(_check_collectives, world, tmp_path)
 
 
+def _check_all_reduce(rank, world, tmp):
+    pg = GraphParallelGroup.from_world().with_split(RowSplit.even(N, world))
+    x = torch.full((H, D), float(rank + 1), dtype=torch.float64, requires_grad=True)
+    total = all_reduce_sum(x, pg)  # every rank holds 1 + 2 + ... + P
+    torch.testing.assert_close(total, torch.full((H, D), world * (world + 1) / 2, dtype=torch.float64), rtol=0, atol=0)
+    (total * (rank + 1)).sum().backward()  # each rank's loss reads the total with its own weight
+    torch.testing.assert_close(x.grad, torch.full_like(x, world * (world + 1) / 2), rtol=0, atol=0)
+    assert pg.stats.calls == 2 and pg.stats.bytes_sent == 2 * all_reduce_bytes(H * D * 8, world)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_all_reduce_sum_adds_every_rank_forward_and_backward(world, tmp_path):
+    run(_check_all_reduce, world, tmp_path)
+
+
 def test_single_rank_collectives_are_identity():
     pg = GraphParallelGroup.single(N)
     x = _global_tensor()
     assert gather_rows(x, pg) is x
     assert nodes_to_heads(x, pg) is x
     assert heads_to_nodes(x, pg) is x
+    assert all_reduce_sum(x, pg) is x

@@ -51,6 +51,25 @@ def test_rmat_is_deterministic_power_law_and_learnable_shape():
     assert same > 0.3
 
 
+def test_structural_rmat_has_two_imbalanced_classes_and_structural_features():
+    from dsgraph.graph.rmat import MINORITY_SHARE, NUM_STRUCTURAL, structural_features
+
+    g, plain = rmat_graph("rmat:10:8:structural", seed=1), rmat_graph("rmat:10:8", seed=1)
+    assert torch.equal(g.col, plain.col) and torch.equal(g.train_mask, plain.train_mask)  # the same graph and split
+    assert g.num_classes == 2 and int(g.y.sum()) == round(MINORITY_SHARE * 1024) and g.x.shape == (1024, NUM_STRUCTURAL)
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.in_degrees())
+    minority_edges = g.y[dst] == 1
+    assert (g.y[g.col.long()][minority_edges] == 1).float().mean() > 2 * MINORITY_SHARE  # they link among themselves
+    # against a direct count on a small directed graph: 0->1, 1->0, 2->1, 1->2 is absent, 3 isolated
+    x = structural_features(np.array([0, 1, 2]), np.array([1, 0, 1]), 4)
+    ln = np.log1p
+    want = [[ln(1), ln(1), ln(2), ln(2), ln(2), ln(2), 1.0], [ln(2), ln(1), ln(1) / 2, ln(1), ln(1), ln(1), 0.5],
+            [0, ln(1), 0, 0, ln(2), 0, 0], [0] * 7]  # fmt: skip
+    np.testing.assert_allclose(x, np.array(want, dtype=np.float32), rtol=1e-6)
+    with pytest.raises(ValueError, match="rmat:SCALE"):
+        load_dataset("rmat:10:structurals")
+
+
 def test_save_and_load_round_trip(tmp_path):
     g = random_graph()
     save_npz(g, tmp_path / "g.npz")

@@ -1,7 +1,11 @@
 """Node encodings in the model (``dsgraph/models/encodings.py``): what 'concat' and 'add' feed in,
 LapPE's sign flips (keyed by seed and step, only in training), the degree cap; and, on 2 and 4 gloo
 processes with every strategy, logits and every parameter gradient equal to the single-process run
-with RWSE, LapPE and degree encodings on (fp32, dropout on, uneven splits, rows without in-edges)."""
+with RWSE, LapPE and degree encodings on (fp32, dropout on, uneven splits, rows without in-edges),
+alone and together with linear global attention (the GraphGPS shape: encodings, local and global
+attention in one model)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -28,6 +32,7 @@ OPTIONS = {
     "concat": ModelOptions(encodings=ALL, max_degree=5),
     "add": ModelOptions(encodings=ALL, encoding_input="add", input_projection=True, block="transformer", head="linear", norm="pre"),
 }
+OPTIONS.update({f"{combine}-global": dataclasses.replace(options, global_attention="linear") for combine, options in OPTIONS.items()})
 
 
 def encoded_graph():
@@ -84,6 +89,8 @@ def _check(rank, world, tmp):
     for combine, options in OPTIONS.items():
         ref_logits, ref_grads, _ = forward_backward(graph, GraphParallelGroup.single(graph.num_nodes), "ag", options)
         assert ref_grads["encoder.in_degree.weight"].abs().sum() > 0
+        global_grads = [g for name, g in ref_grads.items() if ".global_attn." in name]
+        assert bool(global_grads) == combine.endswith("-global") and all(g.abs().sum() > 0 for g in global_grads)
         for strategy in strategy_names():
             if get_strategy(strategy).infeasible(HEADS, world):
                 continue

@@ -5,6 +5,7 @@ the bytes each rank sends per layer are exactly what the strategy declares to AG
 edge features (every layer's score bias made from them, which GP-A2A moves with its heads; and,
 where the strategy takes them, edge-conditioned values)."""
 
+import dataclasses
 import functools
 
 import pytest
@@ -29,16 +30,19 @@ MODEL = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS)  # auto without a 
 
 
 def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
-                     regather=False, edge_features="bias"):  # fmt: skip
+                     regather=False, options=None, edge_features="bias"):  # fmt: skip
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
-    head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``."""
+    head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``;
+    ``options``: the model's ModelOptions (default: the default model)."""
     ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None,
                           comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
-    options = ModelOptions(edge_features=edge_features if graph.edge_attr is not None else "none")  # a graph with edge features: read them
+    options = options if options is not None else ModelOptions()
+    if graph.edge_attr is not None:  # a graph with edge features: read them
+        options = dataclasses.replace(options, edge_features=edge_features)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3, input_dropout=0.2,
                              attention_dropout=0.3, seed=7, options=options, edge_dim=graph.num_edge_features)  # fmt: skip
     outputs = []

@@ -76,7 +76,7 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
 @pytest.mark.parametrize(
     "model, message",
     [
-        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm"),
+        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm, global_attention"),
         ({"norm": "middle"}, r"'model.norm' must be one of none, pre, post; got 'middle'"),
         ({"head": "mlp"}, r"'model.head' must be one of attention, linear"),
         ({"input_projection": "yes"}, r"'model.input_projection' must be bool, got 'yes'"),
@@ -119,3 +119,20 @@ def test_gpu_and_cpu_quickstart_train_the_same_model():
     assert {k: getattr(cpu, k) for k in keys} == {k: getattr(gpu, k) for k in keys}
     for part in ("optimizer", "scheduler", "gradient_clipping"):
         assert cpu_ds.get(part) == gpu_ds.get(part), part
+
+
+def test_graph_transformer_presets_are_what_the_model_page_says():
+    """cpu_transformer.json: options.TRANSFORMER; cpu_general.json: that plus linear global attention;
+    cpu_gps.json (GraphGPS-style): that plus RWSE, on the dataset `dsgraph encode cora --out cora_enc.npz`
+    writes; all three with dropout 0.2, input dropout 0.2 and no attention dropout."""
+    import dataclasses
+
+    from dsgraph.models import TRANSFORMER
+
+    presets = {name: load_ds_config(f"ds_configs/cpu_{name}.json")[1] for name in ("transformer", "general", "gps")}
+    assert presets["transformer"].model == TRANSFORMER
+    assert presets["general"].model == dataclasses.replace(TRANSFORMER, global_attention="linear")
+    assert presets["gps"].model == dataclasses.replace(TRANSFORMER, global_attention="linear", encodings=("rwse",))
+    assert presets["gps"].dataset == "cora_enc.npz"
+    for cfg in presets.values():
+        assert (cfg.dropout, cfg.input_dropout, cfg.attention_dropout) == (0.2, 0.2, 0.0)

@@ -1,7 +1,8 @@
 """Training with node encodings through the DeepSpeed engine: 1, 2 and 4 gloo ranks take the same
 steps (losses within 1e-5, fp32) with RWSE, LapPE and degree encodings on, for every strategy, for a
-partition store, and in sampled mode; isolated mode carries every local row's encodings (own and
-halo rows) and evaluates alike on any rank count; a run asking for an encoding its dataset lacks is
+partition store, and in sampled mode, also beside linear global attention (the GraphGPS shape);
+isolated mode carries every local row's encodings (own and halo rows) and, with global attention on
+too, evaluates alike on any rank count; a run asking for an encoding its dataset lacks is
 refused before training with the ``dsgraph encode`` command."""
 
 import os
@@ -25,6 +26,7 @@ from tests.train.helpers import (
 HEADS = 4
 MODEL = {"encodings": ["rwse", "lappe", "degree"], "max_degree": 8}
 ADD = {**MODEL, "encoding_input": "add", "input_projection": True, "block": "transformer", "head": "linear", "norm": "pre"}
+GPS = {**ADD, "global_attention": "linear"}
 BASE = dict(hidden=32, heads=HEADS, layers=2, self_loops=False, seed=3, eval_every=100)
 
 
@@ -48,6 +50,8 @@ def _runs(world: int, tmp: str) -> dict[str, dict]:
     runs["ag-add"] = dict(strategy="ag", model=ADD)
     runs["store"] = dict(strategy="ag", model=MODEL, partitions=os.path.join(tmp, f"store{world}"))
     runs["sampled"] = dict(mode="sampled", model=MODEL, sampled=dict(fanouts=[3, 3], batch_size=16, feature_dtype="float32"))
+    runs["halo-gps"] = dict(strategy="halo", model=GPS)  # every strategy's gradients: tests/models/test_encodings.py
+    runs["sampled-gps"] = dict(runs["sampled"], model=GPS)
     return runs
 
 
@@ -68,12 +72,12 @@ def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
     reference = by_world[1]
     assert len(reference["sampled"]) == 3 * 4  # 53 training nodes in batches of 16
     for world in (2, 4):
-        assert set(by_world[world]) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring"}
+        assert set(by_world[world]) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring", "halo-gps", "sampled-gps"}
     assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
 def _isolated(rank, world, tmp):
-    trainer = _trainer(tmp, stage=0, mode="isolated", model=MODEL, epochs=2, self_loops=True,
+    trainer = _trainer(tmp, stage=0, mode="isolated", model={**MODEL, "global_attention": "linear"}, epochs=2, self_loops=True,
                        isolated=dict(chunks=8, repart_every=1, batch_size=16, halo_fraction=0.2))  # fmt: skip
     first = trainer.evaluate(0)
     graph = load_npz(encoded_dataset(tmp))

@@ -91,6 +91,7 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
         "model.residual": options.RESIDUALS,
         "model.head": options.HEADS,
         "model.feature_norm": options.FEATURE_NORMS,
+        "model.global_attention": options.GLOBAL_ATTENTIONS,
         "model.encoding_input": options.ENCODING_INPUTS,
         "sampled.feature_dtype": FEATURE_DTYPE_NAMES,
         "isolated.sync": isolated.SYNC_MODES,

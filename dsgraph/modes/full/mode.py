@@ -39,8 +39,9 @@ def model_shape(cfg, in_dim: int, num_classes: int) -> ModelShape:
     return ModelShape(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, ffn_mult=cfg.ffn_mult, in_dim=in_dim,
                       num_classes=num_classes, checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
                       checkpoint_nested=cfg.checkpoint_nested, block=cfg.model.block, head=cfg.model.head,
-                      input_projection=cfg.model.input_projection, regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype,
-                      comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges)  # fmt: skip
+                      input_projection=cfg.model.input_projection, global_attention=cfg.model.global_attention,
+                      regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
+                      comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges)  # fmt: skip
 
 
 def _spread(values: list[int]) -> str:

@@ -19,6 +19,10 @@ loss on the batch: ``sum_i c_i * loss_i / |B|`` (the seed's batch-level correcti
 - ``isolated_sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
   ``sum_i c_i * loss_i * W / sum_r |B_r|``, the mean over the global batch.
 
+Global attention (model option ``global_attention``) spans the rank's local subgraph (its chunks and
+their halo) in a training step, with no collective: the step stays local; evaluation spans the
+whole graph.
+
 Evaluation is the normal full-graph path (the configured strategy over all ranks, on the same loaded
 dataset), so accuracy compares directly with the other modes; with local steps it runs only at
 super-epoch boundaries, where the ranks' parameters agree. A step row's ``loss`` and ``train_acc``

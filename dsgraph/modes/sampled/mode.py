@@ -8,6 +8,10 @@ rows as ``local_sum * W / global_batch``, so DeepSpeed's gradient averaging over
 mean over the global batch. A background thread prepares batches (sampling and feature gathering)
 up to ``prefetch_depth`` ahead; features come from a store in fp32 or bf16 with a hot-node cache.
 
+Global attention (model option ``global_attention``) spans the global batch's seed nodes: each rank
+sums over its seeds and the sums are all-reduced, so 1 and P ranks take the same steps; every node
+of a rank's subgraph attends to them. Evaluation runs it over all nodes.
+
 Evaluation runs the model on the whole graph on every rank (all ranks must run the forward under
 ZeRO-3), so it needs the graph to fit one rank, as Cora and rmat graphs up to a few million edges do.
 With edge features, a batch's edges take theirs by the whole graph's edge ids the sampler reports.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dsgraph.comm import GraphParallelGroup
+from dsgraph.comm import GlobalNodes, GraphParallelGroup
 from dsgraph.graph import Graph, encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
 from dsgraph.parallel import StrategyContext, get_strategy
@@ -31,10 +35,13 @@ from dsgraph.modes.base import EvalBatch, Mode, Step
 LOCAL_STRATEGY = "ag"  # a graph held whole by one rank: the plain op (every strategy reduces to it on one rank)
 
 
-def local_attention(graph: RankGraph, backend: str):
-    """The attention of a graph held whole by this rank (already on its device)."""
+def local_attention(graph: RankGraph, backend: str, global_nodes: GlobalNodes | None = None):
+    """The attention of a graph held whole by this rank (already on its device). ``global_nodes``:
+    what global attention spans (default: this graph's nodes, no collective)."""
     pg = GraphParallelGroup.single(graph.num_nodes)
-    return get_strategy(LOCAL_STRATEGY).build(graph, pg, StrategyContext(heads=1, backend=backend))
+    attention = get_strategy(LOCAL_STRATEGY).build(graph, pg, StrategyContext(heads=1, backend=backend))
+    attention.global_nodes = global_nodes
+    return attention
 
 
 def edge_features(graph: Graph, reads_edges: bool, dataset: str) -> Graph:
@@ -128,8 +135,9 @@ class Sampled(Mode):
     def _step(self, batch: MiniBatch, queue_wait_s: float) -> Step:
         graph = batch_graph(batch, self.num_features, self.num_classes, self.edge_attr).to(self.device, self.dtype)
         nodes, sub = graph.nodes, batch.graph
+        seeds = GlobalNodes(self.pg, rows=slice(0, sub.num_seeds))  # global attention: the global batch's seeds
         return Step(
-            epoch=batch.epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
+            epoch=batch.epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend, seeds), node_ids=nodes.node_ids,
             loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=batch.global_count,
             summed={"sampled_nodes_before_dedup": sub.nodes_before_dedup, "sampled_nodes_after_dedup": sub.num_nodes,
                     "sampled_edges": sub.num_edges, "cache_hits": batch.cache_hits, "queue_wait_s": queue_wait_s,

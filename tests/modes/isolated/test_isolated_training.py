@@ -239,3 +239,24 @@ def test_isolated_config_errors(section, message):
 
 def test_per_step_sync_needs_no_boundary_alignment():
     DsgraphConfig.from_dict({"strategy": "isolated", "isolated_sync": "step", "repart_every": 4, "checkpoint_every": 3})
+
+
+GLOBAL_MODEL = dict(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear")
+
+
+def _global_local_steps(rank, world, tmp):
+    trainer = _trainer(tmp, model=GLOBAL_MODEL, epochs=2)
+    losses = []
+    for step in trainer.mode.steps(0):
+        row, ops = _logged(trainer.train_step, step)
+        losses.append(row["loss"])
+        if not step.sync:  # global attention spans the rank's own subgraph: a local step stays without collectives
+            assert ops == {} and row["comm_bytes"] == step.input_bytes, ops
+    evaluation = trainer.evaluate(1)  # the full-graph path: its all-reduces of the sums run over both ranks
+    assert all(math.isfinite(x) for x in losses) and 0.0 <= evaluation["test_acc"] <= 1.0 and evaluation["comm_bytes"] > 0
+    assert abs(evaluation["test_acc"] - _full_graph_accuracy(trainer, write_random_graph(tmp))) < 1e-6
+    trainer.close()
+
+
+def test_global_attention_in_isolated_steps_spans_the_ranks_subgraph(tmp_path):
+    run(_global_local_steps, 2, tmp_path)

@@ -16,8 +16,11 @@ from tests.train.helpers import ds_config, dump, load, write_random_graph
 SAMPLED_KEYS = ("sampled_nodes_before_dedup", "sampled_nodes_after_dedup", "queue_wait_s", "cache_hit_rate")
 
 
-def _fit(rank, world, tmp):
-    cfg = DsgraphConfig.from_dict(dict(
+GLOBAL_MODEL = dict(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear")
+
+
+def _fit(rank, world, tmp, model=None):
+    cfg = DsgraphConfig.from_dict(dict(model=model or {},
         dataset=write_random_graph(tmp), strategy="sampled", hidden=32, heads=4, layers=2, seed=3,
         sampled=dict(fanouts=[3, 3], batch_size=16, prefetch_depth=2, cache_fraction=0.2, feature_dtype="bfloat16"),
         epochs=4, eval_every=2, metrics_out=os.path.join(tmp, f"metrics_{world}.jsonl"),
@@ -28,10 +31,12 @@ def _fit(rank, world, tmp):
         dump(tmp, f"result_{world}.json", result)
 
 
-def test_sampled_training_on_one_and_two_ranks_takes_the_same_steps(tmp_path):
+@pytest.mark.parametrize("model", [None, GLOBAL_MODEL], ids=["default", "global-attention"])
+def test_sampled_training_on_one_and_two_ranks_takes_the_same_steps(tmp_path, model):
+    """With global attention too: it spans the global batch's seeds, whose sums are all-reduced."""
     write_random_graph(str(tmp_path))
     for world in (1, 2):
-        run(_fit, world, tmp_path)
+        run(_fit, world, tmp_path, model)
     rows = {}
     for world in (1, 2):
         with open(tmp_path / f"metrics_{world}.jsonl") as f:
