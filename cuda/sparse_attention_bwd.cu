@@ -1,6 +1,6 @@
 // Sparse attention backward (FlashAttention-2 style: scores recomputed from the saved lse).
-//   p_ij = exp(scale <q_i, k_j> - lse_i),  delta_i = <dy_i, y_i>,  ds_ij = p_ij (<dy_i, v_j> - delta_i)
-//   dq_i = scale sum_j ds_ij k_j          (rows of the CSR, sa_dq_*)
+//   p_ij = exp(scale <q_i, k_j> (+ bias_ij) - lse_i),  delta_i = <dy_i, y_i>,  ds_ij = p_ij (<dy_i, v_j> - delta_i)
+//   dq_i = scale sum_j ds_ij k_j          (rows of the CSR, sa_dq_*; with a bias also dbias_ij = ds_ij)
 //   dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dy_i   (columns of the CSC, sa_dkdv_*)
 // Run sa_delta first. Schedules and layouts: see sparse_attention_common.cuh.
 #include "sparse_attention_common.cuh"
@@ -21,6 +21,8 @@ struct DqOp {
   scalar_t* __restrict__ dq;
   int H;
   float scale;
+  DSG_IF_BIAS(const scalar_t* __restrict__ bias;)  // [E, H], CSR edge order
+  DSG_IF_BIAS(scalar_t* __restrict__ dbias;)       // [E, H]: ds, written once per edge-head
 
   struct Context {
     Frag q, dy;
@@ -44,8 +46,11 @@ struct DqOp {
     const long long offset = ((long long)col[e] * H + h) * D + team_lane * VEC;
     const Frag kj = load_frag(k + offset);
     const Frag vj = load_frag(v + offset);
-    const float p = expf(scale * team_sum(dot(c.q, kj), mask) - c.lse);
+    float s = scale * team_sum(dot(c.q, kj), mask);
+    DSG_IF_BIAS(s += load_scalar(bias + e * H + h);)
+    const float p = expf(s - c.lse);
     const float ds = p * (team_sum(dot(c.dy, vj), mask) - c.delta);
+    DSG_IF_BIAS(if (team_lane == 0) store_scalar(dbias + e * H + h, ds);)
     axpy(st.f[0], ds, kj);
   }
 
@@ -76,6 +81,8 @@ struct DkDvOp {
   scalar_t* __restrict__ dv;
   int H;
   float scale;
+  DSG_IF_BIAS(const long long* __restrict__ perm;)  // [E]: the CSR position of each CSC edge
+  DSG_IF_BIAS(const scalar_t* __restrict__ bias;)   // [E, H], CSR edge order
 
   struct Context {
     Frag k, v;
@@ -99,7 +106,9 @@ struct DkDvOp {
     const long long item = (long long)row[e] * H + h;
     const Frag qi = load_frag(q + item * D + team_lane * VEC);
     const Frag dyi = load_frag(dy + item * D + team_lane * VEC);
-    const float p = expf(scale * team_sum(dot(qi, c.k), mask) - lse[item]);
+    float s = scale * team_sum(dot(qi, c.k), mask);
+    DSG_IF_BIAS(s += load_scalar(bias + perm[e] * H + h);)
+    const float p = expf(s - lse[item]);
     const float ds = p * (team_sum(dot(dyi, c.v), mask) - delta[item]);
     axpy(st.f[0], ds, qi);
     axpy(st.f[1], p, dyi);
@@ -139,8 +148,9 @@ extern "C" __global__ void sa_delta(const scalar_t* dy, const float* y, float* d
 
 #define DQ_ARGS                                                                                      \
   const long long *rowptr, const int *col, const scalar_t *q, const scalar_t *k, const scalar_t *v, \
-      const scalar_t *dy, const float *lse, const float *delta, scalar_t *dq, int H, float scale
-#define DQ_OP DqOp{rowptr, col, q, k, v, dy, lse, delta, dq, H, scale}
+      const scalar_t *dy, const float *lse, const float *delta, scalar_t *dq, int H,                \
+      float scale DSG_IF_BIAS(, const scalar_t *bias, scalar_t *dbias)
+#define DQ_OP DqOp{rowptr, col, q, k, v, dy, lse, delta, dq, H, scale DSG_IF_BIAS(, bias, dbias)}
 
 extern "C" __global__ void sa_dq_small(DQ_ARGS, const int* items, int n_items) {
   dsg::run_team_per_item(DQ_OP, items, n_items);
@@ -162,8 +172,9 @@ extern "C" __global__ void sa_dq_merge(DQ_ARGS, const int* long_segs, const int*
 
 #define DKDV_ARGS                                                                                     \
   const long long *colptr, const int *row, const scalar_t *q, const scalar_t *k, const scalar_t *v, \
-      const scalar_t *dy, const float *lse, const float *delta, scalar_t *dk, scalar_t *dv, int H, float scale
-#define DKDV_OP DkDvOp{colptr, row, q, k, v, dy, lse, delta, dk, dv, H, scale}
+      const scalar_t *dy, const float *lse, const float *delta, scalar_t *dk, scalar_t *dv, int H,  \
+      float scale DSG_IF_BIAS(, const long long *perm, const scalar_t *bias)
+#define DKDV_OP DkDvOp{colptr, row, q, k, v, dy, lse, delta, dk, dv, H, scale DSG_IF_BIAS(, perm, bias)}
 
 extern "C" __global__ void sa_dkdv_small(DKDV_ARGS, const int* items, int n_items) {
   dsg::run_team_per_item(DKDV_OP, items, n_items);

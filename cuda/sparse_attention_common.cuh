@@ -4,6 +4,9 @@
 // Compile-time constants, set by the loader (dsgraph/ops/cuda_source.py):
 //   DSG_HEAD_DIM  D, the head dim: 8, 16, 32, 64 or 128
 //   DSG_BF16      1: q, k, v, dy and the gradients are bf16 (raw 16-bit words); 0: fp32
+//   DSG_BIAS      1: the kernels take a score bias [E, H] in CSR edge order (the inputs' dtype),
+//                 added to every score, and the dQ pass writes its gradient dbias = ds [E, H];
+//                 0: no bias (the kernels and their arguments are those without one)
 // All arithmetic is fp32. Layouts (contiguous, 16-byte aligned): q, dy, dq [N_dst, H, D];
 // k, v, dk, dv [N_src, H, D]; y [N_dst, H, D] fp32; lse, delta [N_dst, H] fp32;
 // rowptr/colptr int64; col/row int32.
@@ -24,6 +27,15 @@
 #endif
 #ifndef DSG_BF16
 #error "compile with -DDSG_BF16=<0|1>"
+#endif
+#ifndef DSG_BIAS
+#error "compile with -DDSG_BIAS=<0|1>"
+#endif
+
+#if DSG_BIAS
+#define DSG_IF_BIAS(...) __VA_ARGS__  // a kernel argument, member or statement that exists only with a bias
+#else
+#define DSG_IF_BIAS(...)
 #endif
 
 #if DSG_BF16
@@ -101,6 +113,24 @@ __device__ __forceinline__ void store_frag(scalar_t* p, const Frag& f) {
   *reinterpret_cast<uint4*>(p) = u;
 #else
   *reinterpret_cast<float4*>(p) = make_float4(f.x[0], f.x[1], f.x[2], f.x[3]);
+#endif
+}
+
+// One element of the input dtype, in fp32 (the score bias: one per edge-head, read by a whole team).
+__device__ __forceinline__ float load_scalar(const scalar_t* __restrict__ p) {
+#if DSG_BF16
+  return bf16_bits_to_float(*p);
+#else
+  return *p;
+#endif
+}
+
+// Stores one element in the input dtype (the bias gradient).
+__device__ __forceinline__ void store_scalar(scalar_t* p, float x) {
+#if DSG_BF16
+  *p = (scalar_t)float_to_bf16_bits(x);
+#else
+  *p = x;
 #endif
 }
 

@@ -1,5 +1,5 @@
 // Sparse attention forward: per (row, head), an online softmax over the row's edges.
-//   s_ij = scale <q_i, k_j>,  y_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
+//   s_ij = scale <q_i, k_j> (+ bias_ij),  y_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
 // y is written in fp32 (the loader casts it for bf16 inputs); rows with no edges get y = 0 and
 // lse = -inf. Schedules and layouts: see sparse_attention_common.cuh.
 #include "sparse_attention_common.cuh"
@@ -17,6 +17,7 @@ struct ForwardOp {
   float* __restrict__ lse;
   int H;
   float scale;
+  DSG_IF_BIAS(const scalar_t* __restrict__ bias;)  // [E, H], CSR edge order
 
   struct Context {
     Frag q;
@@ -39,7 +40,8 @@ struct ForwardOp {
     const long long offset = ((long long)col[e] * H + h) * D + team_lane * VEC;
     const Frag kj = load_frag(k + offset);
     const Frag vj = load_frag(v + offset);
-    const float s = scale * team_sum(dot(c.q, kj), mask);
+    float s = scale * team_sum(dot(c.q, kj), mask);
+    DSG_IF_BIAS(s += load_scalar(bias + e * H + h);)
     if (s > st.s[0]) {  // a new maximum: rescale what was summed so far
       const float r = expf(st.s[0] - s);
       st.s[1] *= r;
@@ -77,8 +79,8 @@ using dsg::ForwardOp;
 
 #define FORWARD_ARGS                                                                                 \
   const long long *rowptr, const int *col, const scalar_t *q, const scalar_t *k, const scalar_t *v, \
-      float *y, float *lse, int H, float scale
-#define FORWARD_OP ForwardOp{rowptr, col, q, k, v, y, lse, H, scale}
+      float *y, float *lse, int H, float scale DSG_IF_BIAS(, const scalar_t *bias)
+#define FORWARD_OP ForwardOp{rowptr, col, q, k, v, y, lse, H, scale DSG_IF_BIAS(, bias)}
 
 extern "C" __global__ void sa_forward_small(FORWARD_ARGS, const int* items, int n_items) {
   dsg::run_team_per_item(FORWARD_OP, items, n_items);

@@ -34,6 +34,7 @@ class AutoAttention(GraphAttention):
 
     def __init__(self, graph, pg, ctx, auto):
         self.graph, self.pg, self.ctx, self.auto = graph, pg, ctx, auto
+        self.edges = graph.edges
         self._built: dict[str, GraphAttention] = {}
 
     @property
@@ -47,8 +48,8 @@ class AutoAttention(GraphAttention):
             self._built[name] = get_strategy(name).build(self.graph, self.pg, self.ctx)
         return self._built[name]
 
-    def __call__(self, q_nHD, k_nHD, v_nHD):
-        return self.current(q_nHD, k_nHD, v_nHD)
+    def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
+        return self.current(q_nHD, k_nHD, v_nHD, bias_eH, edge_values)  # edge values: refused by candidates without them
 
     def after_step(self, step_s: float, comm_s: float) -> None:
         self.auto.after_step(step_s, comm_s)

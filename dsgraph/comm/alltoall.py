@@ -3,6 +3,9 @@ selected rows (a halo exchange), whose backward sends the gradients back along t
 
 - ``nodes_to_heads`` / ``heads_to_nodes``: node split [n_r, H, D] <-> head split [N, H/P, D];
   each one's backward is the other (``start_*`` versions run asynchronously).
+- ``edges_to_heads``: the same from the edge split of a per-edge, per-head tensor (a score bias
+  [e_r, H], the in-edges of rank r's rows) to its head split [E, H/P], with the ranks' edge counts
+  in place of their row counts; it travels as it is (no codec). Its backward is the way back.
 - ``start_exchange_rows``: uneven all-to-all of rows x[send_index], started asynchronously so
   local work can run while they travel; ``wait()`` gives the received rows. In backward the
   gradients travel back the same way, overlapped with the backward of what ran in between.
@@ -40,43 +43,47 @@ def _all_to_all(x, send: list[int], recv: list[int], pg: GraphParallelGroup, cod
     return (out, work, payload) if async_op else out
 
 
-def _head_split_send(x_nHD, pg: GraphParallelGroup):
-    """[n, H, D] -> the send buffer [P * n, H/P, D] (block r: the heads rank r gets), and its splits."""
+def _head_split_send(x_nHD, pg: GraphParallelGroup, counts=None):
+    """[n, H, D] -> the send buffer [P * n, H/P, D] (block r: the heads rank r gets), and its splits;
+    ``counts``: the rows of every rank (default: the group's row split)."""
     n, heads, dim = x_nHD.shape
     p = pg.world_size
-    return x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous().view(p * n, heads // p, dim), [n] * p, pg.counts
+    send = x_nHD.reshape(n, p, heads // p, dim).transpose(0, 1).contiguous().view(p * n, heads // p, dim)
+    return send, [n] * p, list(pg.counts if counts is None else counts)
 
 
-def _node_split(recv_PnhD, pg: GraphParallelGroup):
+def _node_split(recv_PnhD, pg: GraphParallelGroup, counts=None):
     """The received [P * n, h, D] (block r: rank r's heads of this rank's rows) -> [n, P * h, D]."""
-    p, n = pg.world_size, pg.counts[pg.rank]
+    p, n = pg.world_size, (pg.counts if counts is None else counts)[pg.rank]
     _, h, dim = recv_PnhD.shape
     return recv_PnhD.view(p, n, h, dim).transpose(0, 1).reshape(n, p * h, dim)
 
 
-def _nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
-    send, splits, recv = _head_split_send(x_nHD, pg)
+def _nodes_to_heads(x_nHD, pg: GraphParallelGroup, codec: Codec, counts=None) -> torch.Tensor:
+    send, splits, recv = _head_split_send(x_nHD, pg, counts)
     return codec.decode(_all_to_all(send, splits, recv, pg, codec), send)
 
 
-def _heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec) -> torch.Tensor:
-    n = pg.counts[pg.rank]
-    recv = codec.decode(_all_to_all(y_NhD.contiguous(), pg.counts, [n] * pg.world_size, pg, codec), y_NhD)
-    return _node_split(recv, pg)
+def _heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec, counts=None) -> torch.Tensor:
+    counts = list(pg.counts if counts is None else counts)
+    n = counts[pg.rank]
+    recv = codec.decode(_all_to_all(y_NhD.contiguous(), counts, [n] * pg.world_size, pg, codec), y_NhD)
+    return _node_split(recv, pg, counts)
 
 
 class _Exchange(torch.autograd.Function):
     """``there(x)`` in forward and ``back(grad)`` in backward: nodes->heads and heads->nodes are each
-    other's adjoint, so each one's backward is the other."""
+    other's adjoint, so each one's backward is the other. ``counts``: the rows of every rank (None:
+    the group's row split; the edge counts for a per-edge tensor)."""
 
     @staticmethod
-    def forward(ctx, x, there, back, pg, codec, grad_codec):
-        ctx.back, ctx.pg, ctx.grad_codec = back, pg, grad_codec
-        return there(x, pg, codec)
+    def forward(ctx, x, there, back, pg, codec, grad_codec, counts=None):
+        ctx.back, ctx.pg, ctx.grad_codec, ctx.counts = back, pg, grad_codec, counts
+        return there(x, pg, codec, counts)
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.back(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None, None
+        return ctx.back(grad.contiguous(), ctx.pg, ctx.grad_codec, ctx.counts), None, None, None, None, None, None
 
 
 def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
@@ -94,6 +101,17 @@ def heads_to_nodes(y_NhD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = P
     if pg.world_size == 1:
         return y_NhD
     return _Exchange.apply(y_NhD, _heads_to_nodes, _nodes_to_heads, pg, codec, grad_codec)
+
+
+def edges_to_heads(x_eH: torch.Tensor, edge_counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """All-to-all of a per-edge, per-head tensor: edge split [e_r, H] (the in-edges of rank r's rows,
+    e_r = ``edge_counts[r]``) -> head split [E, H/P] (every edge in rank order, so CSR order of the
+    whole graph, for rank r's heads). Backward: the gradient goes the way back (head split -> edge split)."""
+    if pg.world_size == 1:
+        return x_eH
+    if x_eH.shape[1] % pg.world_size:
+        raise ValueError(f"edges_to_heads: {x_eH.shape[1]} heads do not split over {pg.world_size} ranks")
+    return _Exchange.apply(x_eH[..., None], _nodes_to_heads, _heads_to_nodes, pg, PLAIN, PLAIN, list(edge_counts))[..., 0]
 
 
 class _GradExchange:

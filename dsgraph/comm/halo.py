@@ -52,6 +52,10 @@ class HaloPlan:
     """int64 [e_b]: their sources in the compact index space [0, n + h)."""
     row_order: torch.Tensor
     """int64 [n]: position of each local row in cat([interior rows, boundary rows])."""
+    interior_edges: torch.Tensor
+    """int64 [e_i]: the block's edge of each interior CSR edge (for per-edge data such as a score bias)."""
+    boundary_edges: torch.Tensor
+    """int64 [e_b]: the block's edge of each boundary CSR edge."""
 
     @property
     def num_halo(self) -> int:
@@ -116,6 +120,8 @@ class HaloPlan:
             boundary_rowptr=csr(boundary),
             boundary_col=t(compact[edge_boundary].astype(np.int64)),
             row_order=t(row_order),
+            interior_edges=t(np.flatnonzero(~edge_boundary).astype(np.int64)),
+            boundary_edges=t(np.flatnonzero(edge_boundary).astype(np.int64)),
         )
 
     def to(self, device: torch.device) -> "HaloPlan":

@@ -3,7 +3,8 @@
 INPUT is an OGB node-property folder, an edge list (.txt/.csv/.tsv/.edges/.el, optionally .gz) or a
 .npz (dsgraph's layout, or the benchmark layout ``edges`` [E, 2] + ``node_features`` +
 ``node_labels`` + ``train_masks``/``val_masks``/``test_masks`` [S, N], whose S splits a .npz output
-keeps); OUTPUT is a .npz (the format ``--dataset PATH.npz`` reads) or a folder, which becomes a
+keeps); edge features (OGB's raw/edge-feat, a .npz's edge_attr or edge_features, an edge list's
+extra columns with ``--edge-features``) go to the output with their edges; OUTPUT is a .npz (the format ``--dataset PATH.npz`` reads) or a folder, which becomes a
 partition store (``--parts``, ``--method``) like ``dsgraph partition`` writes. Prints a summary
 (nodes, edges, degree statistics, isolated nodes, classes, split sizes) and, with ``--histogram
 FILE.png``, plots the degree distribution (needs matplotlib: ``pip install dsgraph[plot]``).
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and write each node's original id to OUTPUT.node_ids.npy (OUTPUT without .npz)")
     parser.add_argument("--features", metavar="FILE.npy", help="edge lists: node features [N, F]")
     parser.add_argument("--labels", metavar="FILE.npy", help="edge lists: integer node labels [N] (-1 = unlabelled)")
+    parser.add_argument("--edge-features", action="store_true",
+                        help="edge lists: the numeric columns after SOURCE DESTINATION are edge features (edge_attr)")
     parser.add_argument("--split", metavar="NAME", help="OGB: the split scheme under split/ (needed if several)")
     parser.add_argument("--name", help="dataset name (default: from INPUT)")
     parser.add_argument("--parts", type=int, default=1, help="partition store output: number of parts (default: 1)")
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             labels=args.labels,
             split=args.split,
             name=args.name,
+            edge_features=args.edge_features,
         )
         read_s = time.perf_counter() - began
         written = _write(result, args)

@@ -13,7 +13,7 @@ from importlib import resources
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.npz import load_npz, save_npz
-from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_graph, rmat_labels, rmat_structural
+from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_edge_types, rmat_graph, rmat_labels, rmat_structural
 
 BUNDLED = ("cora",)
 
@@ -35,7 +35,8 @@ def load_dataset(spec: str, seed: int = 0, choice: SplitChoice | None = None) ->
 
 
 def _unknown(spec: str) -> ValueError:
-    return ValueError(f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, rmat:SCALE[:EDGE_FACTOR][:labels=T|:structural] or a path to a .npz file")
+    return ValueError(f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, "
+                      "rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural] or a path to a .npz file")
 
 
 def cache_dir() -> str:
@@ -50,6 +51,7 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
     if spec.startswith("rmat:"):
         scale, edge_factor = parse_rmat_spec(spec)
         labels = f"_labels{rmat_labels(spec)}" if rmat_labels(spec) else "_structural" if rmat_structural(spec) else ""
+        labels += f"_etypes{rmat_edge_types(spec)}" if rmat_edge_types(spec) else ""
         path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}{labels}_seed{seed}_v{GENERATOR_VERSION}.npz")
         return path, os.path.isfile(path)
     if spec.endswith(".npz") or os.path.exists(spec):

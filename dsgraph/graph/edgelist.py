@@ -2,8 +2,9 @@
 
 Format: values separated by whitespace or by commas (detected from the first data line), ``#`` or
 ``%`` comments, blank lines, an optional header line (a first data line whose first two fields are
-not integers, such as ``src,dst``), extra columns (weights, timestamps) ignored, optionally gzip
-compressed. Node ids are non-negative integers; each line is a directed edge SOURCE -> DESTINATION
+not integers, such as ``src,dst``), extra columns (weights, timestamps) ignored unless they are read
+as edge features (``edge_features``: every line then has the same number of numeric columns, those
+after the two ids being the edge's features), optionally gzip compressed. Node ids are non-negative integers; each line is a directed edge SOURCE -> DESTINATION
 (symmetrize to read an undirected list).
 
 The file is streamed: one pass counts lines to preallocate the id arrays, a second parses blocks of
@@ -33,20 +34,24 @@ class EdgeList:
     num_nodes: int
     node_ids: np.ndarray | None = None  # int64 [N]: the file's id of each node, when relabelled
     header: str | None = None  # the header line that was skipped, if any
+    edge_attr: np.ndarray | None = None  # float32 [E, F_e]: the columns after the ids, with edge_features
 
 
-def read_edge_list(path: str | os.PathLike, *, relabel: bool = False, block_bytes: int | None = None) -> EdgeList:
+def read_edge_list(path: str | os.PathLike, *, relabel: bool = False, block_bytes: int | None = None,
+                   edge_features: bool = False) -> EdgeList:  # fmt: skip
     """Reads an edge list file (see the module docstring for the format).
 
     Without ``relabel`` node ids are used as they are, N is the largest id + 1 and ids that no line
     mentions become isolated nodes. With ``relabel`` the distinct ids, in ascending order, become
-    0..N-1 and ``node_ids`` keeps the original id of every node.
+    0..N-1 and ``node_ids`` keeps the original id of every node. ``edge_features``: the columns
+    after the ids are the edges' features (``edge_attr``).
     """
     path = require_file(path, "edge list")
     capacity = count_lines(path)
     id_dtype = np.int64 if relabel else np.int32
     src = np.empty(capacity, dtype=id_dtype)
     dst = np.empty(capacity, dtype=id_dtype)
+    attr = None
     filled = 0
     delimiter: str | None = None
     header: str | None = None
@@ -55,15 +60,20 @@ def read_edge_list(path: str | os.PathLike, *, relabel: bool = False, block_byte
         if index == 0:
             delimiter = detect_delimiter(block)
             block, header = _drop_header(block, delimiter)
-        rows = parse_block(block, columns=2, dtype=np.int64, delimiter=delimiter)
-        _check_ids(block, rows, relabel)
+        if edge_features and attr is None:
+            attr = _feature_table(block, delimiter, capacity)
+        rows = _parse_rows(block, delimiter, attr)
+        _check_ids(block, rows[:, :2], relabel)
         src[filled : filled + len(rows)] = rows[:, 0]
         dst[filled : filled + len(rows)] = rows[:, 1]
+        if attr is not None:
+            attr[filled : filled + len(rows)] = rows[:, 2:]
         filled += len(rows)
     src, dst = src[:filled], dst[:filled]
+    attr = attr[:filled] if attr is not None else (np.zeros((0, 1), np.float32) if edge_features else None)
     if not relabel:
         num_nodes = int(max(src.max(), dst.max())) + 1 if filled else 0
-        return EdgeList(src=src, dst=dst, num_nodes=num_nodes, header=header)
+        return EdgeList(src=src, dst=dst, num_nodes=num_nodes, header=header, edge_attr=attr)
     node_ids = unique_ids(src, dst)
     if len(node_ids) > MAX_NODES:
         raise ValueError(f"{path}: {len(node_ids)} distinct node ids exceed the int32 limit {MAX_NODES}")
@@ -73,7 +83,34 @@ def read_edge_list(path: str | os.PathLike, *, relabel: bool = False, block_byte
         num_nodes=len(node_ids),
         node_ids=node_ids,
         header=header,
+        edge_attr=attr,
     )
+
+
+def _feature_table(block: Block, delimiter: str | None, capacity: int) -> np.ndarray | None:
+    """The float32 [capacity, F_e] table for the columns after the ids, F_e from the first data line."""
+    for lineno, data in block.data_lines():
+        columns = len(data.split(delimiter))
+        if columns < 3:
+            raise ValueError(f"{block.path}, line {lineno}: edge features need columns after SOURCE DESTINATION, found {columns} values")
+        return np.empty((capacity, columns - 2), dtype=np.float32)
+    return None
+
+
+def _parse_rows(block: Block, delimiter: str | None, attr: np.ndarray | None) -> np.ndarray:
+    """[rows, 2] int64 ids, or with an edge feature table [rows, 2 + F_e] float64 with integral ids."""
+    if attr is None:
+        return parse_block(block, columns=2, dtype=np.int64, delimiter=delimiter)
+    rows = parse_block(block, columns=2 + attr.shape[1], dtype=np.float64, delimiter=delimiter, exact=True)
+    ids = rows[:, :2]
+    bad = ~np.isfinite(ids) | (ids != np.round(ids)) | (np.abs(ids) >= 2**62)
+    if bad.any():
+        row, col = (int(i[0]) for i in np.nonzero(bad))
+        raise ValueError(f"{block.path}, line {block.line_of_row(row)}: node id {rows[row, col]!r} is not an integer")
+    bad = ~np.isfinite(rows[:, 2:]).all(axis=1)
+    if bad.any():
+        raise ValueError(f"{block.path}, line {block.line_of_row(int(np.flatnonzero(bad)[0]))}: an edge feature is NaN or Inf")
+    return rows
 
 
 def _drop_header(block: Block, delimiter: str | None) -> tuple[Block, str | None]:

@@ -57,9 +57,10 @@ def _generate(spec: str, seed: int, path: str, heartbeat) -> None:
 
 
 def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, *, whole: bool = False,
-              encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
+              edge_features: bool = False, encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
     """This rank's share of ``data`` split by ``pg``'s split if it has one, else by ``method``
-    (``whole``: the whole structure too; ``encodings``: the node arrays its rows carry); equal to
+    (``whole``: the whole structure too; ``edge_features``: the block's edge features;
+    ``encodings``: the node arrays its rows carry); equal to
     ``loading.from_graph`` on the whole graph (tested)."""
     perm = None
     if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
@@ -71,13 +72,13 @@ def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, see
     if pg.num_rows != data.num_nodes:
         raise ValueError(f"row split {pg.counts} does not cover the graph's {data.num_nodes} nodes")
     start, end = pg.rows
-    block = data.rows(start, end, self_loops, perm)
+    block, edges = data.rows_and_edges(start, end, self_loops, perm, edge_features)
     ids = np.arange(start, end) if perm is None else perm[start:end]
     structure = None
     if whole:
         structure = block if (start, end) == (0, data.num_nodes) else data.rows(0, data.num_nodes, self_loops, perm)
     graph = RankGraph(num_nodes=data.num_nodes, block=block, nodes=data.node_data(ids, node_ids=ids, arrays=encodings),
-                      num_features=data.num_features, num_classes=data.num_classes(), whole=structure)  # fmt: skip
+                      num_features=data.num_features, num_classes=data.num_classes(), whole=structure, edges=edges)  # fmt: skip
     return pg, graph
 
 

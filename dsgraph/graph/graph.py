@@ -3,6 +3,11 @@
 Row i of the CSR lists the source nodes whose messages node i receives (its in-neighbours), which
 is exactly the set of keys node i attends to. ``rowptr`` is int64 [N+1]; ``col`` is int32 [E] (node
 ids must stay below 2^31).
+
+Edge features ``edge_attr`` [E, F_e] (optional) are aligned with ``col``: row e describes edge e
+of the CSR. Whatever reorders edges (the CSR build, self loops, partitioning) permutes them too.
+Self loops that ``with_self_loops`` adds have no features of their own: their rows are zeros and
+``added_loops`` marks them, so a model can give them a learned embedding instead.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class Graph(CsrSizes):
     val_mask: torch.Tensor  # bool [N]
     test_mask: torch.Tensor  # bool [N]
     name: str = "graph"
+    edge_attr: torch.Tensor | None = None  # float32 [E, F_e] in CSR edge order; None: no edge features
+    added_loops: torch.Tensor | None = None  # bool [E]: self loops added by with_self_loops (edge_attr rows 0)
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
     """Node encodings by array name (``encodings.py``): 'degree' int64 [N, 2] of the edges the graph
     was built from, and what the dataset stores ('rwse' [N, K], 'lappe' and 'lappe_eigvals' [N, k])."""
@@ -52,6 +59,15 @@ class Graph(CsrSizes):
     @property
     def num_features(self) -> int:
         return self.x.shape[1]
+
+    @property
+    def num_edge_features(self) -> int:
+        """F_e of ``edge_attr`` (0 without edge features)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
+
+    def edge_range(self, start: int, end: int) -> tuple[int, int]:
+        """The CSR positions [lo, hi) of the in-edges of rows [start, end)."""
+        return int(self.rowptr[start]), int(self.rowptr[end])
 
     @property
     def multilabel(self) -> bool:
@@ -78,11 +94,14 @@ class Graph(CsrSizes):
         num_nodes: int | None = None,
         name: str = "graph",
         source: str = "input",
+        edge_attr=None,
     ) -> "Graph":
         """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
         ``enc['degree']`` counts these edges (``encodings.degrees``).
 
-        ``source`` names where the arrays came from; it prefixes every error message.
+        ``edge_attr``: None or [E, F_e] numeric, row e the features of edge src[e] -> dst[e]; it is
+        reordered with the edges. ``source`` names where the arrays came from; it prefixes every
+        error message.
         """
         src = np.asarray(src)
         dst = np.asarray(dst)
@@ -103,6 +122,7 @@ class Graph(CsrSizes):
             val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
             name=name,
+            edge_attr=None if edge_attr is None else _as_edge_features(np.asarray(edge_attr), src.size, source)[torch.from_numpy(order)],
             enc={"degree": torch.from_numpy(encodings.degrees(src, dst, num_nodes))},
         )
         graph.validate(source)
@@ -128,6 +148,7 @@ class Graph(CsrSizes):
         if not bool(torch.isfinite(self.x).all()):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
+        check_edge_features(self.edge_attr, self.added_loops, self.num_edges, source)
         if self.multilabel:
             return  # missing labels are NaN; label_checks.py checked the values
         if n and int(self.y.min()) < -1:
@@ -142,7 +163,8 @@ class Graph(CsrSizes):
 
     def with_self_loops(self) -> "Graph":
         """Returns a copy where every node also attends to itself (one self loop per row, appended
-        unless the row already has one)."""
+        unless the row already has one). With edge features, the added loops get zero rows and are
+        marked in ``added_loops``; a loop the graph had keeps its features."""
         n = self.num_nodes
         dst = torch.repeat_interleave(torch.arange(n), self.in_degrees())
         has_loop = torch.zeros(n, dtype=torch.bool)
@@ -150,9 +172,14 @@ class Graph(CsrSizes):
         missing = (~has_loop).nonzero().squeeze(1)
         src_all = torch.cat([self.col.long(), missing])
         dst_all = torch.cat([dst, missing])
-        order = torch.sort(dst_all * (n + 1) + src_all).indices  # sort by (dst, src)
+        order = torch.sort(dst_all * (n + 1) + src_all, stable=True).indices  # sort by (dst, src), repeated edges in order
         rowptr = torch.zeros(n + 1, dtype=torch.int64)
         rowptr[1:] = torch.cumsum(torch.bincount(dst_all, minlength=n), 0)
+        edge_attr = added = None
+        if self.edge_attr is not None:
+            edge_attr = torch.cat([self.edge_attr, self.edge_attr.new_zeros(missing.numel(), self.num_edge_features)])[order]
+            before = self.added_loops if self.added_loops is not None else torch.zeros(self.num_edges, dtype=torch.bool)
+            added = torch.cat([before, torch.ones(missing.numel(), dtype=torch.bool)])[order]
         return Graph(
             rowptr=rowptr,
             col=src_all[order].to(torch.int32),
@@ -162,12 +189,14 @@ class Graph(CsrSizes):
             val_mask=self.val_mask,
             test_mask=self.test_mask,
             name=self.name,
+            edge_attr=edge_attr,
+            added_loops=added,
             enc=self.enc,
         )
 
     def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The CSR block of destination rows [start, end): (rowptr rebased to 0, col with global ids)."""
-        lo, hi = int(self.rowptr[start]), int(self.rowptr[end])
+        lo, hi = self.edge_range(start, end)
         return self.rowptr[start : end + 1] - lo, self.col[lo:hi]
 
 
@@ -187,6 +216,35 @@ def _check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, source: str) 
             )
     if num_nodes > MAX_NODES:
         raise ValueError(f"{source}: {num_nodes} nodes exceed the int32 limit {MAX_NODES}")
+
+
+def check_edge_features(edge_attr, added_loops, num_edges: int, source: str) -> None:
+    """ValueError naming ``source`` unless edge_attr is None or float32 [E, F_e] and finite, and
+    added_loops None or bool [E] (only beside edge_attr)."""
+    if edge_attr is None:
+        if added_loops is not None:
+            raise ValueError(f"{source}: 'added_loops' marks self loops of edge features, but there is no 'edge_attr'")
+        return
+    if edge_attr.ndim != 2 or edge_attr.shape[0] != num_edges:
+        raise ValueError(f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape {tuple(edge_attr.shape)}")
+    if edge_attr.dtype != torch.float32:
+        raise ValueError(f"{source}: edge features 'edge_attr' must be float32, got {edge_attr.dtype}")
+    finite = torch.isfinite(edge_attr).all(dim=1)
+    if not bool(finite.all()):
+        raise ValueError(f"{source}: edge features 'edge_attr' contain NaN or Inf (first at edge {int((~finite).nonzero()[0, 0])} in CSR order)")
+    if added_loops is not None and (added_loops.dtype != torch.bool or tuple(added_loops.shape) != (num_edges,)):
+        raise ValueError(f"{source}: 'added_loops' must be bool [E] with E = {num_edges}, got {added_loops.dtype} {tuple(added_loops.shape)}")
+
+
+def _as_edge_features(edge_attr: np.ndarray, num_edges: int, source: str) -> torch.Tensor:
+    """float32 [E, F_e] from a numeric [E] or [E, F_e] array, one row per input edge."""
+    if edge_attr.ndim == 1:
+        edge_attr = edge_attr.reshape(-1, 1)
+    if edge_attr.ndim != 2 or edge_attr.shape[0] != num_edges:
+        raise ValueError(f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape {edge_attr.shape}")
+    if not (np.issubdtype(edge_attr.dtype, np.number) or edge_attr.dtype == np.bool_):
+        raise ValueError(f"{source}: edge features 'edge_attr' must be numeric, got {edge_attr.dtype}")
+    return torch.from_numpy(np.ascontiguousarray(edge_attr, dtype=np.float32))
 
 
 def _as_labels(y: np.ndarray) -> torch.Tensor:

@@ -7,6 +7,10 @@ applies to edge lists, whose ids may be sparse.
 
 Edge lists carry no node data: unless ``features``/``labels`` (.npy files) are given, every node
 gets the constant feature 1.0 (x = ones [N, 1]), the label -1 (unlabelled) and empty split masks.
+
+Edge features (an OGB folder's ``raw/edge-feat.csv.gz``, a .npz's ``edge_attr``, an edge list's
+columns after the two ids with ``edge_features``) follow their edges through every clean-up: a
+reversed edge gets the features of the edge it reverses, and of repeated edges the first keeps its.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 import torch
 
 from dsgraph.graph.edgelist import read_edge_list
-from dsgraph.graph.edges import CleanupStats, csr_from_keys, edge_keys
+from dsgraph.graph.edges import CleanupStats, csr_from_keys, dedup_with_origin, edge_keys, edge_keys_with_origin
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.layout import all_splits
 from dsgraph.graph.npz import load_npz
@@ -83,17 +87,20 @@ def read_graph(
     labels: str | None = None,
     split: str | None = None,
     name: str | None = None,
+    edge_features: bool = False,
 ) -> Ingested:
     """Reads ``path`` (see the module docstring) and applies ``cleanup``; ``split`` picks an OGB split
-    scheme; ``features``/``labels`` are .npy files with one row per node of an edge list."""
+    scheme; ``features``/``labels`` are .npy files with one row per node of an edge list;
+    ``edge_features``: an edge list's columns after the two node ids are edge features."""
     path = os.fspath(path)
     cleanup = cleanup or CleanupOptions()
     if format not in FORMATS:
         raise ValueError(f"unknown format '{format}'; choose from {', '.join(FORMATS)}")
     fmt = detect_format(path) if format == "auto" else format
     name = name or _default_name(path)
-    if fmt != "edgelist" and (relabel or features or labels):
-        raise ValueError(f"{path}: relabel, features and labels apply to edge lists only ({fmt} numbers its nodes 0..N-1)")
+    if fmt != "edgelist" and (relabel or features or labels or edge_features):
+        raise ValueError(f"{path}: relabel, features, labels and edge feature columns apply to edge lists only "
+                         f"({fmt} numbers its nodes 0..N-1 and names its edge features)")  # fmt: skip
     if fmt != "ogb" and split is not None:
         raise ValueError(f"{path}: a split scheme applies to OGB folders only")
     if fmt == "npz":
@@ -101,14 +108,14 @@ def read_graph(
     if fmt == "ogb":
         data = read_ogb(path, split=split)
         stats = CleanupStats()
-        arrays = {"x": data.x, "y": data.y, **data.masks}
+        arrays = {"x": data.x, "y": data.y, **data.masks, "edge_attr": data.edge_attr}
         pair = [data.src, data.dst]
         data.src = data.dst = None
         graph = _assemble(pair, data.num_nodes, arrays, cleanup, stats, name, path)
         return Ingested(graph=graph, format=fmt, stats=stats, split=data.split)
-    edges = read_edge_list(path, relabel=relabel)
+    edges = read_edge_list(path, relabel=relabel, edge_features=edge_features)
     n = _node_count(edges.num_nodes, relabel, features, labels)
-    arrays = _node_arrays(n, features, labels)
+    arrays = {**_node_arrays(n, features, labels), "edge_attr": edges.edge_attr}
     pair = [edges.src, edges.dst]
     edges.src = edges.dst = None
     stats = CleanupStats()
@@ -118,12 +125,21 @@ def read_graph(
 
 def _assemble(pair: list, num_nodes, arrays, cleanup, stats, name, source) -> Graph:
     """CSR from the edges ``pair = [src, dst]`` (sorted by destination, then source) plus the node
-    arrays, validated. Empties ``pair`` so that src and dst are released once the keys exist."""
+    arrays and the edge features ``arrays["edge_attr"]`` (None: none), validated. Empties ``pair``
+    so that src and dst are released once the keys exist."""
     src, dst = pair
     pair.clear()
-    keys = edge_keys(src, dst, num_nodes, symmetrize=cleanup.symmetrize, drop_self_loops=cleanup.drop_self_loops, stats=stats)
+    options = dict(symmetrize=cleanup.symmetrize, drop_self_loops=cleanup.drop_self_loops, stats=stats)
+    edge_attr = arrays.get("edge_attr")
+    if edge_attr is None:
+        keys = edge_keys(src, dst, num_nodes, **options)
+    else:
+        keys, origin = edge_keys_with_origin(src, dst, num_nodes, **options)
+        if cleanup.dedup:
+            keys, origin = dedup_with_origin(keys, origin, stats)
+        edge_attr = torch.from_numpy(np.ascontiguousarray(edge_attr[origin], dtype=np.float32))
     del src, dst
-    rowptr, col = csr_from_keys(keys, num_nodes, dedup=cleanup.dedup, stats=stats)
+    rowptr, col = csr_from_keys(keys, num_nodes, dedup=cleanup.dedup and edge_attr is None, stats=stats)
     del keys
     graph = Graph(
         rowptr=torch.from_numpy(rowptr),
@@ -132,6 +148,7 @@ def _assemble(pair: list, num_nodes, arrays, cleanup, stats, name, source) -> Gr
         y=torch.from_numpy(np.ascontiguousarray(arrays["y"], dtype=np.int64)),
         **{m: torch.from_numpy(np.ascontiguousarray(arrays[m], dtype=bool)) for m in MASKS},
         name=name,
+        edge_attr=edge_attr,
         enc={"degree": torch.from_numpy(np.stack([np.diff(rowptr), np.bincount(col, minlength=num_nodes)], axis=1))},
     )  # the dataset's in/out degrees (encodings.py), which a partition store keeps per part
     graph.validate(source)
@@ -147,7 +164,8 @@ def _from_npz(path: str, cleanup: CleanupOptions, name: str) -> Ingested:
     stats.input_edges = 0
     n = graph.num_nodes
     pair = [graph.col.numpy(), np.repeat(np.arange(n, dtype=np.int32), graph.in_degrees().numpy())]
-    arrays = {"x": graph.x.numpy(), "y": graph.y.numpy(), **{m: getattr(graph, m).numpy() for m in MASKS}}
+    arrays = {"x": graph.x.numpy(), "y": graph.y.numpy(), **{m: getattr(graph, m).numpy() for m in MASKS},
+              "edge_attr": None if graph.edge_attr is None else graph.edge_attr.numpy()}  # fmt: skip
     del graph
     return Ingested(graph=_assemble(pair, n, arrays, cleanup, stats, name, path), format="npz", stats=stats, all_splits=splits)
 

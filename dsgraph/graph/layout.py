@@ -7,6 +7,9 @@
   directions), ``node_features``, ``node_labels``, ``train_masks``, ``val_masks``, ``test_masks``.
 
 Masks are [N] (one split) or [S, N] (S fixed splits; a run picks one with its 'split' setting).
+Edge features are optional in both: ``edge_attr`` [E, F_e] beside ``src``/``dst`` (row e for edge
+src[e] -> dst[e]), or ``edge_features`` [E, F_e] beside ``edges`` (row e for both directions of
+edge e).
 ``canonical`` maps dsgraph's names to the members of a file, so everything else reads one layout.
 """
 
@@ -21,6 +24,7 @@ DSGRAPH = {"src": "src", "dst": "dst", "x": "x", "y": "y", "train_mask": "train_
            "test_mask": "test_mask"}  # fmt: skip
 BENCHMARK = {"edges": "edges", "x": "node_features", "y": "node_labels", "train_mask": "train_masks",
              "val_mask": "val_masks", "test_mask": "test_masks"}  # fmt: skip
+EDGE_FEATURES = {"src": "edge_attr", "edges": "edge_features"}  # the optional edge feature member of each layout
 NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -48,7 +52,13 @@ def canonical(path: str, names: set[str]) -> dict[str, str]:
             f"{path}: missing array(s) {', '.join(missing)}; a dataset needs {', '.join(DSGRAPH.values())} "
             f"(or the benchmark layout {', '.join(BENCHMARK.values())})"
         )
-    return layout
+    return dict(layout)  # a copy: callers may add the optional members
+
+
+def edge_features_member(layout: dict[str, str], names: set[str]) -> str | None:
+    """The member that holds the file's edge features in its ``layout`` (``canonical``), if any."""
+    member = EDGE_FEATURES["edges" if "edges" in layout else "src"]
+    return member if member in names else None
 
 
 def undirected_pairs(path: str, edges: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,9 +2,10 @@
 
 The format is the one of the bundled ``cora.npz``: ``src``, ``dst`` (int, edges src -> dst), ``x``
 [N, F] numeric features, ``y`` [N] int labels (-1 = unlabelled), and bool ``train_mask``,
-``val_mask``, ``test_mask`` [N] or [S, N]; or the published benchmark layout (``layout.py``). Node
-encodings (``rwse``, ``lappe``, ``lappe_eigvals``; ``encodings.py``) may be stored beside them;
-other extra arrays are ignored.
+``val_mask``, ``test_mask`` [N] or [S, N], and optionally ``edge_attr`` [E, F_e] (the features of
+edge src[e] -> dst[e]); or the published benchmark layout (``layout.py``). Node encodings
+(``rwse``, ``lappe``, ``lappe_eigvals``; ``encodings.py``) may be stored beside them; other extra
+arrays are ignored.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ def load_npz(path: str | os.PathLike, name: str | None = None, choice: SplitChoi
 
 
 def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -> None:
-    """Writes ``graph`` in the format ``load_npz`` reads (edges as src/dst) with its stored encodings
-    (``encodings.STORED``); ``masks``: [S, N] masks (every fixed split) to write instead of the
-    graph's one split."""
+    """Writes ``graph`` in the format ``load_npz`` reads (edges as src/dst in CSR order, and its
+    edge features as edge_attr) with its stored encodings (``encodings.STORED``); ``masks``: [S, N]
+    masks (every fixed split) to write instead of the graph's one split."""
     masks = masks or {}
+    if graph.added_loops is not None and bool(graph.added_loops.any()):
+        raise ValueError(f"{os.fspath(path)}: the graph has self loops added for the model (added_loops); save it before with_self_loops")
     dst = np.repeat(np.arange(graph.num_nodes), graph.in_degrees().numpy())
+    edge_attr = {} if graph.edge_attr is None else {"edge_attr": graph.edge_attr.numpy()}
     np.savez(
         path,
         src=graph.col.numpy().astype(np.int64),
@@ -45,5 +49,6 @@ def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -
         train_mask=masks.get("train_mask", graph.train_mask.numpy()),
         val_mask=masks.get("val_mask", graph.val_mask.numpy()),
         test_mask=masks.get("test_mask", graph.test_mask.numpy()),
+        **edge_attr,
         **{name: array.numpy() for name, array in graph.enc.items() if name in STORED},
     )

@@ -6,6 +6,7 @@ Layout (as unpacked from OGB's zip, e.g. ``ogbn_arxiv/``)::
     raw/edge.csv.gz              one edge per line: SOURCE,DESTINATION (E lines)
     raw/node-feat.csv.gz         N lines of F comma-separated numbers (optional: else ones [N, 1])
     raw/node-label.csv.gz        N lines of one class id (optional: else -1; NaN or -1 = unlabelled)
+    raw/edge-feat.csv.gz         E lines of F_e comma-separated numbers, line e for edge line e (optional)
     split/<scheme>/train.csv.gz  node ids, one per line; also valid.csv.gz and test.csv.gz
 
 Files may also be plain ``.csv``. Edges are read as given (OGB stores arxiv's citations one way;
@@ -36,6 +37,7 @@ class OgbArrays:
     y: np.ndarray  # int64 [N], -1 = unlabelled
     masks: dict[str, np.ndarray]  # train_mask, val_mask, test_mask: bool [N]
     split: str | None  # the split scheme used
+    edge_attr: np.ndarray | None = None  # float32 [E, F_e] (raw/edge-feat), row e for edge e
 
 
 def is_ogb_folder(path: str | os.PathLike) -> bool:
@@ -52,6 +54,8 @@ def read_ogb(folder: str | os.PathLike, *, split: str | None = None) -> OgbArray
     src, dst = _read_edges(_require(folder, "raw/edge.csv"), num_nodes)
     feat = _find(folder, "raw/node-feat.csv")
     x = _read_features(feat, num_nodes) if feat else np.ones((num_nodes, 1), dtype=np.float32)
+    edge_feat = _find(folder, "raw/edge-feat.csv")
+    edge_attr = _read_features(edge_feat, src.size, "edge feature", "edges of edge.csv") if edge_feat else None
     label = _find(folder, "raw/node-label.csv")
     y = _read_labels(label, num_nodes) if label else np.full(num_nodes, -1, dtype=np.int64)
     scheme = _split_scheme(folder, split)
@@ -61,7 +65,7 @@ def read_ogb(folder: str | os.PathLike, *, split: str | None = None) -> OgbArray
             path = _find(folder, f"split/{scheme}/{stem}.csv")
             if path is not None:
                 masks[name] = _read_split(path, num_nodes)
-    return OgbArrays(src=src, dst=dst, num_nodes=num_nodes, x=x, y=y, masks=masks, split=scheme)
+    return OgbArrays(src=src, dst=dst, num_nodes=num_nodes, x=x, y=y, masks=masks, split=scheme, edge_attr=edge_attr)
 
 
 def _find(folder: str, relative: str) -> str | None:
@@ -104,7 +108,8 @@ def _read_edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return src[:filled], dst[:filled]
 
 
-def _read_features(path: str, num_nodes: int) -> np.ndarray:
+def _read_features(path: str, num_rows: int, what: str = "feature", counted: str = "nodes of num-node-list") -> np.ndarray:
+    """float32 [num_rows, F] from a table of F comma-separated numbers per line (node or edge features)."""
     x = None
     filled = 0
     for block in iter_blocks(path):
@@ -112,16 +117,17 @@ def _read_features(path: str, num_nodes: int) -> np.ndarray:
             first = next(block.data_lines(), None)
             if first is None:
                 continue
-            x = np.empty((num_nodes, len(first[1].split(","))), dtype=np.float32)
+            x = np.empty((num_rows, len(first[1].split(","))), dtype=np.float32)
         rows = parse_block(block, columns=x.shape[1], dtype=np.float64, delimiter=",", exact=True)
-        if filled + len(rows) > num_nodes:
-            line = block.line_of_row(num_nodes - filled)
-            raise ValueError(f"{path}, line {line}: more feature rows than the {num_nodes} nodes of num-node-list")
+        if filled + len(rows) > num_rows:
+            line = block.line_of_row(num_rows - filled)
+            raise ValueError(f"{path}, line {line}: more {what} rows than the {num_rows} {counted}")
         x[filled : filled + len(rows)] = rows
         filled += len(rows)
-    if filled != num_nodes:
-        raise ValueError(f"{path}: {filled} feature rows but num-node-list says {num_nodes} nodes")
-    return x
+    if filled != num_rows:
+        says = f"num-node-list says {num_rows} nodes" if what == "feature" else f"there are {num_rows} {counted}"
+        raise ValueError(f"{path}: {filled} {what} rows but {says}")
+    return x if x is not None else np.zeros((0, 1), dtype=np.float32)
 
 
 def _read_labels(path: str, num_nodes: int) -> np.ndarray:

@@ -131,7 +131,8 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
 
     Returns ``(new_graph, perm, node_ranges)``: ``perm`` int64 [N] maps new id -> original id,
     ``node_ranges`` int64 [P, 2] holds (start, end) per part. Nodes keep their relative order
-    inside a part, and every row keeps its in-neighbours in the original order (renumbered).
+    inside a part, and every row keeps its in-neighbours in the original order (renumbered); edge
+    features move with their edges.
     """
     n = graph.num_nodes
     parts = np.asarray(parts)
@@ -157,6 +158,10 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
     edge_src = np.repeat(rowptr[:-1][perm] - new_rowptr[:-1], degree)  # [E]
     edge_src += np.arange(edge_src.size, dtype=np.int64)
     new_col = inverse[graph.col.numpy()[edge_src]].astype(np.int32)  # [E]
+    edges = {}
+    if graph.edge_attr is not None:
+        moved = torch.from_numpy(edge_src)
+        edges = {"edge_attr": graph.edge_attr[moved], "added_loops": None if graph.added_loops is None else graph.added_loops[moved]}
     del edge_src
 
     perm_t = torch.from_numpy(perm)
@@ -169,6 +174,7 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
         val_mask=graph.val_mask[perm_t],
         test_mask=graph.test_mask[perm_t],
         name=graph.name,
+        **edges,
         enc={name: array[perm_t] for name, array in graph.enc.items()},
     )
     return new_graph, perm, node_ranges

@@ -2,7 +2,8 @@
 
 A ``RankGraph`` carries this rank's CSR block (its rows, with global source ids), the whole graph's
 structure when its strategy reads every row, the structures a strategy derived from them (a halo
-plan), and the node data of its rows. ``RankGraph.to(device)`` moves all of it together, so nothing
+plan), the node data of its rows and, when the model reads edge features, those of the block's
+in-edges (edges live with their destination's rank). ``RankGraph.to(device)`` moves all of it together, so nothing
 a strategy or backend hands to the op can be left on another device; structures the backends cache
 per graph (the transpose, CUDA plans) are then built on that device from the moved tensors.
 """
@@ -60,6 +61,33 @@ class NodeData:
         )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeData:
+    """Edge features of a CSR's in-edges, row e for its edge e (col[e]): ``attr`` [e, F_e] and
+    ``added_loop`` bool [e], the self loops the model's ``self_loops`` added (their attr rows are 0)."""
+
+    attr: torch.Tensor
+    added_loop: torch.Tensor
+
+    @classmethod
+    def of(cls, edge_attr: torch.Tensor, added_loops: torch.Tensor | None) -> "EdgeData":
+        """From a Graph's arrays (no added loops marked: none)."""
+        added = added_loops if added_loops is not None else torch.zeros(edge_attr.shape[0], dtype=torch.bool)
+        return cls(attr=edge_attr, added_loop=added)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.attr.shape[1])
+
+    def features(self) -> torch.Tensor:
+        """[e, F_e + 1]: the features, then 1 for an added self loop (what the model projects, so
+        that an added loop's learned embedding is one row of the projection)."""
+        return torch.cat([self.attr, self.added_loop[:, None].to(self.attr.dtype)], dim=1)
+
+    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> "EdgeData":
+        return EdgeData(attr=self.attr.to(device=device, dtype=dtype or self.attr.dtype), added_loop=self.added_loop.to(device))
+
+
 @dataclass(kw_only=True)
 class RankGraph:
     """One rank's share of a graph of ``num_nodes`` nodes (rows split by the process group's
@@ -76,19 +104,26 @@ class RankGraph:
     """The whole graph's structure (every row), for strategies that need it."""
     derived: dict[str, Any] = field(default_factory=dict)
     """Structures strategies derived from the graph (``Strategy.prepare``); each has ``.to(device)``."""
+    edges: EdgeData | None = None
+    """Edge features of the block's in-edges, aligned with ``block.col`` (None: the model reads none)."""
+
+    @property
+    def num_edge_features(self) -> int:
+        return 0 if self.edges is None else self.edges.num_features
 
     @property
     def device(self) -> torch.device:
         return self.block.rowptr.device
 
     def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "RankGraph":
-        """Everything on ``device``; features also in ``feature_dtype`` (the model's dtype)."""
+        """Everything on ``device``; node and edge features also in ``feature_dtype`` (the model's dtype)."""
         device = torch.device(device)
         block = self.block.to(device)
         whole = block if self.whole is self.block else self.whole.to(device) if self.whole is not None else None
         return dataclasses.replace(
             self, block=block, whole=whole, nodes=self.nodes.to(device, feature_dtype),
             derived={key: value.to(device) for key, value in self.derived.items()},
+            edges=None if self.edges is None else self.edges.to(device, feature_dtype),
         )  # fmt: skip
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -98,19 +133,26 @@ class RankGraph:
         out.update({f"nodes.enc.{name}": t for name, t in self.nodes.enc.items()})
         if self.whole is not None:
             out.update({f"whole.{f.name}": getattr(self.whole, f.name) for f in dataclasses.fields(Csr)})
+        if self.edges is not None:
+            out.update({f"edges.{f.name}": getattr(self.edges, f.name) for f in dataclasses.fields(EdgeData)})
         for key, value in self.derived.items():
             fields = dataclasses.fields(value) if dataclasses.is_dataclass(value) else ()
             out.update({f"{key}.{f.name}": getattr(value, f.name) for f in fields if isinstance(getattr(value, f.name), torch.Tensor)})
         return out
 
 
-def whole_graph(graph, feature_dtype: torch.dtype | None = None) -> RankGraph:
-    """A ``Graph`` held whole by one rank (one-rank runs, subgraphs of sampled and isolated steps)."""
+def whole_graph(graph, feature_dtype: torch.dtype | None = None, edge_features: bool = False) -> RankGraph:
+    """A ``Graph`` held whole by one rank (one-rank runs, subgraphs of sampled and isolated steps);
+    ``edge_features``: with its edge features (the graph must have them)."""
     n = graph.num_nodes
     nodes = NodeData(
         node_ids=torch.arange(n), x=graph.x if feature_dtype is None else graph.x.to(feature_dtype), y=graph.y,
         train_mask=graph.train_mask, val_mask=graph.val_mask, test_mask=graph.test_mask, enc=dict(graph.enc),
     )  # fmt: skip
     csr = Csr(graph.rowptr, graph.col)
+    edges = None
+    if edge_features:
+        edges = EdgeData.of(graph.edge_attr, graph.added_loops)
+        edges = edges if feature_dtype is None else edges.to(edges.attr.device, feature_dtype)
     return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=graph.num_features,
-                     num_classes=graph.num_classes)  # fmt: skip
+                     num_classes=graph.num_classes, edges=edges)  # fmt: skip

@@ -8,6 +8,7 @@ and copies only its rows of the features, labels and masks. Host memory per rank
 The result is the same CSR block and node data that splitting the whole graph in memory gives
 (``Graph.from_edges`` then ``with_self_loops`` then ``rows``): sources in file order within a row,
 or sorted when self loops are added; every check of ``Graph.validate`` is made on the rows read.
+Edge features, when the file has them and the caller asks, follow the rank's edges the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dsgraph.graph import encodings, layout
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, num_splits, select_split
 from dsgraph.graph.npz_map import open_arrays
-from dsgraph.graph.rank_graph import Csr, NodeData
+from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData
 
 CHUNK_EDGES = 1 << 21  # edges per streaming step: ~50 MB of int64 temporaries
 
@@ -32,11 +33,16 @@ class DatasetFile:
         self.path, self.chunk_edges = path, chunk_edges
         members = layout.members(path)
         self.names = layout.canonical(path, members)  # dsgraph name -> member name
+        edge_member = layout.edge_features_member(self.names, members)
+        if edge_member is not None:
+            self.names["edge_attr"] = edge_member
         self.stored = tuple(name for name in encodings.STORED if name in members)  # encodings the file holds
         self._degrees: np.ndarray | None = None
         mapped = open_arrays(path, list(self.names.values()))
         self.arrays = {key: mapped[member] for key, member in self.names.items()}
         a = self.arrays
+        if edge_member is not None:
+            self._check_edge_attr()
         if "edges" in a:
             layout.undirected_pairs(path, a["edges"], 0, 0)  # checks shape and dtype
         else:
@@ -61,6 +67,32 @@ class DatasetFile:
             if not np.issubdtype(a[name].dtype, np.integer):
                 raise ValueError(f"{path}: '{name}' must hold integer node ids, got {a[name].dtype}")
 
+    def _check_edge_attr(self) -> None:
+        a, member = self.arrays["edge_attr"], self.names["edge_attr"]
+        rows = a.shape[0] if a.ndim else -1
+        stored = self.arrays["edges"].shape[0] if "edges" in self.arrays else self.arrays["src"].shape[0]
+        if a.ndim not in (1, 2) or rows != stored:
+            raise ValueError(f"{self.path}: edge features '{member}' must be [E, F_e] with E = {stored} rows (one per stored edge), "
+                             f"got shape {a.shape}")  # fmt: skip
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+            raise ValueError(f"{self.path}: edge features '{member}' must be numeric, got {a.dtype}")
+
+    @property
+    def has_edge_features(self) -> bool:
+        return "edge_attr" in self.arrays
+
+    @property
+    def num_edge_features(self) -> int:
+        a = self.arrays.get("edge_attr")
+        return 0 if a is None else (1 if a.ndim == 1 else int(a.shape[1]))
+
+    def require_edge_features(self) -> None:
+        """ValueError unless the file has edge features (a model that reads them was configured)."""
+        if not self.has_edge_features:
+            wanted = layout.EDGE_FEATURES["edges" if "edges" in self.arrays else "src"]
+            raise ValueError(f"{self.path}: the model reads edge features (model.edge_features), but the file has no '{wanted}' "
+                             f"array; add one, or set model.edge_features to \"none\"")  # fmt: skip
+
     @property
     def num_nodes(self) -> int:
         return int(self.arrays["x"].shape[0])
@@ -69,13 +101,15 @@ class DatasetFile:
     def num_features(self) -> int:
         return int(self.arrays["x"].shape[1])
 
-    def chunks(self):
-        """(first edge, src int64, dst int64) of consecutive edge chunks, range-checked."""
+    def chunks(self, edge_features: bool = False):
+        """(first edge, src int64, dst int64, edge features float32 [e, F_e] or None) of consecutive
+        edge chunks, range-checked (the features only with ``edge_features``, checked finite)."""
         a, n = self.arrays, self.num_nodes
         pairs = "edges" in a
         total = a["edges"].shape[0] if pairs else a["src"].shape[0]
         for lo in range(0, total, self.chunk_edges):
             hi = lo + self.chunk_edges
+            attr = self._edge_attr(lo, hi, pairs) if edge_features else None
             if pairs:  # each stored edge read in both directions
                 s, d = layout.undirected_pairs(self.path, a["edges"], lo, hi)
                 checks = (("edges", s[: s.size // 2]), ("edges", d[: d.size // 2]))
@@ -87,13 +121,22 @@ class DatasetFile:
                 if bad.size:
                     raise ValueError(f"{self.path}: edge index out of range in '{name}' at position {lo + bad[0]}: "
                                      f"{int(ids[bad[0]])} is not in [0, {n})")  # fmt: skip
-            yield lo, s, d
+            yield lo, s, d, attr
+
+    def _edge_attr(self, lo: int, hi: int, pairs: bool) -> np.ndarray:
+        """float32 [e, F_e] features of stored edges [lo, hi), twice for the benchmark layout's pairs."""
+        self.require_edge_features()
+        block = np.ascontiguousarray(self.arrays["edge_attr"][lo:hi], dtype=np.float32).reshape(-1, self.num_edge_features)
+        bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
+        if bad.size:
+            raise ValueError(f"{self.path}: edge features '{self.names['edge_attr']}' contain NaN or Inf (first at edge {lo + bad[0]})")
+        return np.concatenate([block, block]) if pairs else block
 
     def in_degrees(self, self_loops: bool) -> np.ndarray:
         """int64 [N]: in-edges of every row, with the self loop the model adds counted."""
         degree = np.zeros(self.num_nodes, dtype=np.int64)
         has_loop = np.zeros(self.num_nodes, dtype=bool)
-        for _, s, d in self.chunks():
+        for _, s, d, _ in self.chunks():
             degree += np.bincount(d, minlength=self.num_nodes)
             has_loop[d[s == d]] = True
         return degree + ~has_loop if self_loops else degree
@@ -102,7 +145,7 @@ class DatasetFile:
         """int64 [N, 2]: in- and out-degree of every node over the file's edges (computed once)."""
         if self._degrees is None:
             out = np.zeros((self.num_nodes, 2), dtype=np.int64)
-            for _, s, d in self.chunks():
+            for _, s, d, _ in self.chunks():
                 encodings.degrees(s, d, self.num_nodes, out)
             self._degrees = out
         return self._degrees
@@ -141,19 +184,26 @@ class DatasetFile:
     def rows(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None) -> Csr:
         """The CSR block of rows [start, end) with global source ids. With ``perm`` (new id -> old
         id of a relabelling, int64 [N]) the rows and the sources are the relabelled ones."""
+        return self.rows_and_edges(start, end, self_loops, perm)[0]
+
+    def rows_and_edges(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None,
+                       edge_features: bool = False) -> tuple[Csr, EdgeData | None]:  # fmt: skip
+        """``rows``, and with ``edge_features`` the features of the block's edges in its order."""
         inverse = None
         if perm is not None:
             inverse = np.empty_like(perm)
             inverse[perm] = np.arange(perm.size)
         old_rows = np.arange(start, end) if perm is None else perm[start:end]
-        kept_src, kept_dst = [], []  # sources in old ids, rows local to the block
-        for _, s, d in self.chunks():
+        kept_src, kept_dst, kept_attr = [], [], []  # sources in old ids, rows local to the block
+        for _, s, d, attr in self.chunks(edge_features):
             d = d if inverse is None else inverse[d]
             mine = (d >= start) & (d < end)
             kept_src.append(s[mine])
             kept_dst.append(d[mine] - start)
+            kept_attr.append(attr[mine] if edge_features else None)
         src, dst = np.concatenate(kept_src), np.concatenate(kept_dst)
-        n = end - start
+        attr = np.concatenate(kept_attr).reshape(-1, self.num_edge_features) if edge_features else None
+        n, stored = end - start, src.size
         if self_loops:  # a loop for every row without one; rows sorted by (old) source, as with_self_loops does
             has_loop = np.zeros(n, dtype=bool)
             has_loop[dst[src == old_rows[dst]]] = True
@@ -165,7 +215,12 @@ class DatasetFile:
         col = src[order] if inverse is None else inverse[src[order]]
         rowptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=n), out=rowptr[1:])
-        return Csr(torch.from_numpy(rowptr), torch.from_numpy(col.astype(np.int32)))
+        csr = Csr(torch.from_numpy(rowptr), torch.from_numpy(col.astype(np.int32)))
+        if not edge_features:
+            return csr, None
+        attr = np.concatenate([attr, np.zeros((src.size - stored, attr.shape[1]), np.float32)])[order]
+        added = (np.arange(src.size) >= stored)[order]  # the loops appended above
+        return csr, EdgeData(attr=torch.from_numpy(attr), added_loop=torch.from_numpy(added))
 
     def _labels(self, ids: np.ndarray) -> np.ndarray:
         """int64 class ids [n], or float32 [n, T] multi-label targets with NaN for missing labels."""
@@ -180,16 +235,19 @@ class DatasetFile:
         return y
 
     def graph(self, name: str) -> Graph:
-        """The whole dataset in memory (``load_npz``), read the way a rank reads its rows, with every
-        encoding the file stores."""
-        chunks = list(self.chunks())
-        src = np.concatenate([s for _, s, _ in chunks]) if chunks else np.zeros(0, np.int64)
-        dst = np.concatenate([d for _, _, d in chunks]) if chunks else np.zeros(0, np.int64)
+        """The whole dataset in memory (``load_npz``), read the way a rank reads its rows, with the
+        file's edge features, if it has them, and every encoding the file stores."""
+        chunks = list(self.chunks(self.has_edge_features))
+        src = np.concatenate([s for _, s, _, _ in chunks]) if chunks else np.zeros(0, np.int64)
+        dst = np.concatenate([d for _, _, d, _ in chunks]) if chunks else np.zeros(0, np.int64)
+        attr = None
+        if self.has_edge_features:
+            attr = np.concatenate([a for _, _, _, a in chunks]) if chunks else np.zeros((0, self.num_edge_features), np.float32)
         ids = np.arange(self.num_nodes)
         nodes = self.node_data(ids, ids)
         graph = Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
                                  val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
-                                 name=name, source=self.path)  # fmt: skip
+                                 name=name, source=self.path, edge_attr=attr)  # fmt: skip
         graph.enc.update(self.node_encodings(ids, self.stored))  # 'degree' came with the edges
         return graph
 

@@ -12,6 +12,12 @@ vertex id pick one of 16 blocks, each block has a random 0/1 pattern over the T 
 takes its block's pattern with ``LABEL_NOISE`` of its entries flipped, ``LABEL_MISSING`` of its
 entries are missing (NaN), and its features are a noisy centroid of its block.
 
+``rmat:SCALE:EF:edge_types=T`` plants a task that only edge features can solve: every edge gets
+one of T types (its ``edge_attr`` is the one-hot [E, T]), drawn as its destination's hidden
+dominant type with probability ``TYPE_DOMINANCE`` and uniformly otherwise; a node's label is the
+most frequent type of its in-edges (-1, unlabelled, for a node without in-edges or with a tie),
+and node features are standard normal noise, the same distribution for every class.
+
 ``rmat:SCALE:EF:structural`` plants a graph unlike a citation graph: two classes at 80/20 (class 1:
 the ``MINORITY_SHARE`` of vertex ids that come first, the densest corner of R-MAT's recursion, whose
 edges stay among themselves more often than chance) and ``NUM_STRUCTURAL`` dense structural
@@ -34,23 +40,35 @@ FEATURE_SIGNAL = 0.6  # centroid scale relative to unit noise
 LABEL_BITS = 4  # multi-label: 16 blocks of planted label patterns
 LABEL_NOISE = 0.1
 LABEL_MISSING = 0.1
-STRUCTURAL = "structural"  # the last part of 'rmat:SCALE[:EF]:structural'
+TYPE_DOMINANCE = 0.5  # edge_types: chance that an in-edge has its destination's dominant type
+OPTIONS = ("labels", "edge_types")  # the spec's optional last part: NAME=T
+STRUCTURAL = "structural"  # or the last part 'structural': 'rmat:SCALE[:EF]:structural'
 MINORITY_SHARE = 0.2  # structural: class 1's share of the nodes
 NUM_STRUCTURAL = 7
 
 
-def rmat_labels(spec: str) -> int:
-    """T of 'rmat:SCALE[:EF]:labels=T' (0: the single-label spec)."""
+def _option(spec: str, name: str) -> int:
+    """T of the spec's last part ``NAME=T`` (0 when the spec has no such part)."""
     last = spec.split(":")[-1]
-    if not last.startswith("labels="):
+    if not last.startswith(f"{name}="):
         return 0
     try:
-        labels = int(last[len("labels="):])
+        value = int(last[len(name) + 1 :])
     except ValueError:
-        raise ValueError(f"dataset '{spec}': expected labels=T with an integer T, for example rmat:12:16:labels=16") from None
-    if not 1 <= labels <= 1024:
-        raise ValueError(f"dataset '{spec}': need 1 <= T <= 1024 labels")
-    return labels
+        raise ValueError(f"dataset '{spec}': expected {name}=T with an integer T, for example rmat:12:16:{name}=4") from None
+    if not (1 if name == "labels" else 2) <= value <= 1024:
+        raise ValueError(f"dataset '{spec}': need {1 if name == 'labels' else 2} <= T <= 1024 for {name}")
+    return value
+
+
+def rmat_labels(spec: str) -> int:
+    """T of 'rmat:SCALE[:EF]:labels=T' (0: the single-label spec)."""
+    return _option(spec, "labels")
+
+
+def rmat_edge_types(spec: str) -> int:
+    """T of 'rmat:SCALE[:EF]:edge_types=T' (0: no edge types)."""
+    return _option(spec, "edge_types")
 
 
 def rmat_structural(spec: str) -> bool:
@@ -59,10 +77,10 @@ def rmat_structural(spec: str) -> bool:
 
 
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:structural]`` -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
-    if parts[-1].startswith("labels="):
-        rmat_labels(spec)
+    if any(parts[-1].startswith(f"{name}=") for name in OPTIONS):
+        rmat_labels(spec), rmat_edge_types(spec)
         parts = parts[:-1]
     elif parts[-1] == STRUCTURAL:
         parts = parts[:-1]
@@ -106,6 +124,16 @@ def planted_multilabel(block: np.ndarray, labels: int, rng: np.random.Generator)
     return y, x
 
 
+def planted_edge_types(dst: np.ndarray, n: int, types: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(one-hot edge features float32 [E, T], labels int64 [n]: the most frequent type of each
+    node's in-edges, -1 without in-edges or on a tie), from hidden dominant types."""
+    dominant = rng.integers(types, size=n)
+    edge_type = np.where(rng.random(dst.size) < TYPE_DOMINANCE, dominant[dst], rng.integers(types, size=dst.size))
+    counts = np.zeros((n, types), dtype=np.int64)
+    np.add.at(counts, (dst, edge_type), 1)
+    top = counts.max(axis=1)
+    y = np.where((top > 0) & ((counts == top[:, None]).sum(axis=1) == 1), counts.argmax(axis=1), -1)
+    return np.eye(types, dtype=np.float32)[edge_type], y.astype(np.int64)
 def structural_features(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     """float32 [n, NUM_STRUCTURAL] of edges src -> dst: log(1 + in-degree), log(1 + out-degree), the
     mean and the max of log(1 + in-degree) over a node's in-neighbours, its mean over the
@@ -145,20 +173,26 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
         block = np.empty(n, dtype=np.int64)
         block[perm] = np.arange(n) >> (scale - LABEL_BITS)
         y, x = planted_multilabel(block, rmat_labels(spec), rng)
+    edge_attr = None
+    if rmat_edge_types(spec):
+        edge_attr, y = planted_edge_types(dst, n, rmat_edge_types(spec), rng)
+        x = rng.standard_normal((n, NUM_FEATURES), dtype=np.float32)  # the same for every class: no signal
     if rmat_structural(spec):
         y = np.zeros(n, dtype=np.int64)
         y[perm[: round(MINORITY_SHARE * n)]] = 1  # the first MINORITY_SHARE of the pre-permutation ids
         x = structural_features(src, dst, n)
     split = rng.random(n)
+    labelled = y >= 0 if y.ndim == 1 else np.ones(n, dtype=bool)
     return Graph.from_edges(
         src,
         dst,
         x=x,
         y=y,
-        train_mask=split < 0.3,
-        val_mask=(split >= 0.3) & (split < 0.5),
-        test_mask=split >= 0.5,
+        train_mask=(split < 0.3) & labelled,
+        val_mask=(split >= 0.3) & (split < 0.5) & labelled,
+        test_mask=(split >= 0.5) & labelled,
         num_nodes=n,
         name=spec,
         source=spec,
+        edge_attr=edge_attr,
     )

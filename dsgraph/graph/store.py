@@ -13,13 +13,16 @@ Layout (format version 1)::
         y.npy              int64 [n_r]    -1 = unlabelled
         train_mask.npy, val_mask.npy, test_mask.npy   bool [n_r]
         halo.npy           int32 [h_r]    sorted unique sources outside [start_r, end_r)
+        edge_attr.npy      float32 [e_r, F_e]  edge features of col's edges (only with num_edge_features > 0)
+        added_loops.npy    bool [e_r]     self loops added for the model (their edge_attr rows are 0); likewise
         degree.npy         int64 [n_r, 2] in- and out-degree in the whole graph (``encodings.py``)
         rwse.npy, lappe.npy, lappe_eigvals.npy   float32 [n_r, w], when the dataset has them
 
 META.json's ``encodings`` maps each encoding array the parts hold to its width (``dsgraph encode``
 adds arrays to a store).
 
-``META.json`` is written last, so an interrupted write leaves no loadable store. Loading checks
+``META.json`` is written last, so an interrupted write leaves no loadable store. ``num_edge_features``
+(absent in stores written before edge features: 0) says whether the parts hold edge features. Loading checks
 every file it opens (present, size, sha256, .npy header, dtype, shape, contents) and raises
 ``FileNotFoundError``/``ValueError`` naming the file before any training starts.
 """
@@ -44,6 +47,7 @@ FORMAT_VERSION = 1
 META_FILE = "META.json"
 PERM_FILE = "perm.npy"
 PART_ARRAYS = ("rowptr", "col", "x", "y", "train_mask", "val_mask", "test_mask", "halo")
+EDGE_ARRAYS = ("edge_attr", "added_loops")  # parts of a store with edge features also hold these
 HASH_CHUNK = 1 << 22  # bytes read per step while hashing; the buffer is reused so RSS stays flat
 CHECK_CHUNK = 1 << 22  # elements checked per step while validating array contents
 
@@ -82,7 +86,7 @@ def write_store(
     for r, (start, end) in enumerate(_progress(node_ranges.tolist(), progress, "writing parts")):
         os.makedirs(os.path.join(out_dir, part_dir_name(r)))
         arrays = _part_arrays(graph, start, end, halos[r] if halos is not None else None)
-        for name in (*PART_ARRAYS, *graph.enc):
+        for name in (*PART_ARRAYS, *(EDGE_ARRAYS if graph.edge_attr is not None else ()), *graph.enc):
             files.save(f"{part_dir_name(r)}/{name}.npy", arrays[name])
         part_edges.append(int(arrays["col"].size))
         part_halo.append(int(arrays["halo"].size))
@@ -98,6 +102,7 @@ def write_store(
         "num_features": graph.num_features,
         "feature_dtype": str(graph.x.numpy().dtype),
         "num_classes": graph.num_classes,
+        "num_edge_features": graph.num_edge_features,
         "node_ranges": node_ranges.tolist(),
         "part_num_edges": part_edges,
         "part_num_halo": part_halo,
@@ -107,11 +112,16 @@ def write_store(
         "file_bytes": files.file_bytes,
         **(extra or {}),
     }
+    write_meta(out_dir, meta)
+    return meta
+
+
+def write_meta(out_dir: str, meta: dict) -> None:
+    """META.json, written last and atomically: a store without it is unfinished."""
     tmp = os.path.join(out_dir, META_FILE + ".tmp")
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, META_FILE))  # META.json last: a store without it is unfinished
-    return meta
+    os.replace(tmp, os.path.join(out_dir, META_FILE))
 
 
 @dataclass
@@ -144,7 +154,13 @@ def _part_arrays(graph: Graph, start: int, end: int, halo: np.ndarray | None) ->
     col = col.numpy()
     if halo is None:
         halo = halo_ids(col, start, end)
+    edges = {}
+    if graph.edge_attr is not None:
+        lo, hi = graph.edge_range(start, end)
+        added = graph.added_loops[lo:hi] if graph.added_loops is not None else torch.zeros(hi - lo, dtype=torch.bool)
+        edges = {"edge_attr": graph.edge_attr[lo:hi].numpy(), "added_loops": added.numpy()}
     return {
+        **edges,
         "rowptr": rowptr.numpy(),
         "col": col,
         "x": graph.x[start:end].numpy(),
@@ -239,6 +255,8 @@ class LocalPart:
     test_mask: np.ndarray  # bool [n_r]
     halo: np.ndarray  # int32 [h_r], sorted remote source ids
     meta: dict = field(repr=False)
+    edge_attr: np.ndarray | None = None  # float32 [e_r, F_e] (stores with edge features)
+    added_loops: np.ndarray | None = None  # bool [e_r]
     enc: dict[str, np.ndarray] = field(default_factory=dict)  # encoding arrays asked for: [n_r, w]
 
     @property
@@ -284,6 +302,9 @@ def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: 
         "test_mask": (np.bool_, (n_r,)),
         "halo": (np.int32, (h_r,)),
     }
+    f_e = int(meta.get("num_edge_features", 0))
+    if f_e:
+        expected.update({"edge_attr": (np.float32, (e_r, f_e)), "added_loops": (np.bool_, (e_r,))})
     arrays = {
         name: open_array(store_dir, f"{part_dir_name(rank)}/{name}.npy", meta, dtype, shape, verify)
         for name, (dtype, shape) in expected.items()
@@ -363,9 +384,10 @@ def _check_part_contents(part: LocalPart, folder: str) -> None:
     halo = part.halo
     if halo.size and (bool((np.diff(halo) <= 0).any()) or bool(((halo >= part.start) & (halo < part.end)).any())):
         raise ValueError(f"{where('halo')}: halo ids must be sorted, unique and outside [{part.start}, {part.end})")
-    for c in _chunks(part.x):
-        if not bool(np.isfinite(c).all()):
-            raise ValueError(f"{where('x')}: features contain NaN or Inf")
+    for name in ("x", "edge_attr"):
+        for c in _chunks(getattr(part, name)) if getattr(part, name) is not None else ():
+            if not bool(np.isfinite(c).all()):
+                raise ValueError(f"{where(name)}: features contain NaN or Inf")
     if part.y.size and int(part.y.min()) < -1:
         raise ValueError(f"{where('y')}: labels must be class ids >= 0 (or -1 for unlabelled)")
     for name in ("train_mask", "val_mask", "test_mask"):
@@ -394,6 +416,7 @@ def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph
     def cat(name: str) -> torch.Tensor:
         return torch.from_numpy(np.concatenate([getattr(p, name) for p in parts]))
 
+    f_e = int(meta.get("num_edge_features", 0))
     graph = Graph(
         rowptr=torch.from_numpy(rowptr),
         col=cat("col"),
@@ -403,6 +426,8 @@ def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph
         val_mask=cat("val_mask"),
         test_mask=cat("test_mask"),
         name=str(meta.get("dataset", "graph")),
+        edge_attr=cat("edge_attr").reshape(-1, f_e) if f_e else None,
+        added_loops=cat("added_loops") if f_e else None,
         enc={name: torch.from_numpy(np.concatenate([p.enc[name] for p in parts])) for name in meta.get("encodings", {})},
     )
     graph.validate(os.fspath(store_dir))

@@ -24,7 +24,51 @@ from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.global_attention import GlobalAttention
 from dsgraph.ops.cuda_source import HEAD_DIMS
 
-Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> y, all [n, H, D]
+Attention = Callable[..., torch.Tensor]  # (q, k, v[, bias]) -> y: q, k, v, y [n, H, D], bias [e, H]
+
+
+class EdgeBias(nn.Module):
+    """A layer's per-head score bias from the rank's edge features (Graphormer's edge encoding):
+    b_ij = e'_ij W_b [e, H], e' = [edge_attr_ij, 1 if the model added the edge as a self loop]
+    (``EdgeData.features``), so an added self loop's bias is a learned embedding (its row of W_b)
+    rather than a function of made-up features. No constant term: the softmax of a row ignores it."""
+
+    def __init__(self, edge_dim: int, heads: int):
+        super().__init__()
+        self.proj = nn.Linear(edge_dim + 1, heads, bias=False)
+
+    def forward(self, attention) -> torch.Tensor:
+        edges = getattr(attention, "edges", None)
+        if edges is None:
+            raise ValueError("the model reads edge features (model.edge_features), but the attention holds none; "
+                             "load the graph with its edge features")  # fmt: skip
+        return self.proj(edges.features())
+
+
+class EdgeValue(nn.Module):
+    """TransformerConv's edge-conditioned value, sum_j a_ij (v_j + e'_ij W_e^h), computed exactly as
+    y_i + z_i^h W_e^h with z_i^h = sum_j a_ij^h e'_ij (the attention's ``edge_values`` output): the
+    projection [F_e + 1 -> D] per head runs once per row, never per edge."""
+
+    def __init__(self, edge_dim: int, heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.proj = nn.Linear(edge_dim + 1, heads * head_dim, bias=False)
+
+    def forward(self, z_nHC: torch.Tensor) -> torch.Tensor:
+        """[n, H, F_e + 1] -> [n, H, D]."""
+        w_HDC = self.proj.weight.view(self.heads, self.head_dim, -1)
+        return torch.einsum("nhc,hdc->nhd", z_nHC, w_HDC)
+
+
+def attend(attention: Attention, q_nHD, k_nHD, v_nHD, bias: EdgeBias | None, value: EdgeValue | None = None) -> torch.Tensor:
+    """``attention(q, k, v)``, with the layer's score bias and edge-conditioned value when it has them."""
+    if bias is None:
+        return attention(q_nHD, k_nHD, v_nHD)
+    if value is None:
+        return attention(q_nHD, k_nHD, v_nHD, bias(attention))
+    y_nHD, z_nHC = attention(q_nHD, k_nHD, v_nHD, bias(attention), attention.edges.features())
+    return y_nHD + value(z_nHC)
 
 
 def padded_head_dim(dim: int) -> int:
@@ -75,7 +119,8 @@ class AttentionBlock(nn.Module):
     'post' the sum before the ELU. ``global_attention`` 'linear' adds the global branch to the sum."""
 
     def __init__(self, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float = 0.0, *,
-                 norm: str = "none", residual: str = "identity", global_attention: str = "none"):  # fmt: skip
+                 norm: str = "none", residual: str = "identity", global_attention: str = "none", edge_dim: int = 0,
+                 edge_values: bool = False):  # fmt: skip
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
@@ -85,13 +130,15 @@ class AttentionBlock(nn.Module):
         self.residual = _Residual(residual, in_dim, hidden)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
+        self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
+        self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
         self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
+        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
         branch_nd = self.attn_dropout(y_nd, node_ids, seed, step, layer)
         if self.global_attn is not None:
             branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
@@ -107,7 +154,8 @@ class TransformerBlock(nn.Module):
     normalised input and adds it to the residual sum (GraphGPS's GPSLayer)."""
 
     def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0, *,
-                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity", global_attention: str = "none"):  # fmt: skip
+                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity", global_attention: str = "none",
+                 edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
         super().__init__()
         in_dim = hidden if in_dim is None else in_dim
         if hidden % heads:
@@ -122,6 +170,8 @@ class TransformerBlock(nn.Module):
         self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.ffn_dropout = NodeDropout(dropout, site=2)
+        self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
+        self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
         self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     sublayers = ("attention_sublayer", "ffn_sublayer")
@@ -137,7 +187,7 @@ class TransformerBlock(nn.Module):
         x_ni = self.attn_norm(h_ni) if pre else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = attention(q_nHD, k_nHD, v_nHD).flatten(1)
+        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
         branch_nd = self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
         if self.global_attn is not None:
             branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
@@ -156,13 +206,16 @@ class OutputAttention(nn.Module):
     [n, C]. The value (and score) head dim is C zero-padded to ``padded_head_dim(C)`` so the CUDA
     kernels run it; the padding is sliced off. ``norm`` 'pre' normalises h first."""
 
-    def __init__(self, in_dim: int, num_classes: int, heads: int, attention_dropout: float = 0.0, *, norm: str = "none"):
+    def __init__(self, in_dim: int, num_classes: int, heads: int, attention_dropout: float = 0.0, *, norm: str = "none",
+                 edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
         super().__init__()
         self.heads, self.classes, self.head_dim = heads, num_classes, padded_head_dim(num_classes)
         self.norm = nn.LayerNorm(in_dim) if norm == "pre" else None
         self.qk = SplitLinear(in_dim, 2 * heads * self.head_dim, 2, heads)
         self.value = nn.Linear(in_dim, heads * num_classes)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
+        self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
+        self.edge_value = EdgeValue(edge_dim, heads, self.head_dim) if edge_dim and edge_values else None
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         x_ni = self.norm(h_ni) if self.norm is not None else h_ni
@@ -170,4 +223,4 @@ class OutputAttention(nn.Module):
         v_nHC = self.value(x_ni).view(-1, self.heads, self.classes)
         v_nHD = F.pad(v_nHC, (0, self.head_dim - self.classes))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        return attention(q_nHD, k_nHD, v_nHD)[..., : self.classes].mean(1)
+        return attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value)[..., : self.classes].mean(1)

@@ -5,7 +5,9 @@ are ELU(h + dropout(attention)), and the last layer attends with class logits as
 over the heads. ``options.TRANSFORMER`` is the pre-LN Transformer with a per-node classifier.
 
 Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
-appended to the input features or added after the input projection.
+appended to the input features or added after the input projection. Edge features
+(``options.edge_features``) become a per-head score bias in every layer (``blocks.EdgeBias``) and,
+optionally, an edge-conditioned value (``blocks.EdgeValue``).
 
 The model sees only this rank's node rows; attention reaches other ranks' rows through the
 graph-parallel ``attention`` strategy passed to ``forward``, so the same module serves 1 or P ranks.
@@ -26,12 +28,14 @@ from dsgraph.models.options import ModelOptions
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
 
-def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float):
+def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float,
+                  edge_dim: int):  # fmt: skip
+    edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value")
     if o.block == "transformer":
         return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual,
-                                global_attention=o.global_attention)  # fmt: skip
+                                global_attention=o.global_attention, **edges)  # fmt: skip
     return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual,
-                          global_attention=o.global_attention)  # fmt: skip
+                          global_attention=o.global_attention, **edges)  # fmt: skip
 
 
 class GraphTransformer(nn.Module):
@@ -50,14 +54,20 @@ class GraphTransformer(nn.Module):
         seed: int = 0,
         options: ModelOptions | None = None,
         encoding_widths: dict[str, int] | None = None,
+        edge_dim: int = 0,
     ):
         """``layers`` counts attention layers, the output attention layer included (head 'attention');
         ``encoding_widths``: the width of each encoding array in the data (``NodeEncoder``), needed
-        when ``options.encodings`` names any."""
+        when ``options.encodings`` names any; ``edge_dim``: F_e of the dataset's edge features (read
+        when ``options.edge_features`` says so)."""
         super().__init__()
         o = ModelOptions() if options is None else options
         if layers < 1:
             raise ValueError(f"a Graph Transformer needs at least one attention layer, got layers={layers}")
+        if o.reads_edges and edge_dim < 1:
+            raise ValueError(f"model.edge_features is '{o.edge_features}', but the dataset has no edge features (edge_attr); "
+                             "use a dataset with them, or set model.edge_features to \"none\"")  # fmt: skip
+        edge_dim = edge_dim if o.reads_edges else 0
         self.heads, self.seed, self.options = heads, seed, o
         self.input_dropout = NodeDropout(input_dropout, site=0)
         self.encoder = None
@@ -71,11 +81,12 @@ class GraphTransformer(nn.Module):
         if o.global_attention != "none" and hidden_layers == 0:
             raise ValueError(f"global_attention '{o.global_attention}' needs a hidden block: with head 'attention' (the output "
                              "layer stays local) use layers >= 2")  # fmt: skip
-        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout)
+        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout, edge_dim)
                   for i in range(hidden_layers)]  # fmt: skip
         width = hidden if hidden_layers else width
         if o.head == "attention":
-            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm))
+            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm, edge_dim=edge_dim,
+                                          edge_values=o.edge_features == "bias_value"))  # fmt: skip
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
         self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None

@@ -19,6 +19,7 @@ NORMS = ("none", "pre", "post")
 RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
+EDGE_FEATURES = ("none", "bias", "bias_value")
 GLOBAL_ATTENTIONS = ("none", "linear")
 ENCODINGS = tuple(encodings.ENCODINGS)
 ENCODING_INPUTS = ("concat", "add")
@@ -47,6 +48,12 @@ class ModelOptions:
     feature_norm: str = "none"
     """'row': divide each node's features by their L1 norm before the model (the row normalisation
     GCN and GAT apply to bag-of-words features); 'none'."""
+    edge_features: str = "none"
+    """How attention reads the dataset's edge features (edge_attr): 'bias', a per-head score bias
+    e_ij W_b per layer, added before the softmax (Graphormer's edge encoding); 'bias_value', that and
+    an edge-conditioned value v_j + e_ij W_e (TransformerConv's edge_dim; strategies ag and halo, the
+    sampled and isolated modes, cpu and reference backends); 'none'. Self loops the model adds get a learned
+    embedding instead of features. Needs a dataset with edge_attr."""
     global_attention: str = "none"
     """'linear': every hidden block adds a linear global attention over all nodes (elu + 1 kernel,
     Katharopoulos et al. 2020) beside its attention over in-edges, summed as GraphGPS does
@@ -72,7 +79,7 @@ class ModelOptions:
     def __post_init__(self) -> None:
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
                               ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS),
-                              ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
+                              ("edge_features", EDGE_FEATURES), ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")
@@ -106,6 +113,11 @@ class ModelOptions:
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "encodings": list(self.encodings)}
+
+    @property
+    def reads_edges(self) -> bool:
+        """Whether the model reads edge features (the data must then carry them)."""
+        return self.edge_features != "none"
 
 
 _TYPES = {"bool": bool, "str": str, "int": int, "tuple[str, ...]": list}

@@ -79,6 +79,8 @@ class Mode(ABC):
     pg = None  # the GraphParallelGroup with the run's row split
     num_features: int = 0
     num_classes: int = 0
+    num_edge_features: int = 0
+    """F_e of the edge features the model reads (0: it reads none)."""
     multilabel: bool = False
     """Labels are [N, T] 0/1 targets (NaN: missing), trained with BCE; num_classes is then T."""
     encoding_widths: dict[str, int] = {}

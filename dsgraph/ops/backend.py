@@ -5,6 +5,11 @@ inputs it can run (``unsupported``), and computes ``attention``. A *fused* backe
 forward and backward kernels instead of torch's autograd: its forward returns the output in the
 accumulation dtype, the per-(row, head) log-sum-exp and ``saved``, the tensors its own backward
 reads (the CPU kernels keep the probabilities p [E, H], the CUDA kernels only the log-sum-exp).
+A backend with ``supports_bias`` also takes the optional score bias [E, H] (CSR order, the inputs'
+dtype) as the keyword ``bias`` and returns its gradient ds [E, H] as a fourth backward result; it
+is passed only when there is one, so a backend without it needs no change. A backend with
+``supports_edge_values`` also returns the attention-weighted sum of per-edge values
+(``edge_values.py``).
 ``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
 kernel library reads them through DLPack, which refuses tensors that require grad; in fp32 the
 saved output is the Function's own output).
@@ -17,6 +22,8 @@ from abc import ABC, abstractmethod
 import torch
 from torch.autograd.function import once_differentiable
 
+from dsgraph.ops.edge_values import FusedEdgeValues
+
 INT32_MAX = 2**31 - 1
 
 
@@ -28,6 +35,12 @@ class Backend(ABC):
     name: str = ""
     priority: int = 0
     device_type: str | None = None
+    supports_bias: bool = False
+    """Whether ``attention`` (and a fused backend's passes) take the score bias (``bias=``)."""
+    supports_edge_values: bool = False
+    """Whether ``attention`` takes ``edge_values=`` [E, C] and returns (y, z) (``edge_values.py``); a
+    fused backend then has ``probabilities(saved)`` (p [E, H] of its forward, CSR order) and takes
+    ``dp_extra``/``delta_extra`` in backward."""
 
     def available(self) -> bool:
         """Whether this machine can run the backend at all (libraries, devices)."""
@@ -40,7 +53,8 @@ class Backend(ABC):
 
     @abstractmethod
     def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
-        """y [N_dst, H, D] in q's dtype, differentiable in q, k and v (the contract in reference.py)."""
+        """y [N_dst, H, D] in q's dtype, differentiable in q, k and v (the contract in reference.py);
+        a backend with ``supports_bias`` also takes ``bias=`` [E, H] and is differentiable in it."""
 
 
 class FusedBackend(Backend):
@@ -50,15 +64,24 @@ class FusedBackend(Backend):
     def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """Returns (y [N_dst, H, D] and lse [N_dst, H], both in the accumulation dtype (fp32 for fp32
         and bf16 inputs; lse -inf and y 0 for rows without edges), and ``saved``: the tensors this
-        backend's backward reads besides q, k, v and y)."""
+        backend's backward reads besides q, k, v, y (and the bias))."""
 
     @abstractmethod
     def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs: tuple[bool, bool, bool]):
         """Returns (dq, dk, dv) in the inputs' dtypes for the upstream gradient dy, given forward's y
-        (accumulation dtype) and ``saved``; an entry whose ``needs`` flag is False may be None."""
+        (accumulation dtype) and ``saved``; an entry whose ``needs`` flag is False may be None. With
+        ``bias=`` (``supports_bias``), also dbias = ds [E, H] in the bias's dtype (``needs`` then has
+        a fourth flag, for it)."""
 
-    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
-        return FusedAttention.apply(self, rowptr, col, q, k, v, scale)
+    def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
+        if edge_values is not None:
+            return FusedEdgeValues.apply(self, rowptr, col, q, k, v, scale, bias, edge_values)
+        return FusedAttention.apply(self, rowptr, col, q, k, v, scale, bias)
+
+
+def with_bias(bias) -> dict:
+    """The keyword arguments that hand a backend the score bias: none without one."""
+    return {} if bias is None else {"bias": bias}
 
 
 class FusedAttention(torch.autograd.Function):
@@ -66,20 +89,23 @@ class FusedAttention(torch.autograd.Function):
     structures, such as the transpose, are keyed by the graph tensors)."""
 
     @staticmethod
-    def forward(ctx, backend: FusedBackend, rowptr, col, q, k, v, scale):
-        y_acc, _, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
-        ctx.save_for_backward(q, k, v, y_acc, *saved)
-        ctx.backend, ctx.graph, ctx.scale = backend, (rowptr, col), scale
+    def forward(ctx, backend: FusedBackend, rowptr, col, q, k, v, scale, bias=None):
+        bias_ = None if bias is None else bias.detach()
+        y_acc, _, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **with_bias(bias_))
+        ctx.save_for_backward(q, k, v, y_acc, *(() if bias is None else (bias,)), *saved)
+        ctx.backend, ctx.graph, ctx.scale, ctx.has_bias = backend, (rowptr, col), scale, bias is not None
         return y_acc.to(q.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         q, k, v, y_acc, *saved = (t.detach() for t in ctx.saved_tensors)
-        needs = tuple(ctx.needs_input_grad[3:6])
+        bias = saved.pop(0) if ctx.has_bias else None
+        needs = tuple(ctx.needs_input_grad[3:6]) + ((ctx.needs_input_grad[7],) if ctx.has_bias else ())
         with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):  # autograd runs it outside the forward's region
-            dq, dk, dv = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs)
-        return None, None, None, *(g if need else None for g, need in zip((dq, dk, dv), needs)), None
+            grads = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **with_bias(bias))
+        dbias = grads[3] if ctx.has_bias and ctx.needs_input_grad[7] else None
+        return None, None, None, *(g if need else None for g, need in zip(grads[:3], needs[:3])), None, dbias
 
 
 def check_graph(rowptr: torch.Tensor, col: torch.Tensor, n_src: int) -> bool:

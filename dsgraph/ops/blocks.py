@@ -8,6 +8,8 @@ CUDA), which are normalised over the block alone; with w_i = exp(lse_block_i - l
 attention's probabilities are w_i p_block_ij, so the block's backward on dy_i * w_i (and the whole
 y, so that delta_i = <dy_i w_i, y_i>) gives exactly the block's share of dq and its dk and dv:
 ds_ij = w_i p_block_ij (<dy_i, v_j> - <dy_i, y_i>) and dv_j = sum_i w_i p_block_ij dy_i.
+A score bias [E_block, H] (the block's edges' slice of the whole bias, in the block's CSR order)
+enters each block's scores; the block's backward returns its gradient, which is that ds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dsgraph.ops.backend import with_bias
 from dsgraph.ops.dispatch import prepare_fused
 
 
@@ -29,11 +32,13 @@ class Partial:
     saved: tuple[torch.Tensor, ...]
 
 
-def attention_forward(rowptr, col, q, k, v, *, scale: float | None = None, backend: str = "auto") -> Partial:
-    """The forward pass over one block of sources, without autograd (k, v: the block's rows)."""
-    chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend)
+def attention_forward(rowptr, col, q, k, v, *, bias=None, scale: float | None = None, backend: str = "auto") -> Partial:
+    """The forward pass over one block of sources, without autograd (k, v: the block's rows; bias:
+    None or the block's edges' score bias [E_block, H])."""
+    chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend, bias)
+    bias = None if bias is None else bias.detach()
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_forward"):
-        y, lse, saved = chosen.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale)
+        y, lse, saved = chosen.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **with_bias(bias))
     return Partial(y, lse, saved)
 
 
@@ -49,16 +54,21 @@ def merge(a: Partial | tuple, b: Partial) -> tuple[torch.Tensor, torch.Tensor]:
     return y, m + torch.log(w)
 
 
-def attention_backward(rowptr, col, q, k, v, part: Partial, dy, *, whole: tuple | None = None, scale: float | None = None,
-                       backend: str = "auto", needs: tuple[bool, bool, bool] = (True, True, True)):  # fmt: skip
+def attention_backward(rowptr, col, q, k, v, part: Partial, dy, *, bias=None, whole: tuple | None = None,
+                       scale: float | None = None, backend: str = "auto", needs: tuple[bool, ...] = (True, True, True)):  # fmt: skip
     """(dq, dk, dv) of one block for the upstream gradient dy, without autograd; dq is the block's
     share of the rows' dq. ``whole``: the merged (y, lse) the block is part of (None: the block is
-    the whole attention)."""
-    chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend)
+    the whole attention). With ``bias`` (the block's, as its forward had it) a fourth result: its
+    gradient [E_block, H]."""
+    chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend, bias)
+    bias = None if bias is None else bias.detach()
+    needs = tuple(needs[:3]) + ((needs[3] if len(needs) > 3 else True,) if bias is not None else ())
     y = part.y
     if whole is not None:
         y, lse = whole
         weight = torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))
         dy = dy.to(weight.dtype) * weight[..., None]
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_backward"):
-        return chosen.backward(rowptr, col, q.detach(), k.detach(), v.detach(), y, part.saved, dy.detach(), scale, needs)
+        grads = chosen.backward(rowptr, col, q.detach(), k.detach(), v.detach(), y, part.saved, dy.detach(), scale, needs,
+                                **with_bias(bias))  # fmt: skip
+    return tuple(grads[:3]) if bias is None else tuple(grads[:4])

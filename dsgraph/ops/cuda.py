@@ -1,7 +1,7 @@
 """The CUDA backend of ``sparse_attention``: CuPy loads cuda/*.cu, torch owns every tensor.
 
 Kernels are compiled at run time by NVRTC (CuPy ``RawModule``), once per (device, file, dtype,
-head dim), and launched on torch's current stream on zero-copy DLPack views of torch tensors
+head dim, score bias or not), and launched on torch's current stream on zero-copy DLPack views of torch tensors
 (outputs are allocated by torch, so memory stays in torch's caching allocator). Importing this
 module never fails: without CuPy or a GPU, ``CudaBackend().available()`` is False.
 
@@ -9,6 +9,8 @@ Forward: an online softmax per (row, head) that writes y and lse [N_dst, H] (fp3
 delta = <dy, y>, then dQ over the rows (CSR) and dK, dV over the columns of the cached transpose
 (CSC), each without atomics. Rows and columns are binned by degree (see ``cuda_plan.py``).
 bf16 inputs accumulate in fp32; y is produced in fp32 (kept for backward) and cast for the caller.
+A score bias [E, H] is read by the forward and both backward passes (the column pass through the
+transpose's CSR positions); the dQ pass writes its gradient, ds [E, H], once per edge-head.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ THREADS_PER_BLOCK = 256
 MAX_GRID_Y = 65535
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 _FWD, _BWD = "sparse_attention_fwd.cu", "sparse_attention_bwd.cu"
-_MODULES: dict[tuple[int, str, str, int], object] = {}
+_MODULES: dict[tuple[int, str, str, int, bool], object] = {}
 
 
 class CudaBackend(FusedBackend):
@@ -39,6 +41,7 @@ class CudaBackend(FusedBackend):
     name = "cuda"
     priority = 20
     device_type = "cuda"
+    supports_bias = True
 
     def available(self) -> bool:
         if cupy is None or not torch.cuda.is_available():
@@ -57,16 +60,17 @@ class CudaBackend(FusedBackend):
             return f"node counts must stay below 2^31 and heads at most {MAX_GRID_Y}"
         return on_one_device(tensors, self.device_type)
 
-    def forward(self, rowptr, col, q, k, v, scale: float):
-        y_f32, lse = attention_forward(rowptr, col, q, k, v, scale)
+    def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
+        y_f32, lse = attention_forward(rowptr, col, q, k, v, scale, bias)
         return y_f32, lse, (lse,)
 
-    def backward(self, rowptr, col, q, k, v, y_f32, saved, dy, scale: float, needs):
-        return attention_backward(rowptr, col, q, k, v, y_f32, saved[0], dy, scale, need_kv=needs[1] or needs[2])
+    def backward(self, rowptr, col, q, k, v, y_f32, saved, dy, scale: float, needs, bias=None):
+        return attention_backward(rowptr, col, q, k, v, y_f32, saved[0], dy, scale, need_kv=needs[1] or needs[2], bias=bias)
 
 
-def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns y [N_dst, H, D] fp32 and lse [N_dst, H] fp32 (-inf for rows with no edges)."""
+def attention_forward(rowptr, col, q, k, v, scale: float, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns y [N_dst, H, D] fp32 and lse [N_dst, H] fp32 (-inf for rows with no edges); ``bias``
+    [E, H] (CSR order, q's dtype) is added to the scores."""
     q, k, v = (_aligned(t) for t in (q, k, v))
     heads = q.shape[1]
     y = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -77,19 +81,24 @@ def attention_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
         graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
         args = (*graph, _dl(q), _dl(k), _dl(v), _dl(y), _dl(lse), np.int32(heads), np.float32(scale))
-        _run_pass(_FWD, "sa_forward", plan, args, q, state_vectors=1)
+        if bias is not None:
+            args = (*args, _dl(bias.detach().contiguous()))
+        _run_pass(_FWD, "sa_forward", plan, args, q, state_vectors=1, bias=bias is not None)
     return y, lse
 
 
-def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, need_kv: bool = True):
-    """Returns (dq, dk, dv) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D]; without
-    ``need_kv`` the column pass is skipped and dk, dv are None."""
+def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, need_kv: bool = True, bias=None):
+    """Returns (dq, dk, dv, dbias) in the inputs' dtype, for the upstream gradient dy [N_dst, H, D];
+    without ``need_kv`` the column pass is skipped and dk, dv are None; dbias (ds [E, H] in CSR
+    order, written by the dQ pass) is None without a ``bias``."""
     q, k, v, dy, y_f32 = (_aligned(t) for t in (q, k, v, dy.to(q.dtype), y_f32))  # y: 16-byte loads too
     lse = lse.detach().contiguous()  # callers that merge blocks may pass views
     heads = q.shape[1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dbias = None if bias is None else torch.empty(bias.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0 or k.shape[0] == 0 or col.numel() == 0:
-        return dq.zero_(), dk.zero_() if need_kv else None, dv.zero_() if need_kv else None
+        return dq.zero_(), dk.zero_() if need_kv else None, dv.zero_() if need_kv else None, dbias
+    bias = None if bias is None else bias.detach().contiguous()
     delta = torch.empty_like(lse)
     items = lse.numel()
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], q.shape[2])
@@ -100,50 +109,56 @@ def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, ne
         common = (_dl(q), _dl(k), _dl(v), _dl(dy), _dl(lse), _dl(delta))
         graph = (_dl(rowptr.contiguous()), _dl(_int32(col).contiguous()))
         dq_args = (*graph, *common, _dl(dq), np.int32(heads), np.float32(scale))
-        _run_pass(_BWD, "sa_dq", row_plan, dq_args, q, state_vectors=1)
+        if bias is not None:
+            dq_args = (*dq_args, _dl(bias), _dl(dbias))
+        _run_pass(_BWD, "sa_dq", row_plan, dq_args, q, state_vectors=1, bias=bias is not None)
     if not need_kv:
-        return dq, None, None
+        return dq, None, None, dbias
     csc = transpose(rowptr, col, k.shape[0])
     col_plan = _plan(rowptr, col, "cols", csc.colptr)
     with _on_torch_stream(q.device):
         dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
-        _run_pass(_BWD, "sa_dkdv", col_plan, dkdv_args, q, state_vectors=2)
-    return dq, dk, dv
+        if bias is not None:
+            dkdv_args = (*dkdv_args, _dl(csc.perm), _dl(bias))
+        _run_pass(_BWD, "sa_dkdv", col_plan, dkdv_args, q, state_vectors=2, bias=bias is not None)
+    return dq, dk, dv, dbias
 
 
-def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int) -> None:
+def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int,
+              bias: bool = False) -> None:  # fmt: skip
     """Launches the schedules of one pass, heaviest bin first; call it inside ``_on_torch_stream``."""
     heads, dim = q.shape[1], q.shape[2]
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], dim)
     if plan.long.numel():
         state_floats = 2 + state_vectors * dim  # dsg::state_floats<NF>()
         partial = torch.empty(plan.num_chunks * heads * state_floats, dtype=torch.float32, device=q.device)
-        _kernel(q, file, f"{prefix}_chunk")(
+        _kernel(q, file, f"{prefix}_chunk", bias)(
             (plan.num_chunks, heads), (cuda_source.BLOCK_WARPS * 32,),
             (*args, _dl(plan.chunk_seg), _dl(plan.chunk_begin), np.int32(plan.chunk_edges), _dl(partial)),
         )  # fmt: skip
         n_long = plan.long.numel()
-        _kernel(q, file, f"{prefix}_merge")(
+        _kernel(q, file, f"{prefix}_merge", bias)(
             (_blocks(n_long * heads * team),), (THREADS_PER_BLOCK,),
             (*args, _dl(plan.long), _dl(plan.long_chunk_ptr), np.int32(n_long), _dl(partial)),
         )  # fmt: skip
     if plan.warp.numel():
         n = plan.warp.numel()
-        _kernel(q, file, f"{prefix}_warp")((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
+        _kernel(q, file, f"{prefix}_warp", bias)((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
     if plan.small.numel():
         n = plan.small.numel()
-        _kernel(q, file, f"{prefix}_small")((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
+        _kernel(q, file, f"{prefix}_small", bias)((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
 
 
-def _kernel(q: torch.Tensor, file: str, name: str):
-    """The compiled kernel ``name`` of cuda/<file> for q's device, dtype and head dim (cached)."""
-    key = (q.device.index, file, _DTYPE_NAMES[q.dtype], q.shape[2])
+def _kernel(q: torch.Tensor, file: str, name: str, bias: bool = False):
+    """The compiled kernel ``name`` of cuda/<file> for q's device, dtype and head dim, with or
+    without the score bias (cached)."""
+    key = (q.device.index, file, _DTYPE_NAMES[q.dtype], q.shape[2], bias)
     module = _MODULES.get(key)
     if module is None:
         with cupy.cuda.Device(q.device.index):
             module = cupy.RawModule(
                 code=cuda_source.kernel_source(file),
-                options=cuda_source.compile_options(key[2], key[3]),
+                options=cuda_source.compile_options(key[2], key[3], bias),
                 backend="nvrtc",
             )
             module.compile()

@@ -1,8 +1,9 @@
 """Where the CUDA kernels live and how they are compiled: shared by the CuPy loader (``cuda.py``)
 and the GPU-less NVRTC compile check (``tools/common/nvrtc.py``), so both compile exactly the same thing.
 
-Kernels are compiled once per (device, file, dtype, head dim) with the head dim and the dtype as
-compile-time constants (-DDSG_HEAD_DIM, -DDSG_BF16); shapes other than D are runtime arguments.
+Kernels are compiled once per (device, file, dtype, head dim, score bias or not) with these as
+compile-time constants (-DDSG_HEAD_DIM, -DDSG_BF16, -DDSG_BIAS); shapes other than D are runtime
+arguments. Without a bias the kernels are exactly those of a build that never knew of one.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def kernel_source(file: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
-    """NVRTC options besides the target architecture."""
+def compile_options(dtype: str, head_dim: int, bias: bool = False) -> tuple[str, ...]:
+    """NVRTC options besides the target architecture; ``bias``: the kernels that take a score bias."""
     if dtype not in DTYPES:
         raise ValueError(f"cuda kernels: dtype {dtype} is not supported; use one of {DTYPES}")
     if head_dim not in HEAD_DIMS:
@@ -64,4 +65,5 @@ def compile_options(dtype: str, head_dim: int) -> tuple[str, ...]:
     return (
         f"-DDSG_HEAD_DIM={head_dim}",
         f"-DDSG_BF16={int(dtype == 'bfloat16')}",
+        f"-DDSG_BIAS={int(bias)}",
     )

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from dsgraph.ops.backend import Backend, FusedBackend, check_graph
+from dsgraph.ops.backend import Backend, FusedBackend, check_graph, with_bias
 from dsgraph.ops.csc import cached_per_graph
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
@@ -49,6 +49,15 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+def _unsupported(backend: Backend, q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str:
+    """The backend's own reason, or that it takes no score bias or edge values when ``tensors`` has them."""
+    if "bias" in tensors and not backend.supports_bias:
+        return "it takes no score bias"
+    if "edge_values" in tensors and not backend.supports_edge_values:
+        return "it takes no edge values (model.edge_features 'bias_value' runs on the cpu and reference backends)"
+    return backend.unsupported(q, tensors)
+
+
 def backend_for(q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> tuple[Backend, list[str]]:
     """The backend ``auto`` takes for these inputs, and why each better one for their device did not."""
     skipped = []
@@ -56,7 +65,7 @@ def backend_for(q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> tuple[Back
     for backend in ranked:
         if backend.device_type not in (None, q.device.type) or not backend.available():
             continue
-        reason = backend.unsupported(q, tensors)
+        reason = _unsupported(backend, q, tensors)
         if not reason:
             return backend, skipped
         skipped.append(f"{backend.name}: {reason}")
@@ -79,7 +88,7 @@ def backend_for_inputs(name: str, q: torch.Tensor, tensors: dict[str, torch.Tens
     tensors = tensors if tensors is not None else {"q": q}
     if name != "auto":
         backend = get_backend(name)
-        reason = backend.unsupported(q, tensors)
+        reason = _unsupported(backend, q, tensors)
         if reason:
             raise ValueError(f"sparse_attention {name} backend: {reason}")
         return backend
@@ -103,34 +112,58 @@ def sparse_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
+    bias: torch.Tensor | None = None,
+    edge_values: torch.Tensor | None = None,
     scale: float | None = None,
     backend: str = "auto",
-) -> torch.Tensor:
+):
     """Graph attention of every destination row over its in-edges (SDDMM -> softmax -> SpMM).
 
     rowptr: int64 [N_dst+1]; col: int32/int64 [E] source ids in [0, N_src); q: [N_dst, H, D];
-    k, v: [N_src, H, D]. Returns y [N_dst, H, D] in q's dtype; rows with no in-edges give 0.
-    ``scale`` defaults to D**-0.5. Differentiable in q, k and v.
+    k, v: [N_src, H, D]; bias: None or [E, H] in q's dtype, a finite score bias per edge and head in
+    CSR order (edge e is col[e]'s edge), added to scale * <q_i, k_j> before the softmax. Returns
+    y [N_dst, H, D] in q's dtype; rows with no in-edges give 0. ``scale`` defaults to D**-0.5.
+    Differentiable in q, k, v and bias. ``edge_values``: None or u [E, C] in q's dtype (CSR order,
+    constants: no gradient); then returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij
+    (``edge_values.py``).
     """
-    _check_shapes(rowptr, col, q, k, v)
+    _check_shapes(rowptr, col, q, k, v, bias)
+    _check_edge_values(col, q, edge_values)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    chosen = backend_for_inputs(backend, q, {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v})
+    tensors = _inputs(rowptr, col, q, k, v, bias)
+    chosen = backend_for_inputs(backend, q, tensors if edge_values is None else {**tensors, "edge_values": edge_values})
     cached_per_graph(rowptr, col, ("checked", k.shape[0]), lambda: check_graph(rowptr, col, k.shape[0]))
+    extra = with_bias(bias) if edge_values is None else {**with_bias(bias), "edge_values": edge_values}
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}"):  # a named region in traces
-        return chosen.attention(rowptr, col, q, k, v, scale)
+        return chosen.attention(rowptr, col, q, k, v, scale, **extra)
 
 
-def prepare_fused(rowptr, col, q, k, v, scale, backend) -> tuple[FusedBackend, float]:
+def _inputs(rowptr, col, q, k, v, bias) -> dict[str, torch.Tensor]:
+    tensors = {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v}
+    return tensors if bias is None else {**tensors, "bias": bias}
+
+
+def _check_edge_values(col, q, edge_values) -> None:
+    if edge_values is None:
+        return
+    if edge_values.dim() != 2 or edge_values.shape[0] != col.shape[0] or edge_values.dtype != q.dtype:
+        raise ValueError(f"sparse_attention: edge_values must be [E, C] with E = {col.shape[0]} in q's dtype {q.dtype}, "
+                         f"got {tuple(edge_values.shape)} {edge_values.dtype}")  # fmt: skip
+    if edge_values.requires_grad:
+        raise ValueError("sparse_attention: edge_values take no gradient (they are constants such as edge features); detach them")
+
+
+def prepare_fused(rowptr, col, q, k, v, scale, backend, bias=None) -> tuple[FusedBackend, float]:
     """Checks (shapes per call, indices once per graph); the fused backend for the inputs and the scale."""
-    _check_shapes(rowptr, col, q, k, v)
-    chosen = backend_for_inputs(backend, q, {"rowptr": rowptr, "col": col, "q": q, "k": k, "v": v})
+    _check_shapes(rowptr, col, q, k, v, bias)
+    chosen = backend_for_inputs(backend, q, _inputs(rowptr, col, q, k, v, bias))
     if not isinstance(chosen, FusedBackend):
         raise ValueError(f"sparse attention backend '{chosen.name}' has no separate forward and backward passes")
     cached_per_graph(rowptr, col, ("checked", k.shape[0]), lambda: check_graph(rowptr, col, k.shape[0]))
     return chosen, q.shape[-1] ** -0.5 if scale is None else float(scale)
 
 
-def _check_shapes(rowptr, col, q, k, v) -> None:
+def _check_shapes(rowptr, col, q, k, v, bias=None) -> None:
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("sparse_attention: q, k and v must be 3-D [N, H, D]")
     if k.shape != v.shape or q.shape[1:] != k.shape[1:]:
@@ -141,3 +174,6 @@ def _check_shapes(rowptr, col, q, k, v) -> None:
         raise ValueError(f"sparse_attention: rowptr must be int64 [N_dst+1] = [{q.shape[0] + 1}]")
     if col.dim() != 1 or col.dtype not in (torch.int32, torch.int64):
         raise ValueError("sparse_attention: col must be a 1-D int32 or int64 tensor")
+    if bias is not None and (bias.shape != (col.shape[0], q.shape[1]) or bias.dtype != q.dtype):
+        raise ValueError(f"sparse_attention: bias must be [E, H] = [{col.shape[0]}, {q.shape[1]}] in q's dtype {q.dtype}, "
+                         f"got {tuple(bias.shape)} {bias.dtype}")

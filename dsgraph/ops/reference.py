@@ -12,18 +12,21 @@ from dsgraph.ops.backend import FusedBackend
 
 
 def sparse_attention_reference(
-    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """y[i] = sum_{j in col[rowptr[i]:rowptr[i+1]]} softmax_j(scale * <q_i, k_j>) v_j, per head.
+    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+    bias: torch.Tensor | None = None, edge_values: torch.Tensor | None = None,
+):
+    """y[i] = sum_{j in col[rowptr[i]:rowptr[i+1]]} softmax_j(scale * <q_i, k_j> + bias_ij) v_j, per head.
 
-    q: [N_dst, H, D]; k, v: [N_src, H, D]; returns y [N_dst, H, D] in q's dtype (fp32 math for
-    bf16 inputs). Rows with no edges give zeros. Differentiable in q, k and v.
+    q: [N_dst, H, D]; k, v: [N_src, H, D]; bias: None or [E, H], one score bias per edge and head in
+    CSR order; returns y [N_dst, H, D] in q's dtype (fp32 math for bf16 inputs). Rows with no edges
+    give zeros. Differentiable in q, k, v and bias (d bias_ij = ds_ij, the score's gradient). With
+    ``edge_values`` u [E, C] (CSR order, constants) returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij.
     """
     n_dst, heads, _ = q.shape
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     dst = torch.repeat_interleave(torch.arange(n_dst, device=q.device), rowptr[1:] - rowptr[:-1])
     src = col.long()
-    scores_EH = (q[dst].to(acc) * k[src].to(acc)).sum(-1) * scale
+    scores_EH = _scores(q, k, dst, src, scale, bias, acc)
     row_max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
     row_max_NH = row_max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH.detach(), "amax")
     weights_EH = torch.exp(scores_EH - row_max_NH[dst])
@@ -31,7 +34,11 @@ def sparse_attention_reference(
     probs_EH = weights_EH / denom_NH[dst]
     y = torch.zeros(q.shape, dtype=acc, device=q.device)
     y = y.index_add(0, dst, probs_EH[:, :, None] * v[src].to(acc))
-    return y.to(q.dtype)
+    if edge_values is None:
+        return y.to(q.dtype)
+    z = torch.zeros((n_dst, heads, edge_values.shape[1]), dtype=acc, device=q.device)
+    z = z.index_add(0, dst, probs_EH[:, :, None] * edge_values.to(acc)[:, None, :])
+    return y.to(q.dtype), z.to(q.dtype)
 
 
 def _edges(rowptr, col, q):
@@ -41,12 +48,18 @@ def _edges(rowptr, col, q):
     return dst, col.long(), acc
 
 
-def reference_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _scores(q, k, dst, src, scale: float, bias, acc) -> torch.Tensor:
+    """s [E, H] = scale * <q_dst, k_src> (+ bias) in the accumulation dtype."""
+    scores_EH = (q[dst].to(acc) * k[src].to(acc)).sum(-1) * scale
+    return scores_EH if bias is None else scores_EH + bias.to(acc)
+
+
+def reference_forward(rowptr, col, q, k, v, scale: float, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass as the fused kernels compute it, in torch: (y [N_dst, H, D], lse [N_dst, H]),
     both in the accumulation dtype; lse is -inf and y 0 for rows without edges. No autograd."""
     dst, src, acc = _edges(rowptr, col, q)
     n_dst, heads = q.shape[:2]
-    scores_EH = (q[dst].to(acc) * k[src].to(acc)).sum(-1) * scale
+    scores_EH = _scores(q, k, dst, src, scale, bias, acc)
     max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
     max_NH = max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH, "amax")
     weights_EH = torch.exp(scores_EH - max_NH[dst])
@@ -56,19 +69,21 @@ def reference_forward(rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor,
     return y, max_NH + torch.log(denom_NH)
 
 
-def reference_backward(rowptr, col, q, k, v, y, lse, dy, scale: float):
+def reference_backward(rowptr, col, q, k, v, y, lse, dy, scale: float, bias=None):
     """The backward pass as the fused kernels compute it, given the forward's y and lse (both in the
     accumulation dtype; for a block of a larger attention, the whole attention's): p = exp(s - lse),
-    ds = p (<dy, v> - <dy, y>); returns (dq, dk, dv) in the inputs' dtype. No autograd."""
+    ds = p (<dy, v> - <dy, y>); returns (dq, dk, dv, dbias) in the inputs' dtype, dbias = ds [E, H]
+    (None without a bias). No autograd."""
     dst, src, acc = _edges(rowptr, col, q)
     q_, k_, v_, dy_ = (t.to(acc) for t in (q, k, v, dy))
-    p_EH = torch.exp((q_[dst] * k_[src]).sum(-1) * scale - lse[dst])
+    p_EH = torch.exp(_scores(q_, k_, dst, src, scale, bias, acc) - lse[dst])
     delta_NH = (dy_ * y.to(acc)).sum(-1)
     ds_EH = p_EH * ((dy_[dst] * v_[src]).sum(-1) - delta_NH[dst])
     dq = torch.zeros_like(q_).index_add(0, dst, ds_EH[:, :, None] * k_[src]) * scale
     dk = torch.zeros_like(k_).index_add(0, src, ds_EH[:, :, None] * q_[dst]) * scale
     dv = torch.zeros_like(v_).index_add(0, src, p_EH[:, :, None] * dy_[dst])
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    dbias = None if bias is None else ds_EH.to(bias.dtype)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbias
 
 
 class ReferenceBackend(FusedBackend):
@@ -79,18 +94,20 @@ class ReferenceBackend(FusedBackend):
     name = "reference"
     priority = 0
     device_type = None
+    supports_bias = True
+    supports_edge_values = True
 
     def unsupported(self, q, tensors) -> str:
         first = q.device
         wrong = next((name for name, t in tensors.items() if t.device != first), None)
         return f"all inputs must be on one device; '{wrong}' is on {tensors[wrong].device}, q on {first}" if wrong else ""
 
-    def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
-        return sparse_attention_reference(rowptr, col, q, k, v, scale)
+    def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
+        return sparse_attention_reference(rowptr, col, q, k, v, scale, bias, edge_values)
 
-    def forward(self, rowptr, col, q, k, v, scale: float):
-        y, lse = reference_forward(rowptr, col, q, k, v, scale)
+    def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
+        y, lse = reference_forward(rowptr, col, q, k, v, scale, bias)
         return y, lse, (lse,)
 
-    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs):
-        return reference_backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale)
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None):
+        return reference_backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, bias)

@@ -3,20 +3,36 @@ whole graph; a second all-to-all brings y back to the node split."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from dsgraph.comm import GraphParallelGroup, heads_to_nodes, nodes_to_heads
+from dsgraph.comm import GraphParallelGroup, edges_to_heads, heads_to_nodes, nodes_to_heads
 from dsgraph.comm.alltoall import start_heads_to_nodes, start_nodes_to_heads
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, head_groups, refuse_edge_values
 
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
+EDGE_COUNTS = "a2a_edge_counts"  # the key of the ranks' edge counts in RankGraph.derived
+
+
+@dataclass(frozen=True)
+class EdgeCounts:
+    """The in-edges of every rank's rows, by which a score bias moves to the head split; read from
+    the whole graph's rowptr in ``prepare`` (on the CPU), so ``build`` reads no device data."""
+
+    counts: tuple[int, ...]
+
+    def to(self, device: torch.device) -> "EdgeCounts":
+        return self  # plain integers
 
 
 class AllToAllAttention(GraphAttention):
     """q, k, v travel together ([n, H, 3D] -> [N, H/P, 3D], one collective); attention over the
-    whole graph's structure for this rank's H/P heads; y returns to [n, H, D]."""
+    whole graph's structure for this rank's H/P heads; y returns to [n, H, D]. A score bias moves
+    with the heads: [e, H] (the in-edges of the rank's rows) -> [E, H/P] in the whole graph's CSR
+    order, one more all-to-all (its gradient comes back the same way in backward)."""
 
     name = "a2a"
 
@@ -24,18 +40,24 @@ class AllToAllAttention(GraphAttention):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
         self.chunks = ctx.comm_chunks
+        self.edges = graph.edges
+        if EDGE_COUNTS not in graph.derived:
+            raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
+        self.edge_counts = list(graph.derived[EDGE_COUNTS].counts)
 
-    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
+    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None) -> torch.Tensor:
+        refuse_edge_values(self.name, edge_values)
         qkv_nH3D = torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
         p = self.pg.world_size
         groups = head_groups(q_nHD.shape[1] // p, self.chunks if p > 1 else 1)
+        bias_Eh = None if bias_eH is None else edges_to_heads(bias_eH, self.edge_counts, self.pg)
         if len(groups) == 1:
             q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
-            y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, backend=self.backend)
+            y_NhD = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, bias=bias_Eh, backend=self.backend)
             return heads_to_nodes(y_NhD, self.pg, *self.codecs)
-        return self._pipelined(qkv_nH3D, groups)
+        return self._pipelined(qkv_nH3D, groups, bias_Eh)
 
-    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice]) -> torch.Tensor:
+    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice], bias_Eh=None) -> torch.Tensor:
         """Group g of every rank's heads goes to the head split while group g - 1's attention runs,
         and its y comes back while group g + 1's runs."""
         n, heads, dim3 = qkv_nH3D.shape
@@ -47,7 +69,8 @@ class AllToAllAttention(GraphAttention):
             q_NgD, k_NgD, v_NgD = pending.wait().chunk(3, dim=2)
             if i + 1 < len(groups):
                 pending = send(groups[i + 1])
-            y_NgD = sparse_attention(self.rowptr, self.col, q_NgD, k_NgD, v_NgD, backend=self.backend)
+            bias_Eg = None if bias_Eh is None else bias_Eh[:, g]
+            y_NgD = sparse_attention(self.rowptr, self.col, q_NgD, k_NgD, v_NgD, bias=bias_Eg, backend=self.backend)
             back.append(start_heads_to_nodes(y_NgD, self.pg, *self.codecs))
         ys = [b.wait().view(n, p, g.stop - g.start, dim3 // 3) for b, g in zip(back, groups)]
         return torch.cat(ys, dim=2).view(n, heads, dim3 // 3)
@@ -65,6 +88,11 @@ class AllToAll(Strategy):
                     f"use --strategy ag, or a head count divisible by {world_size}")  # fmt: skip
         return ""
 
+    def prepare(self, graph, pg, ctx):
+        """The ranks' edge counts, from the whole structure this rank holds (no exchange)."""
+        rowptr, starts = graph.whole.rowptr, torch.tensor(pg.starts, dtype=torch.int64)
+        graph.derived[EDGE_COUNTS] = EdgeCounts(tuple((rowptr[starts[1:]] - rowptr[starts[:-1]]).tolist()))
+
     def build(self, graph, pg, ctx):
         self.check_feasible(ctx.heads, pg.world_size)
         return AllToAllAttention(graph, pg, ctx)
@@ -81,16 +109,23 @@ class AllToAll(Strategy):
         g = len(head_groups(model.heads // p, model.comm_chunks)) if p > 1 else 1  # head groups sent one after another
         qkv, y = 3 * d // p // g, d // p // g  # values per exchanged row (a group of H/P heads of q|k|v, of y)
 
-        def sent(rows: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with ``rows`` rows
+        bias = model.bias_bytes(1, b) / p  # one edge's bias for H/P heads (0 without one): it travels as it is
+
+        def sent(rows: int, edges: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with these rows and edges
             if p == 1:
                 return 0.0, 0.0
-            return (g * (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y)), g * (rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv)))
+            return (g * (rows * (p - 1) * fwd(qkv) + (n_all - rows) * fwd(y)) + edges * (p - 1) * bias,
+                    g * (rows * (p - 1) * bwd(y) + (n_all - rows) * bwd(qkv)) + (e_all - edges) * bias)  # fmt: skip
 
-        forward, backward = max((sent(r) for r in (n, min(split.part_nodes))), key=sum)  # linear in rows: an end is the busiest
+        # the busiest rank; of ranks that send as much, the one whose forward (run again by a recompute) sends the most
+        forward, backward = max((sent(r, e) for r, e in zip(split.part_nodes, split.part_edges)), key=lambda fb: (sum(fb), fb[0]))
         messages = (("all_to_all", n * p * fwd(qkv), g), ("all_to_all", n * p * fwd(y), g),
                     ("all_to_all", n * p * bwd(qkv), g), ("all_to_all", n * p * bwd(y), g)) if p > 1 else ()  # fmt: skip
+        if bias and p > 1:  # the bias to the head split and its gradient back, once per layer
+            _, e = split.largest()
+            messages = (*messages[:2], ("all_to_all", e * p * bias, 1), *messages[2:], ("all_to_all", e * p * bias, 1))
         return CostTerms(
-            forward_messages=messages[:2],
+            forward_messages=messages[: 3 if bias and p > 1 else 2],
             forward_hidden=(g - 1) / g,
             forward_bytes=forward,
             edge_heads=e_all * model.heads / p,
@@ -98,7 +133,7 @@ class AllToAll(Strategy):
             messages=messages,
             bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES),
-            activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * 4,
+            activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * 4 + model.bias_bytes(e_all, b) / p,
             kv_replica_bytes=n_all * 2 * d / p * b,  # k and v of all N rows for this rank's H/P heads
             transient_bytes=2 * n_all * 3 * d / p * b,
         )

@@ -28,7 +28,10 @@ class AllGatherAttention(GraphAttention):
     With ``regather_kv`` the gathered K and V are not kept from forward to backward: backward
     all-gathers them again from the rank's own rows (``regathered_in_backward``), one more
     all-gather of K and V per layer (the forward's bytes again) for a replica that exists only
-    while its layer (with head groups: its group) runs forward or backward."""
+    while its layer (with head groups: its group) runs forward or backward.
+
+    A score bias [e, H] and edge values [e, C] are the rank's own (its rows' in-edges, block order):
+    they move nowhere."""
 
     name = "ag"
 
@@ -36,25 +39,29 @@ class AllGatherAttention(GraphAttention):
         self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
         self.chunks, self.regather = ctx.comm_chunks, ctx.regather_kv and pg.world_size > 1
+        self.edges = graph.edges
 
-    def _attend(self, q_nHD, k: tuple, v: tuple) -> torch.Tensor:
+    def _attend(self, q_nHD, k: tuple, v: tuple, bias_eH=None, edge_values=None):
         """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered)."""
         hooks = regathered_in_backward([k[::-1], v[::-1]], self.pg, self.codecs[0]) if self.regather else nullcontext()
         with hooks:
-            return sparse_attention(self.rowptr, self.col, q_nHD, k[1], v[1], backend=self.backend)
+            return sparse_attention(self.rowptr, self.col, q_nHD, k[1], v[1], bias=bias_eH, edge_values=edge_values, backend=self.backend)
 
-    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
+    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
         groups = head_groups(q_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
         if len(groups) == 1:
             k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
-            return self._attend(q_nHD, (k_nHD, k_MHD), (v_nHD, v_MHD))
+            return self._attend(q_nHD, (k_nHD, k_MHD), (v_nHD, v_MHD), bias_eH, edge_values)
         start = lambda g: [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]  # noqa: E731
         pending, ys = start(groups[0]), []
         for i, g in enumerate(groups):
             k_MhD, v_MhD = (p.wait() for p in pending)
             if i + 1 < len(groups):
                 pending = start(groups[i + 1])  # in flight while this group's attention runs
-            ys.append(self._attend(q_nHD[:, g], (k_nHD[:, g], k_MhD), (v_nHD[:, g], v_MhD)))
+            ys.append(self._attend(q_nHD[:, g], (k_nHD[:, g], k_MhD), (v_nHD[:, g], v_MhD), None if bias_eH is None else bias_eH[:, g],
+                                   edge_values))  # fmt: skip
+        if edge_values is not None:  # (y, z) per group
+            return torch.cat([y for y, _ in ys], dim=1), torch.cat([z for _, z in ys], dim=1)
         return torch.cat(ys, dim=1)
 
 
@@ -63,6 +70,7 @@ class AllGather(Strategy):
     name = "ag"
     summary = "all-gather K and V (two collectives per layer); any head count; per-rank K/V replica N x d"
     needs = Needs.ROWS
+    edge_values = True
 
     def build(self, graph, pg, ctx):
         return AllGatherAttention(graph, pg, ctx)
@@ -85,7 +93,7 @@ class AllGather(Strategy):
             messages=messages,
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
-            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4,
+            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4 + model.bias_bytes(e, dtype_bytes),
             kv_replica_bytes=0 if regather else n_all * 2 * model.hidden * dtype_bytes,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

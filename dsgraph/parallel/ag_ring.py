@@ -15,6 +15,9 @@ block's saved forward; each block's dK/dV accumulator travels with the ring (in 
 dtype, summed in fp32) and is back with its owner after P steps. Per rank and layer this keeps its
 own K, V and two blocks in flight instead of all N rows, and sends (3P - 2) / (2P - 2) times
 GP-AG's bytes (2x at 2 ranks, 1.67x at 4, towards 1.5x).
+
+A score bias [e, H] is the rank's own (its rows' in-edges); each block's edges take their rows of
+it (``RingPlan.edge_order``), and each block's backward returns its rows of the bias's gradient.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from torch.autograd.function import once_differentiable
 
 from dsgraph.comm import GraphParallelGroup, start_ring_shift
 from dsgraph.ops import Partial, attention_backward, attention_forward, merge
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, refuse_edge_values
 
 PLAN = "ring_plan"  # the key of the plan in RankGraph.derived
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
@@ -45,6 +48,9 @@ class RingPlan:
     """[P+1]: the edges of owner s are col[offsets[s]:offsets[s+1]]."""
     counts: tuple[int, ...]
     """[P]: rows per rank (block s has counts[s] K/V rows)."""
+    edge_order: torch.Tensor
+    """int64 [e]: the block (CSR) edge of each edge of ``col``, so block s's edges are
+    edge_order[offsets[s]:offsets[s+1]] (for per-edge data such as a score bias)."""
 
     @classmethod
     def build(cls, rowptr: np.ndarray, col: np.ndarray, starts: list[int]) -> "RingPlan":
@@ -60,10 +66,25 @@ class RingPlan:
         offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=world))])
         local = col[order].astype(np.int64) - np.asarray(starts, dtype=np.int64)[owner_sorted]
         return cls(torch.from_numpy(ptr), torch.from_numpy(local.astype(np.int32)), tuple(int(o) for o in offsets),
-                   tuple(b - a for a, b in zip(starts[:-1], starts[1:])))  # fmt: skip
+                   tuple(b - a for a, b in zip(starts[:-1], starts[1:])), torch.from_numpy(order.astype(np.int64)))  # fmt: skip
 
     def to(self, device: torch.device) -> "RingPlan":
-        return RingPlan(self.rowptr.to(device), self.col.to(device), self.offsets, self.counts)
+        return RingPlan(self.rowptr.to(device), self.col.to(device), self.offsets, self.counts, self.edge_order.to(device))
+
+    def block_bias(self, bias_eH: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """Each block's rows of a score bias [e, H] (block CSR order), in its own edge order."""
+        if bias_eH is None:
+            return [None] * len(self.counts)
+        ordered = bias_eH.index_select(0, self.edge_order)
+        return [ordered[self.offsets[s] : self.offsets[s + 1]] for s in range(len(self.counts))]
+
+    def scatter_bias(self, blocks: list[torch.Tensor | None], bias_eH: torch.Tensor | None) -> torch.Tensor | None:
+        """The blocks' rows of a bias gradient put back in block CSR order [e, H] (None without a bias)."""
+        if bias_eH is None:
+            return None
+        out = torch.empty_like(bias_eH)
+        out[self.edge_order] = torch.cat([b.to(bias_eH.dtype) for b in blocks])
+        return out
 
     def blocks(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(rowptr, col) of each source rank's block; make them once and keep them, so that what the
@@ -76,32 +97,37 @@ class _Ring(torch.autograd.Function):
     (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, att: "RingAttention"):
+    def forward(ctx, q, k, v, bias, att: "RingAttention"):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
+        biases = att.plan.block_bias(None if bias is None else bias.detach())
         payload = att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None  # [2 n, H, D]
         parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k.detach(), v.detach()) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, backend=att.backend)
+            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, bias=biases[s], backend=att.backend)
             whole = (parts[s].y, parts[s].lse) if whole is None else merge(whole, parts[s])
             if pending is not None:
                 payload = pending.wait()
-        ctx.save_for_backward(q, k, v, *whole, *(t for part in parts for t in (part.lse, *part.saved)))
+        ctx.save_for_backward(q, k, v, *whole, *(() if bias is None else (bias,)), *(t for part in parts for t in (part.lse, *part.saved)))
         ctx.att, ctx.saved_per_part = att, 1 + len(parts[0].saved)  # through save_for_backward: checkpointing's hooks see them
+        ctx.has_bias = bias is not None
         return whole[0].to(q.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         q, k, v, y, lse, *flat = (t.detach() for t in ctx.saved_tensors)
+        bias = flat.pop(0) if ctx.has_bias else None
         att, n = ctx.att, ctx.saved_per_part
         parts = [Partial(y, flat[i], tuple(flat[i + 1 : i + n])) for i in range(0, len(flat), n)]  # the block's y is not read
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
+        biases, dbias = att.plan.block_bias(bias), [None] * p
         if p == 1:  # one block: the whole attention, nothing travels
-            needs = tuple(ctx.needs_input_grad[:3])
-            return (*attention_backward(*att.blocks[0], q, k, v, parts[0], dy, backend=att.backend, needs=needs), None)
+            needs = tuple(ctx.needs_input_grad[:4])
+            block = attention_backward(*att.blocks[0], q, k, v, parts[0], dy, bias=biases[0], backend=att.backend, needs=needs)
+            return (*block[:3], att.plan.scatter_bias(list(block[3:]), bias) if ctx.needs_input_grad[3] else None, None)
         payload = att.codec.encode(torch.stack([k, v]).view(-1, *k.shape[1:]))  # the same encoding as in forward: the same K/V
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
@@ -109,7 +135,8 @@ class _Ring(torch.autograd.Function):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k, v) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            dq_b, dk_b, dv_b = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, whole=(y, lse), backend=att.backend)
+            block = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, bias=biases[s], whole=(y, lse), backend=att.backend)
+            (dq_b, dk_b, dv_b), dbias[s] = block[:3], block[3] if bias is not None else None
             dq += dq_b
             acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
             if arriving is not None:
@@ -121,7 +148,7 @@ class _Ring(torch.autograd.Function):
         grads = att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
         return (dq.to(q.dtype) if need[0] else None, grads[0].to(k.dtype) if need[1] else None,
-                grads[1].to(v.dtype) if need[2] else None, None)  # fmt: skip
+                grads[1].to(v.dtype) if need[2] else None, att.plan.scatter_bias(dbias, bias) if need[3] else None, None)  # fmt: skip
 
 
 class RingAttention(GraphAttention):
@@ -130,8 +157,8 @@ class RingAttention(GraphAttention):
 
     name = "ag_ring"
 
-    def __init__(self, plan: RingPlan, pg: GraphParallelGroup, ctx):
-        self.plan, self.pg, self.backend = plan, pg, ctx.backend
+    def __init__(self, plan: RingPlan, pg: GraphParallelGroup, ctx, edges=None):
+        self.plan, self.pg, self.backend, self.edges = plan, pg, ctx.backend, edges
         self.codec, self.grad_codec = ctx.codec, ctx.grad_codec
         self.blocks = plan.blocks()
 
@@ -139,8 +166,9 @@ class RingAttention(GraphAttention):
         """The shape of source rank s's block of 2 n_s rows (s taken mod P), rows like ``like``'s."""
         return (2 * self.plan.counts[s % len(self.plan.counts)], *like.shape[1:])
 
-    def __call__(self, q_nHD, k_nHD, v_nHD):
-        return _Ring.apply(q_nHD, k_nHD, v_nHD, self)
+    def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
+        refuse_edge_values(self.name, edge_values)
+        return _Ring.apply(q_nHD, k_nHD, v_nHD, bias_eH, self)
 
 
 class AllGatherRing(Strategy):
@@ -154,7 +182,7 @@ class AllGatherRing(Strategy):
     def build(self, graph, pg, ctx):
         if PLAN not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
-        return RingAttention(graph.derived[PLAN], pg, ctx)
+        return RingAttention(graph.derived[PLAN], pg, ctx, graph.edges)
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)
@@ -172,7 +200,7 @@ class AllGatherRing(Strategy):
             messages=messages,
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
-            activation_bytes=n * row + n * d * 4 + n * model.heads * 4,  # own K, V; y and lse in fp32
+            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b),  # own K, V; y and lse in fp32
             transient_bytes=4 * n * row + n * d * 4,  # two K/V blocks and two dK/dV blocks in flight, dq
             overlapped=True,
         )

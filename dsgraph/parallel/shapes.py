@@ -130,6 +130,13 @@ class ModelShape:
     global_attention: str = "none"
     """'linear': every hidden block also runs linear global attention (its projections, and one
     all-reduce of its per-head sums forward and one backward; ``GlobalAttentionCost``); 'none'."""
+    edge_bias: bool = False
+    """Every attention layer adds a score bias [E, H] made from edge features (``model.edge_features``):
+    kept for backward, and moved where a strategy splits heads (GP-A2A)."""
+
+    def bias_bytes(self, edges: float, dtype_bytes: int) -> float:
+        """Bytes of the score bias of ``edges`` edges (0 without one)."""
+        return edges * self.heads * dtype_bytes if self.edge_bias else 0.0
 
     def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
         """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""

@@ -42,11 +42,16 @@ class Needs(enum.Enum):
 
 
 class GraphAttention(ABC):
-    """One rank's attention: ``(q_nHD, k_nHD, v_nHD) -> y_nHD`` on its own rows (n = its row count,
-    all H heads). The training loop calls the hooks below on whatever strategy it runs; they do
-    nothing unless a strategy (such as ``auto``) needs them."""
+    """One rank's attention: ``(q_nHD, k_nHD, v_nHD, bias_eH) -> y_nHD`` on its own rows (n = its
+    row count, all H heads); the optional score bias [e, H] has a row per in-edge of the rank's rows
+    in the order of its CSR block (``RankGraph.block``), and ``edges`` holds those edges' features
+    (``RankGraph.edges``; None when the rank holds none), so a model can make the bias from them.
+    The training loop calls the hooks below on whatever strategy it runs; they do nothing unless a
+    strategy (such as ``auto``) needs them."""
 
     name: str = ""
+    edges = None
+    """The ``EdgeData`` of the rank's in-edges (block order), or None."""
     pg: "GraphParallelGroup"
     """The group its rows are split over (every strategy sets it)."""
     global_nodes: GlobalNodes | None = None
@@ -60,8 +65,11 @@ class GraphAttention(ABC):
         return self.global_nodes if self.global_nodes is not None else GlobalNodes(self.pg)
 
     @abstractmethod
-    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor) -> torch.Tensor:
-        """y_nHD in q's dtype."""
+    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH: torch.Tensor | None = None,
+                 edge_values: torch.Tensor | None = None):  # fmt: skip
+        """y_nHD in q's dtype; differentiable in q, k, v and the bias. With ``edge_values`` u [e, C]
+        (block order, constants; only where the spec's ``edge_values`` is True) returns (y_nHD,
+        z_nHC), z_i = sum_j a_ij u_ij (``dsgraph.ops.edge_values``)."""
 
     def after_step(self, step_s: float, comm_s: float) -> None:
         """A training step finished (every rank calls this at the same step; may be collective)."""
@@ -167,6 +175,8 @@ class Strategy(ABC):
     counts) or a partition that relabels nodes ('metis', 'random')."""
     auto_candidate: bool = True
     """Whether ``auto`` may pick it (on the contiguous row split that auto uses)."""
+    edge_values: bool = False
+    """Whether its attention takes per-edge values (``model.edge_features`` 'bias_value')."""
 
     def infeasible(self, heads: int, world_size: int) -> str:
         """'' when the strategy can run ``heads`` heads on ``world_size`` ranks, else why not."""
@@ -189,6 +199,12 @@ class Strategy(ABC):
         reason = self.infeasible(heads, world_size)
         if reason:
             raise ValueError(f"strategy {self.name}: {reason}")
+
+
+def refuse_edge_values(strategy: str, edge_values) -> None:
+    """ValueError when ``edge_values`` are handed to a strategy that takes none."""
+    if edge_values is not None:
+        raise ValueError(f"strategy {strategy} does not take edge-conditioned values (model.edge_features 'bias_value')")
 
 
 def head_groups(heads: int, chunks: int) -> list[slice]:

@@ -94,8 +94,8 @@ class DsgraphConfig:
     by global node id, so results stay independent of the rank count)."""
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
-    residual, head, feature_norm, global_attention (``dsgraph/models/options.py``;
-    docs/concepts/model.md). Keys left out keep their defaults."""
+    residual, head, feature_norm, global_attention, edge_features, encodings, encoding_input, max_degree,
+    degree_dim (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
     comm_dtype: str = "none"
     """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
     or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
@@ -311,6 +311,7 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
     if cfg.strategy not in strategy_names():
         raise ValueError(f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} "
                          f"(or a mode: {', '.join(m for m in modes if m != 'full')}); got '{cfg.strategy}'")  # fmt: skip
+    _check_edge_values(cfg)
     needs = get_strategy(cfg.strategy).needs
     if cfg.partitions is not None and needs is Needs.WHOLE_GRAPH:
         readers = [n for n in strategy_names() if get_strategy(n).needs is not Needs.WHOLE_GRAPH]
@@ -318,6 +319,25 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
             f"dsgraph config: strategy '{cfg.strategy}' needs {needs.value}, but 'partitions' loads one part per "
             f"rank; use one of {', '.join(readers)} with partitions, or drop 'partitions'"
         )
+
+
+def _check_edge_values(cfg: DsgraphConfig) -> None:
+    """Edge features are read by node tasks (a link task's message graph is rebuilt from its
+    training pairs, without them); edge-conditioned values run where the attention takes per-edge
+    values: the strategies that say so (a sampled run's attention is local, GP-AG's), on the cpu or
+    reference backend."""
+    if cfg.model.reads_edges and cfg.task == "link":
+        raise ValueError("dsgraph config: task 'link' does not read edge features (its message graph is rebuilt from the "
+                         "training pairs, without them); set model.edge_features to \"none\"")  # fmt: skip
+    if cfg.model.edge_features != "bias_value":
+        return
+    takes = [n for n in strategy_names() if get_strategy(n).edge_values]
+    if cfg.mode != "sampled" and not get_strategy(cfg.strategy).edge_values:
+        raise ValueError(f"dsgraph config: model.edge_features 'bias_value' (edge-conditioned values) runs with strategy "
+                         f"{' or '.join(takes)}, not '{cfg.strategy}'; or use model.edge_features 'bias'")  # fmt: skip
+    if cfg.backend == "cuda":
+        raise ValueError("dsgraph config: model.edge_features 'bias_value' runs on the cpu and reference backends, not 'cuda'; "
+                         "use model.edge_features 'bias' on GPUs")  # fmt: skip
 
 
 def _check_preempt_signals(names: list[str]) -> None:

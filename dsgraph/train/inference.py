@@ -32,7 +32,8 @@ class Inference:
         self.link = self.mode.link  # a link task's data, else None
         self.task = Task.link() if self.link is not None else Task.of(self.mode.num_classes, multilabel=self.mode.multilabel)
         dtype = torch.bfloat16 if bf16 else torch.float32
-        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
+        self.model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths,
+                                 self.mode.num_edge_features)  # fmt: skip
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "

@@ -54,17 +54,18 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     return torch.device("cpu")
 
 
-def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int,
-                encoding_widths: dict[str, int] | None = None) -> GraphTransformer | LinkPredictor:  # fmt: skip
+def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None,
+                edge_dim: int = 0) -> GraphTransformer | LinkPredictor:  # fmt: skip
     """The node task's GraphTransformer, or a link task's encoder (output width: the embedding
-    width) with its decoder; ``encoding_widths``: the widths of the encoding arrays the data carries."""
+    width) with its decoder; ``encoding_widths``: the widths of the encoding arrays the data carries;
+    ``edge_dim``: F_e of the dataset's edge features (0: none)."""
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
     link = cfg.task == "link"
     outputs = cfg.link.embedding_dim if link else num_classes
     encoder = GraphTransformer(
         in_dim, outputs, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
         dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
-        options=cfg.model, encoding_widths=encoding_widths,
+        options=cfg.model, encoding_widths=encoding_widths, edge_dim=edge_dim,
     )  # fmt: skip
     if not link:
         return encoder
@@ -121,7 +122,7 @@ class Trainer:
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
-        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths)
+        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths, self.mode.num_edge_features)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")

@@ -106,4 +106,4 @@ def test_bad_benchmark_edges_name_the_array(tmp_path):
 def test_heterophilous_files_load_every_split():
     data = DatasetFile(os.path.join(HETERO, "chameleon_filtered.npz"), choice=SplitChoice(split=9))
     assert (data.num_nodes, data.splits, data.num_classes()) == (890, 10, 5)
-    assert sum(d.size for _, _, d in data.chunks()) == 2 * 8854
+    assert sum(d.size for _, _, d, _ in data.chunks()) == 2 * 8854

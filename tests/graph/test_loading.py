@@ -39,11 +39,14 @@ def _assert_same(a, b, what):
     assert (a.num_nodes, a.num_features, a.num_classes) == (b.num_nodes, b.num_features, b.num_classes)
 
 
+@pytest.mark.parametrize("edge_features", [False, True], ids=["nodes", "edges"])
 @pytest.mark.parametrize("self_loops", [False, True])
 @pytest.mark.parametrize("method", ["balanced", "contiguous", "metis", "random"])
 @pytest.mark.parametrize("world", [1, 3, 4])
-def test_rows_read_from_the_file_equal_the_split_of_the_whole_graph(tmp_path, world, method, self_loops):
-    graph = random_graph()
+def test_rows_read_from_the_file_equal_the_split_of_the_whole_graph(tmp_path, world, method, self_loops, edge_features):
+    """With ``edge_features`` the block's edge features too (permuted with the edges, added self
+    loops marked), bit for bit."""
+    graph = random_graph(edge_features=3 if edge_features else 0)
     path = str(tmp_path / "g.npz")
     save_npz(graph, path)
     data = DatasetFile(path, chunk_edges=50)  # many chunks
@@ -52,8 +55,10 @@ def test_rows_read_from_the_file_equal_the_split_of_the_whole_graph(tmp_path, wo
     for rank in range(world):
         for needs_whole in (False, True):
             pg = GraphParallelGroup(rank=rank, world_size=world)
-            pg_f, from_disk = from_file(data, pg, control_file, method, self_loops, seed=2, whole=needs_whole)
-            pg_m, in_memory = from_graph(whole, pg, control_mem, method, seed=2, whole=needs_whole)
+            pg_f, from_disk = from_file(data, pg, control_file, method, self_loops, seed=2, whole=needs_whole,
+                                        edge_features=edge_features)  # fmt: skip
+            pg_m, in_memory = from_graph(whole, pg, control_mem, method, seed=2, whole=needs_whole, edge_features=edge_features)
+            assert (from_disk.edges is not None) == edge_features
             assert pg_f.counts == pg_m.counts
             _assert_same(from_disk, in_memory, f"rank {rank}/{world} {method} whole={needs_whole}")
 

@@ -98,3 +98,18 @@ def test_from_dgl_rejects_a_two_column_mask():
     g.ndata["train_mask"] = torch.zeros(2, 3, dtype=torch.bool)
     with pytest.raises(ValueError, match="DGLGraph: array 'train_mask' must be a 1-D node mask"):
         from_dgl(g)
+
+
+def test_edge_features_travel_as_edata_and_back_exactly():
+    rng = np.random.default_rng(3)
+    attr = rng.standard_normal((len(SRC), 4)).astype(np.float32)
+    graph = Graph.from_edges(SRC, DST, x=np.ones((N, 1), np.float32), y=np.zeros(N, np.int64), num_nodes=N,
+                             train_mask=np.zeros(N, bool), val_mask=np.zeros(N, bool), test_mask=np.zeros(N, bool),
+                             edge_attr=attr)  # fmt: skip
+    g = to_dgl(graph)
+    assert torch.equal(g.edata["feat"], graph.edge_attr)  # edge e of the DGLGraph is CSR edge e
+    back = from_dgl(g)
+    assert torch.equal(back.edge_attr, graph.edge_attr) and torch.equal(back.col, graph.col)
+    shuffled = dgl.graph((torch.from_numpy(SRC), torch.from_numpy(DST)), num_nodes=N)  # edges in input order
+    shuffled.edata["feat"] = torch.from_numpy(attr)
+    assert torch.equal(from_dgl(shuffled).edge_attr, graph.edge_attr)  # sorted into CSR order with their edges

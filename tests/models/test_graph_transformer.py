@@ -156,18 +156,23 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
     from dsgraph.train.trainer import build_model
 
     from dsgraph.graph.encodings import DEFAULT_WIDTH, arrays_of
+    from dsgraph.graph.rank_graph import EdgeData
 
     _, cfg = load_ds_config(config)
+    edge_dim = 4 if cfg.model.reads_edges else 0  # a config that reads edge features gets a graph with them
     enc = {name: torch.randint(0, 9, (6, 2)) if name == "degree" else torch.rand(6, DEFAULT_WIDTH[name.split("_")[0]])
            for name in arrays_of(cfg.model.encodings)}  # what `dsgraph encode` suggests (cpu_gps.json: RWSE K=16)
-    model = build_model(cfg, 100, num_classes, {name: a.shape[1] for name, a in enc.items()}).eval()
+    model = build_model(cfg, 100, num_classes, {name: a.shape[1] for name, a in enc.items()}, edge_dim=edge_dim).eval()
     calls = []
 
-    def attention(q, k, v):
-        calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
-        return v
+    class Attention:
+        edges = EdgeData.of(torch.rand(10, edge_dim), None) if edge_dim else None
 
-    logits = model(torch.rand(6, 100), attention, torch.arange(6), enc=enc)
+        def __call__(self, q, k, v, bias=None, edge_values=None):
+            calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
+            return v if edge_values is None else (v, v.new_zeros((*v.shape[:2], edge_values.shape[1])))
+
+    logits = model(torch.rand(6, 100), Attention(), torch.arange(6), enc=enc)
     outputs = cfg.link.embedding_dim if cfg.task == "link" else num_classes
     assert logits.shape == (6, outputs) and len(calls) == cfg.layers
     for q, k, v in calls:

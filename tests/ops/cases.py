@@ -65,13 +65,19 @@ N_BULK = 512  # sources of the high-degree rows: about 36 out-edges each (warp-b
 
 
 def public(backend: str):
-    """``fn(rowptr, col, q, k, v, scale)`` through ``dsgraph.ops.sparse_attention`` with ``backend``."""
+    """``fn(rowptr, col, q, k, v, scale, bias=None)`` through ``dsgraph.ops.sparse_attention`` with ``backend``."""
     from dsgraph.ops import sparse_attention
 
-    def fn(rowptr, col, q, k, v, scale):
-        return sparse_attention(rowptr, col, q, k, v, scale=scale, backend=backend)
+    def fn(rowptr, col, q, k, v, scale, bias=None):
+        return sparse_attention(rowptr, col, q, k, v, bias=bias, scale=scale, backend=backend)
 
     return fn
+
+
+def score_bias(num_edges: int, heads: int, dtype=torch.float32, seed: int = 11, device="cpu") -> torch.Tensor:
+    """A score bias [E, H] of the scale of the scores (standard normal), requiring grad."""
+    bias = torch.randn(num_edges, heads, generator=torch.Generator().manual_seed(seed))
+    return bias.to(device, dtype).requires_grad_()
 
 
 def degree_edge_cases(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -94,22 +100,26 @@ def degree_edge_cases(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
     return rowptr, col, bulk0 + N_BULK
 
 
-def grads_of(fn, rowptr, col, q, k, v, dy):
-    """y and the gradients of the inputs that require grad (None for the others)."""
-    y = fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5)
-    wanted = [t for t in (q, k, v) if t.requires_grad]
+def grads_of(fn, rowptr, col, q, k, v, dy, bias=None):
+    """y and the gradients of the inputs that require grad (None for the others); with a ``bias``,
+    its gradient last."""
+    inputs = (q, k, v) if bias is None else (q, k, v, bias)
+    y = fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5) if bias is None else fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5, bias)
+    wanted = [t for t in inputs if t.requires_grad]
     got = iter(torch.autograd.grad(y, wanted, dy)) if wanted else iter(())
-    return (y, *(next(got) if t.requires_grad else None for t in (q, k, v)))
+    return (y, *(next(got) if t.requires_grad else None for t in inputs))
 
 
-def check_against_reference(backend, rowptr, col, q, k, v, dy, rel=None):
-    """``backend``'s y and input gradients against the fp32 reference; returns the backend's."""
+def check_against_reference(backend, rowptr, col, q, k, v, dy, rel=None, bias=None):
+    """``backend``'s y and input gradients (the bias's too, when given) against the fp32 reference;
+    returns the backend's."""
     from dsgraph.ops import sparse_attention_reference
 
-    got = grads_of(public(backend), rowptr, col, q, k, v, dy)
+    got = grads_of(public(backend), rowptr, col, q, k, v, dy, bias)
     q32, k32, v32 = (t.detach().float().requires_grad_(t.requires_grad) for t in (q, k, v))
-    want = grads_of(sparse_attention_reference, rowptr, col, q32, k32, v32, dy.float())
-    for name, a, b in zip(("y", "dq", "dk", "dv"), got, want):
+    bias32 = None if bias is None else bias.detach().float().requires_grad_(bias.requires_grad)
+    want = grads_of(sparse_attention_reference, rowptr, col, q32, k32, v32, dy.float(), bias32)
+    for name, a, b in zip(("y", "dq", "dk", "dv", "dbias"), got, want):
         assert (a is None) == (b is None), name
         if a is not None:
             assert a.dtype == q.dtype and a.shape == b.shape, name

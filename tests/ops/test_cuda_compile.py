@@ -1,5 +1,5 @@
 """The CUDA backend without a GPU: every kernel compiles through NVRTC for sm_80 and sm_90, fp32 and
-bf16, every supported head dim; the degree-binned work plans cover every edge exactly once; and
+bf16, every supported head dim, with and without the score bias; the degree-binned work plans cover every edge exactly once; and
 importing the backend on a CPU-only machine works and reports it unavailable."""
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ except Exception as exc:  # not installed, or no CUDA libraries at all
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("file", sorted(KERNELS))
-def test_kernels_compile_to_cubin(file, arch, dtype):
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
+def test_kernels_compile_to_cubin(file, arch, dtype, bias):
     for head_dim in HEAD_DIMS:
-        cubin = compile_cubin(file, arch, dtype, head_dim)
+        cubin = compile_cubin(file, arch, dtype, head_dim, bias)
         assert cubin[:4] == b"\x7fELF", (file, arch, dtype, head_dim)
         for name in KERNELS[file]:  # every launched kernel is in the cubin's symbol table
             assert name.encode() + b"\x00" in cubin, (name, file, arch, dtype, head_dim)
@@ -58,9 +59,9 @@ def test_compiling_leaves_the_interpreter_intact():
 @pytest.mark.parametrize("file", sorted(KERNELS))
 def test_kernels_compile_through_cupy(file, arch):
     """CuPy's own NVRTC route (its options, -ftz=true included), the architecture forced."""
-    for dtype in DTYPES:
+    for dtype, bias in ((d, b) for d in DTYPES for b in (False, True)):
         for head_dim in HEAD_DIMS:
-            cubin = compile_cubin_with_cupy(file, arch, dtype, head_dim)
+            cubin = compile_cubin_with_cupy(file, arch, dtype, head_dim, bias)
             assert cubin[:4] == b"\x7fELF", (file, arch, dtype, head_dim)
             for name in KERNELS[file]:
                 assert name.encode() + b"\x00" in cubin, (name, file, arch, dtype, head_dim)

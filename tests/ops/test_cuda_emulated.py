@@ -72,7 +72,8 @@ def emulated_cuda():
     reason = emulator.unavailable()
     if reason:
         pytest.skip(f"CUDA emulator: {reason}")
-    emulator.prebuild([(kernel_source(f), compile_options(d, h)) for f in KERNELS for d in DTYPES for h in HEAD_DIMS])
+    emulator.prebuild([(kernel_source(f), compile_options(d, h, bias)) for f in KERNELS for d in DTYPES for h in HEAD_DIMS
+                       for bias in (False, True)])  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cuda, "cupy", emulator.fake_cupy)
         mp.setattr(cuda, "_MODULES", {})
@@ -207,6 +208,51 @@ def test_empty_graphs(dtype):
     cases.check_empty_graphs(NAME, dtype, "cpu")
 
 
+@DTYPE
+def test_score_bias_on_every_bin_matches_reference_bit_identically(dtype):
+    """The bias read by the forward and both backward passes (the column pass through the CSC's CSR
+    positions) and its gradient written by the dQ pass, in every schedule."""
+    rowptr, col, q, k, v, dy = inputs(binned(), 2, 16, dtype)
+    bias = cases.score_bias(col.numel(), 2, dtype)
+    first = check_against_reference(NAME, rowptr, col, q, k, v, dy, bias=bias)
+    second = grads_of(public(NAME), rowptr, col, q, k, v, dy, bias)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@DTYPE
+@pytest.mark.parametrize("dim", HEAD_DIMS)
+def test_score_bias_every_head_dim_and_schedule(tiny_bins, dim, dtype):
+    rowptr, col, q, k, v, dy = inputs(tiny(), 3, dim, dtype)
+    bias = cases.score_bias(col.numel(), 3, dtype)
+    check_against_reference(NAME, rowptr, col, q, k, v, dy, bias=bias)
+    for need in ((False, False, False, True), (True, False, False, True), (False, True, True, False)):
+        q, k, v, bias = (t.detach().requires_grad_(r) for t, r in zip((q, k, v, bias), need))
+        check_against_reference(NAME, rowptr, col, q, k, v, dy, bias=bias)
+
+
+@DTYPE
+def test_score_bias_on_a_power_law_graph_with_a_hub(dtype):
+    """The acceptance graph: R-MAT rows of degree 0 and 1, and a row of 20,000 in-edges."""
+    rowptr, col = cases.rmat_with_hub()
+    q, k, v = cases.qkv(rowptr.numel() - 1, cases.N_SRC, 2, 16, dtype)
+    dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    check_against_reference(NAME, rowptr, col, q, k, v, dy, bias=cases.score_bias(col.numel(), 2, dtype))
+
+
+@DTYPE
+def test_score_bias_in_the_blockwise_passes(tiny_bins, dtype):
+    rowptr, col, q, k, v, dy = (t.detach() if t.is_floating_point() else t for t in inputs(tiny(), 2, 16, dtype))
+    bias = cases.score_bias(col.numel(), 2, dtype).detach()
+    part = attention_forward(rowptr, col, q, k, v, bias=bias, backend=NAME)
+    got = attention_backward(rowptr, col, q, k, v, part, dy, bias=bias, backend=NAME)
+    scale = q.shape[-1] ** -0.5
+    y_ref, lse_ref = reference_forward(rowptr, col, q, k, v, scale, bias)
+    assert_relative_close(part.lse, lse_ref, TOLERANCE[dtype])
+    for a, b in zip(got, reference_backward(rowptr, col, q, k, v, y_ref, lse_ref, dy, scale, bias)):
+        assert_relative_close(a, b, TOLERANCE[dtype])
+
+
 BF16_ROUND_TRIP = r"""
 #include "sparse_attention_common.cuh"
 // The kernels' own bf16 conversions: store_frag rounds fp32 to bf16 bits, load_frag widens them.
@@ -232,7 +278,8 @@ def test_bf16_bits_round_to_nearest_even_like_torch():
     near = hi | torch.randint(0, 2**16, (4096,), generator=gen, dtype=torch.int32)
     special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.4e38]).view(torch.int32)
     x = torch.cat([ties, near, hi, special, torch.zeros(8 - special.numel() % 8, dtype=torch.int32)]).view(torch.float32)
-    module = emulator.fake_cupy.RawModule(code=BF16_ROUND_TRIP, options=(f"-I{CUDA_DIR}", "-DDSG_HEAD_DIM=8", "-DDSG_BF16=1"))
+    module = emulator.fake_cupy.RawModule(code=BF16_ROUND_TRIP, options=(f"-I{CUDA_DIR}", "-DDSG_HEAD_DIM=8", "-DDSG_BF16=1",
+                                                                                   "-DDSG_BIAS=0"))
     bits, back = torch.empty(x.numel(), dtype=torch.int16), torch.empty_like(x)
     n = x.numel() // 8
     module.get_function("bf16_round_trip")((-(-n // 256),), (256,), (emulator.fake_cupy.from_dlpack(x),

@@ -1,7 +1,12 @@
 """The conformance suite every registered strategy gets (generated from the registry): on 2 and 4
 gloo processes, with uneven row splits and rows that have no in-edges, the model's every block
 output, its logits and every parameter gradient equal the single-process run (fp32, dropout on), and
-the bytes each rank sends per layer are exactly what the strategy declares to AGP."""
+the bytes each rank sends per layer are exactly what the strategy declares to AGP; without and with
+edge features (every layer's score bias made from them, which GP-A2A moves with its heads; and,
+where the strategy takes them, edge-conditioned values)."""
+
+import dataclasses
+import functools
 
 import pytest
 import torch
@@ -12,6 +17,7 @@ from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
+from dsgraph.models.options import ModelOptions
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
 from dsgraph.train.config import DEFAULT_STRATEGY
 from dsgraph.modes.full.mode import rank_attention
@@ -24,7 +30,7 @@ MODEL = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS)  # auto without a 
 
 
 def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
-                     regather=False, options=None):  # fmt: skip
+                     regather=False, options=None, edge_features="bias"):  # fmt: skip
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
@@ -34,8 +40,11 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
                           comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
-    model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3,
-                             input_dropout=0.2, attention_dropout=0.3, seed=7, options=options)  # fmt: skip
+    options = options if options is not None else ModelOptions()
+    if graph.edge_attr is not None:  # a graph with edge features: read them
+        options = dataclasses.replace(options, edge_features=edge_features)
+    model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3, input_dropout=0.2,
+                             attention_dropout=0.3, seed=7, options=options, edge_dim=graph.num_edge_features)  # fmt: skip
     outputs = []
     for block in model.blocks:
         block.register_forward_hook(lambda mod, inp, out: outputs.append(out))
@@ -56,7 +65,8 @@ def declared_bytes(strategy: str, graph, split: RowSplit, checkpointed: bool = F
     shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
-    terms = get_strategy(strategy).cost(p, shape, ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, comm_chunks=chunks), 4)
+    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, comm_chunks=chunks, edge_bias=graph.edge_attr is not None)
+    terms = get_strategy(strategy).cost(p, shape, model, 4)
     return (terms.bytes_sent + (terms.forward_bytes if checkpointed else 0.0)) * LAYERS
 
 
@@ -64,15 +74,16 @@ def rel_err(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def _check_strategy(rank, world, tmp, strategy):
+def _check_strategy(rank, world, tmp, strategy, edges="none"):
     import deepspeed.comm as dist
 
-    graph = random_graph()  # rows with no in-edges (no self loops), a hub row
+    graph = random_graph(edge_features=0 if edges == "none" else 3)  # rows with no in-edges (no self loops), a hub row
     assert int((graph.in_degrees() == 0).sum()) >= 3
-    ref_outs, ref_grads, _, _ = forward_backward(graph, GraphParallelGroup.single(graph.num_nodes), DEFAULT_STRATEGY)
+    forward_backward_ = functools.partial(forward_backward, edge_features=edges)
+    ref_outs, ref_grads, _, _ = forward_backward_(graph, GraphParallelGroup.single(graph.num_nodes), DEFAULT_STRATEGY)
     split = RowSplit(SPLITS[world])
     pg = GraphParallelGroup.from_world().with_split(split)
-    outs, grads, pg, attention = forward_backward(graph, pg, strategy)
+    outs, grads, pg, attention = forward_backward_(graph, pg, strategy)
     start, end = pg.rows
     for out, ref in zip(outs, ref_outs):
         assert rel_err(out, ref[start:end]) < 1e-5, strategy
@@ -83,14 +94,14 @@ def _check_strategy(rank, world, tmp, strategy):
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
     assert sent.item() == declared_bytes(attention.name, graph, split), (strategy, sent.item())
     assert pg.stats.calls > 0
-    _, grads_ckpt, pg, _ = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), strategy, checkpointed=True)
+    _, grads_ckpt, pg, _ = forward_backward_(graph, GraphParallelGroup.from_world().with_split(split), strategy, checkpointed=True)
     for name, grad in grads_ckpt.items():  # a recompute re-runs the collectives and gives the same gradients
         dist.all_reduce(grad)
         assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, "checkpointed", name)
     sent = torch.tensor([float(pg.stats.bytes_sent)])
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
     assert sent.item() == declared_bytes(attention.name, graph, split, checkpointed=True), (strategy, "checkpointed", sent.item())
-    outs, grads, pg, _ = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), strategy, chunks=2)
+    outs, grads, pg, _ = forward_backward_(graph, GraphParallelGroup.from_world().with_split(split), strategy, chunks=2)
     for out, ref in zip(outs, ref_outs):  # heads exchanged in two groups, the second during the first's attention
         assert rel_err(out, ref[start:end]) < 1e-5, (strategy, "chunks")
     for name, grad in grads.items():
@@ -101,12 +112,15 @@ def _check_strategy(rank, world, tmp, strategy):
     assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2), (strategy, "chunks", sent.item())
 
 
+@pytest.mark.parametrize("edges", ["none", "bias", "bias_value"], ids=["nodes", "edges", "edge-values"])
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("strategy", strategy_names())
-def test_strategy_matches_single_process_and_its_declared_bytes(strategy, world, tmp_path):
+def test_strategy_matches_single_process_and_its_declared_bytes(strategy, world, edges, tmp_path):
     if get_strategy(strategy).infeasible(HEADS, world):
         pytest.skip(get_strategy(strategy).infeasible(HEADS, world))
-    run(_check_strategy, world, tmp_path, strategy)
+    if edges == "bias_value" and not get_strategy(strategy).edge_values:
+        pytest.skip(f"{strategy} takes no edge-conditioned values (the config refuses the pair)")
+    run(_check_strategy, world, tmp_path, strategy, edges)
 
 
 def test_infeasible_strategy_says_why():

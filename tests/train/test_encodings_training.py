@@ -19,7 +19,9 @@ from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.train.helpers import ds_config, dump, load
+from tests.train.helpers import (
+    assert_same_evaluation, assert_same_steps, dataset_with_stores, ds_config, dump, quiet_trainer, results_by_world, step_losses,
+)  # fmt: skip
 
 HEADS = 4
 MODEL = {"encodings": ["rwse", "lappe", "degree"], "max_degree": 8}
@@ -31,19 +33,16 @@ BASE = dict(hidden=32, heads=HEADS, layers=2, self_loops=False, seed=3, eval_eve
 def encoded_dataset(tmp: str) -> str:
     """random_graph as a .npz with exact RWSE (K=4) and LapPE (k=3); and one partition store per
     rank count (random parts) made from it."""
-    path = os.path.join(tmp, "encoded.npz")
-    if not os.path.exists(path):
-        save_npz(random_graph(), path)
-        assert encode([path, "--rwse", "4", "--lappe", "3", "--quiet"]) == 0
-        for parts in (1, 2, 4):
-            assert partition(["--dataset", path, "--parts", str(parts), "--method", "random", "--out",
-                              os.path.join(tmp, f"store{parts}"), "--quiet"]) == 0  # fmt: skip
-    return path
+    return dataset_with_stores(tmp, "encoded.npz", random_graph(),
+                               lambda path: assert_ok(encode([path, "--rwse", "4", "--lappe", "3", "--quiet"])))  # fmt: skip
+
+
+def assert_ok(code: int) -> None:
+    assert code == 0
 
 
 def _trainer(tmp, stage=2, **cfg) -> Trainer:
-    settings = dict(BASE, dataset=encoded_dataset(tmp), **cfg)
-    return Trainer(DsgraphConfig.from_dict(settings), ds_config(stage=stage), torch.device("cpu"), log=lambda line: None)
+    return quiet_trainer(dict(BASE, dataset=encoded_dataset(tmp), **cfg), stage)
 
 
 def _runs(world: int, tmp: str) -> dict[str, dict]:
@@ -57,11 +56,7 @@ def _runs(world: int, tmp: str) -> dict[str, dict]:
 
 
 def _train(rank, world, tmp):
-    losses = {}
-    for key, settings in _runs(world, tmp).items():
-        trainer = _trainer(tmp, epochs=3, **settings)
-        losses[key] = [trainer.train_step(step)["loss"] for epoch in range(3) for step in trainer.mode.steps(epoch, epoch + 1)]
-        trainer.mode.close()
+    losses = step_losses((key, _trainer(tmp, epochs=3, **settings)) for key, settings in _runs(world, tmp).items())
     if rank == 0:
         dump(tmp, f"losses_{world}.json", losses)
 
@@ -69,9 +64,7 @@ def _train(rank, world, tmp):
 def _by_world(fn, tmp_path, name: str) -> dict[int, dict]:
     """What rank 0 of ``fn`` saved as ``name``_W.json, run on W = 1, 2 and 4 ranks."""
     encoded_dataset(str(tmp_path))
-    for world in (1, 2, 4):
-        run(fn, world, tmp_path)
-    return {world: load(tmp_path, f"{name}_{world}.json") for world in (1, 2, 4)}
+    return results_by_world(fn, tmp_path, name)
 
 
 def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
@@ -79,15 +72,8 @@ def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
     reference = by_world[1]
     assert len(reference["sampled"]) == 3 * 4  # 53 training nodes in batches of 16
     for world in (2, 4):
-        results = by_world[world]
-        assert set(results) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring", "halo-gps", "sampled-gps"}
-        for key, losses in results.items():
-            want_all = reference["ag" if key == "store" else key]
-            assert want_all[-1] < want_all[0], key  # it learns
-            for got, want in zip(losses, want_all, strict=True):
-                assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (key, world, losses, want_all)
-    for got, want in zip(reference["store"], reference["ag"]):  # a store (relabelled) gives the .npz run's steps
-        assert abs(got - want) <= 1e-5 * max(1.0, abs(want))
+        assert set(by_world[world]) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring", "halo-gps", "sampled-gps"}
+    assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
 def _isolated(rank, world, tmp):
@@ -109,10 +95,7 @@ def _isolated(rank, world, tmp):
 
 def test_isolated_mode_carries_encodings_of_own_and_halo_rows(tmp_path):
     by_world = _by_world(_isolated, tmp_path, "isolated")
-    reference = by_world[1]
-    for world in (2, 4):
-        got = by_world[world]
-        assert got["loss"] == pytest.approx(reference["loss"], rel=1e-5) and got["val_acc"] == reference["val_acc"]
+    assert_same_evaluation(by_world)
 
 
 def _missing(rank, world, tmp):

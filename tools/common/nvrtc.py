@@ -45,11 +45,12 @@ def nvrtc_version() -> tuple[int, int]:
     return major, minor
 
 
-def compile_cubin(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
-    """Compiles cuda/<file> for ``arch`` (e.g. 'sm_90') and returns the cubin.
+def compile_cubin(file: str, arch: str, dtype: str, head_dim: int, bias: bool = False) -> bytes:
+    """Compiles cuda/<file> for ``arch`` (e.g. 'sm_90') and returns the cubin (``bias``: the kernels
+    that take a score bias).
 
     Raises RuntimeError with NVRTC's log when the source does not compile or draws a warning."""
-    return _compile(file, arch, dtype, head_dim)[0]
+    return _compile(file, arch, dtype, head_dim, bias=bias)[0]
 
 
 def ptxas_resources(file: str, arch: str, dtype: str, head_dim: int) -> dict[str, dict[str, int]]:
@@ -71,16 +72,16 @@ def ptxas_resources(file: str, arch: str, dtype: str, head_dim: int) -> dict[str
     return out
 
 
-def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, ...] = ()) -> tuple[bytes, str]:
+def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, ...] = (), bias: bool = False) -> tuple[bytes, str]:
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(kernel_source(file).encode(), file.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
-        options = [f"-arch={arch}".encode(), *(o.encode() for o in (*compile_options(dtype, head_dim), *extra))]
+        options = [f"-arch={arch}".encode(), *(o.encode() for o in (*compile_options(dtype, head_dim, bias), *extra))]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
         log = _log(nvrtc, prog)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or "warning" in log:
-            raise RuntimeError(f"NVRTC on {file} ({arch}, {dtype}, D={head_dim}): {err}\n{log}")
+            raise RuntimeError(f"NVRTC on {file} ({arch}, {dtype}, D={head_dim}, bias={bias}): {err}\n{log}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
         cubin = bytearray(size)  # NVRTC writes into the buffer: never an immutable (possibly shared) bytes object
@@ -113,7 +114,7 @@ def _check(nvrtc, err, what: str) -> None:
         raise RuntimeError(f"{what} failed: {err}")
 
 
-def compile_cubin_with_cupy(file: str, arch: str, dtype: str, head_dim: int) -> bytes:
+def compile_cubin_with_cupy(file: str, arch: str, dtype: str, head_dim: int, bias: bool = False) -> bytes:
     """Compiles cuda/<file> the way ``cupy.RawModule(backend='nvrtc')`` does at run time (CuPy's own
     options: ``-ftz=true``, ``--device-as-default-execution-space``, ``--pch`` on NVRTC 12.8+, and
     ``-arch=sm_XX`` for a cubin), with the architecture forced so that no GPU is needed.
@@ -127,7 +128,7 @@ def compile_cubin_with_cupy(file: str, arch: str, dtype: str, head_dim: int) -> 
     chosen = compiler._get_arch_for_options_for_nvrtc  # noqa: SLF001
     compiler._get_arch_for_options_for_nvrtc = lambda arch=None: (f"-arch=sm_{cc}", "cubin")
     try:
-        options = (*compile_options(dtype, head_dim), "-ftz=true")  # RawModule adds -ftz=true
+        options = (*compile_options(dtype, head_dim, bias), "-ftz=true")  # RawModule adds -ftz=true
         cubin, _ = compiler.compile_using_nvrtc(kernel_source(file), options, arch=cc, filename=file, cache_in_memory=True)
     finally:
         compiler._get_arch_for_options_for_nvrtc = chosen

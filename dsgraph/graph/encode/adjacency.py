@@ -59,12 +59,12 @@ def from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, node_keys: np.n
 
 
 def from_chunks(chunks, num_nodes: int, num_edges: int, node_keys: np.ndarray | None = None) -> Adjacency:
-    """The adjacency of edge chunks ``(first edge, src, dst)`` (``DatasetFile.chunks``) holding
+    """The adjacency of edge chunks ``(first edge, src, dst, edge features)`` (``DatasetFile.chunks``) holding
     ``num_edges`` edges in all, copied into int32 arrays as they come."""
     src = np.empty(num_edges, dtype=np.int32)
     dst = np.empty(num_edges, dtype=np.int32)
     filled = 0
-    for _, s, d in chunks:
+    for _, s, d, _ in chunks:
         src[filled : filled + s.size], dst[filled : filled + d.size] = s, d
         filled += s.size
     if filled != num_edges:

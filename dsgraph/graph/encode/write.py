@@ -5,14 +5,13 @@ part of a partition store (one ``.npy`` per part and array, META.json's sha256, 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import zipfile
 
 import numpy as np
 
-from dsgraph.graph.store import META_FILE, file_sha256, part_dir_name, read_meta
+from dsgraph.graph.store import file_sha256, part_dir_name, read_meta, write_meta
 
 COPY_CHUNK = 1 << 24
 
@@ -60,8 +59,5 @@ def write_store_arrays(store_dir: str, arrays: dict[str, np.ndarray]) -> dict:
             meta["sha256"][relpath], meta["file_bytes"][relpath] = file_sha256(path), os.path.getsize(path)
         held[name] = int(array.shape[1])
     meta["encodings"] = held
-    tmp = os.path.join(store_dir, META_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp, os.path.join(store_dir, META_FILE))
+    write_meta(store_dir, meta)
     return meta

@@ -22,13 +22,13 @@ def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu",
     """A graph every rank holds in memory, split over ``pg`` for ``strategy`` (``pg``'s own split if
     it has one, else ``partition_method``, else the strategy's default), its rows carrying the
     encoding arrays ``encodings``: returns (pg with the split, this rank's RankGraph on ``device``,
-    its attention). For tools and tests; training goes through ``GraphOnRanks``, which runs the same
-    steps."""
+    its attention, with the graph's edge features if it has them). For tools and tests; training
+    goes through ``GraphOnRanks``, which runs the same steps."""
     spec = get_strategy(strategy)
     spec.check_feasible(ctx.heads, pg.world_size)
     method = partition_method or spec.split_method
     pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), method, seed, whole=spec.needs is Needs.WHOLE_GRAPH,
-                                encodings=encodings)  # fmt: skip
+                                edge_features=graph.edge_attr is not None, encodings=encodings)  # fmt: skip
     spec.prepare(rank_graph, pg, ctx)
     rank_graph = rank_graph.to(device, dtype)
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
@@ -40,8 +40,8 @@ def model_shape(cfg, in_dim: int, num_classes: int) -> ModelShape:
                       num_classes=num_classes, checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
                       checkpoint_nested=cfg.checkpoint_nested, block=cfg.model.block, head=cfg.model.head,
                       input_projection=cfg.model.input_projection, global_attention=cfg.model.global_attention,
-                      regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype,
-                      comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks)  # fmt: skip
+                      regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
+                      comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges)  # fmt: skip
 
 
 def _spread(values: list[int]) -> str:
@@ -72,6 +72,7 @@ class GraphOnRanks:
             pg, control, dataset=cfg.dataset, seed=cfg.seed, self_loops=cfg.self_loops, partitions=cfg.partitions,
             split_method=cfg.partition_method or self.spec.split_method, whole=self.spec.needs is Needs.WHOLE_GRAPH,
             graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(), encodings=arrays_of(cfg.model.encodings),
+            edge_features=cfg.model.reads_edges,
         )  # fmt: skip
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
@@ -116,6 +117,7 @@ class FullGraph(Mode):
             self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
+        self.num_edge_features = self.ranks.graph.num_edge_features
         self.multilabel = self.ranks.graph.nodes.y.ndim == 2
         self.encoding_widths = widths(self.ranks.graph.nodes.enc)
 

@@ -204,7 +204,7 @@ class ChunkLoader:
                                      uniform_share=self.plan.uniform_share)  # fmt: skip
         row_weights = torch.zeros(graph.num_nodes, dtype=torch.float32)
         row_weights[: sub.num_own][torch.from_numpy(loss)] = weights
-        local = whole_graph(graph)
+        local = whole_graph(graph, edge_features=graph.edge_attr is not None)
         original = np.asarray(self.perm[sub.node_ids.numpy()], dtype=np.int64)  # dropout masks use the dataset's ids
         local.nodes = dataclasses.replace(local.nodes, node_ids=torch.from_numpy(original))
         share = sub.kept[loss] / np.maximum(sub.degree[loss], 1)

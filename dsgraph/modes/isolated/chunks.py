@@ -149,6 +149,8 @@ class RowBlock(Protocol):
     val_mask: np.ndarray
     test_mask: np.ndarray
     enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings.py``)
+    edge_attr: np.ndarray | None  # float32 [e_b, F_e] (None: no edge features)
+    added_loops: np.ndarray | None  # bool [e_b]
 
 
 @dataclass(kw_only=True)
@@ -165,16 +167,24 @@ class GraphBlock:
     val_mask: np.ndarray
     test_mask: np.ndarray
     enc: dict[str, np.ndarray] = field(default_factory=dict)
+    edge_attr: np.ndarray | None = None
+    added_loops: np.ndarray | None = None
 
 
 def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
-    """Rows [start, end) of ``graph`` with their in-edges, features, labels, masks and encodings."""
+    """Rows [start, end) of ``graph`` with their in-edges (and their features), node features,
+    labels, masks and encodings."""
     rowptr, col = graph.rows(start, end)
+    lo, hi = graph.edge_range(start, end)
+    edges = {}
+    if graph.edge_attr is not None:
+        added = graph.added_loops[lo:hi] if graph.added_loops is not None else torch.zeros(hi - lo, dtype=torch.bool)
+        edges = {"edge_attr": graph.edge_attr[lo:hi].numpy(), "added_loops": added.numpy()}
     return GraphBlock(
         start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
         y=graph.y[start:end].numpy(), train_mask=graph.train_mask[start:end].numpy(),
         val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(),
-        enc={name: array[start:end].numpy() for name, array in graph.enc.items()},
+        enc={name: array[start:end].numpy() for name, array in graph.enc.items()}, **edges,
     )  # fmt: skip
 
 
@@ -286,10 +296,11 @@ def local_subgraph(
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
-    self loop (with ``halo_self_loops``). Block row ranges must be disjoint; copies out of memmaps.
-    ``rows``: the blocks' ``BlockRows``, where the caller has built it already. With ``halo_enc``
-    (the halo rows' encoding arrays, [h, w] each) the graph carries those encodings: the blocks'
-    rows, then the halo rows'."""
+    self loop (with ``halo_self_loops``; an added loop, with edge features). Block row ranges must be
+    disjoint; copies out of memmaps. ``rows``: the blocks' ``BlockRows``, where the caller has built
+    it already. With ``halo_enc`` (the halo rows' encoding arrays, [h, w] each) the graph carries
+    those encodings: the blocks' rows, then the halo rows'. Edge features, where the blocks have
+    them, follow the kept edges."""
     rows = BlockRows(blocks) if rows is None else rows
     halo_ids = np.asarray(halo_ids, dtype=np.int64)
     if halo_ids.size and ((rows.local(halo_ids) >= 0).any() or np.unique(halo_ids).size != halo_ids.size):
@@ -310,12 +321,22 @@ def local_subgraph(
     graph = Graph(
         rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
         y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
-        test_mask=cat("test_mask", bool, False), name="isolated",
-        enc=_stacked_encodings(blocks, halo_enc),
+        test_mask=cat("test_mask", bool, False), name="isolated", enc=_stacked_encodings(blocks, halo_enc),
+        **_kept_edge_features(blocks, kept_edge, loops.size),
     )  # fmt: skip
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
     return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
                          halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
+
+
+def _kept_edge_features(blocks: Sequence[RowBlock], kept_edge: np.ndarray, loops: int) -> dict:
+    """edge_attr and added_loops of a local subgraph: the kept edges' rows, then the halo rows' loops."""
+    if getattr(blocks[0], "edge_attr", None) is None:
+        return {}
+    attr = np.concatenate([np.asarray(b.edge_attr, dtype=np.float32) for b in blocks])[kept_edge]
+    added = np.concatenate([np.asarray(b.added_loops, dtype=bool) for b in blocks])[kept_edge]
+    return {"edge_attr": torch.from_numpy(np.concatenate([attr, np.zeros((loops, attr.shape[1]), np.float32)])),
+            "added_loops": torch.from_numpy(np.concatenate([added, np.ones(loops, dtype=bool)]))}  # fmt: skip
 
 
 def _stacked_encodings(blocks: Sequence[RowBlock], halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:

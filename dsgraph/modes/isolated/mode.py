@@ -48,7 +48,7 @@ from dsgraph.modes.isolated.chunk_store import (
 from dsgraph.modes.full.mode import GraphOnRanks
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.modes.base import Mode, Step
-from dsgraph.modes.sampled.mode import local_attention
+from dsgraph.modes.sampled.mode import edge_features, local_attention
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class Isolated(Mode):
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")
-        graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        graph = edge_features(load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset)
         graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         if graph.multilabel:
@@ -83,7 +83,7 @@ class Isolated(Mode):
         graph = graph.with_self_loops() if cfg.self_loops else graph
         self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
         self.pg = self.eval_ranks.pg
-        self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.num_features, self.num_classes, self.num_edge_features = graph.num_features, graph.num_classes, graph.num_edge_features
         heartbeat("start-up: writing the chunk store")
         self.store_dir = self._write_store(graph)
         self.data: SuperEpochData | None = None

@@ -14,6 +14,7 @@ of a rank's subgraph attends to them. Evaluation runs it over all nodes.
 
 Evaluation runs the model on the whole graph on every rank (all ranks must run the forward under
 ZeRO-3), so it needs the graph to fit one rank, as Cora and rmat graphs up to a few million edges do.
+With edge features, a batch's edges take theirs by the whole graph's edge ids the sampler reports.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import numpy as np
 import torch
 
 from dsgraph.comm import GlobalNodes, GraphParallelGroup
-from dsgraph.graph import encodings, load_dataset
-from dsgraph.graph.rank_graph import Csr, NodeData, RankGraph, whole_graph
+from dsgraph.graph import Graph, encodings, load_dataset
+from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
 from dsgraph.parallel import StrategyContext, get_strategy
 from dsgraph.modes.sampled import (
     FEATURE_DTYPES, BatchBuilder, FeatureStore, MiniBatch, NeighborSampler, Prefetcher, epoch_batches,
@@ -43,9 +44,29 @@ def local_attention(graph: RankGraph, backend: str, global_nodes: GlobalNodes | 
     return attention
 
 
-def batch_graph(batch: MiniBatch, num_features: int, num_classes: int) -> RankGraph:
+def edge_features(graph: Graph, reads_edges: bool, dataset: str) -> Graph:
+    """``graph`` as a mode that holds it whole needs it: its edge features kept when the model reads
+    them (a ValueError when it has none), dropped otherwise."""
+    if reads_edges and graph.edge_attr is None:
+        raise ValueError(f"dataset '{dataset}': the model reads edge features (model.edge_features), but the graph has no "
+                         "edge_attr; use a dataset with edge features, or set model.edge_features to \"none\"")  # fmt: skip
+    if not reads_edges:
+        graph.edge_attr = graph.added_loops = None
+    return graph
+
+
+def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
+    """The features of a sampled subgraph's edges (added self loops: zero rows, marked)."""
+    if edge_attr is None:
+        return None
+    added = sub.edge_ids < 0
+    return EdgeData(attr=edge_attr[sub.edge_ids.clamp_min(0)] * ~added[:, None], added_loop=added)
+
+
+def batch_graph(batch: MiniBatch, num_features: int, num_classes: int, edge_attr: torch.Tensor | None = None) -> RankGraph:
     """A mini-batch as a rank graph: its compact subgraph, with the seeds' labels (seeds first, the
-    other rows unlabelled: -1, or NaN for a multi-label target) and the seeds as the training rows."""
+    other rows unlabelled: -1, or NaN for a multi-label target), the seeds as the training rows and,
+    given the whole graph's ``edge_attr``, its edges' features."""
     sub = batch.graph
     n, seeds = sub.num_nodes, sub.num_seeds
     y = torch.full((n, *batch.y.shape[1:]), float("nan") if batch.y.is_floating_point() else -1, dtype=batch.y.dtype)
@@ -55,7 +76,8 @@ def batch_graph(batch: MiniBatch, num_features: int, num_classes: int) -> RankGr
     none = torch.zeros(n, dtype=torch.bool)
     nodes = NodeData(node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none, enc=batch.enc)
     csr = Csr(sub.rowptr, sub.col)
-    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=num_features, num_classes=num_classes)
+    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=num_features, num_classes=num_classes,
+                     edges=batch_edges(sub, edge_attr))  # fmt: skip
 
 
 class Sampled(Mode):
@@ -66,11 +88,11 @@ class Sampled(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
-        graph = load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice())
+        graph = edge_features(load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset)
         graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         self.multilabel = graph.multilabel
-        self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.num_features, self.num_classes, self.num_edge_features = graph.num_features, graph.num_classes, graph.num_edge_features
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
         if self.train_ids.size == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
@@ -86,6 +108,7 @@ class Sampled(Mode):
         sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.self_loops)
         self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed, enc=graph.enc)
         self.eval_source = graph.with_self_loops() if cfg.self_loops else graph
+        self.edge_attr = graph.edge_attr
         self.graph = None
         self.log(
             f"sampled: fanouts {cfg.sampled.fanouts}, batch {cfg.sampled.batch_size} over {self.pg.world_size} rank(s), "
@@ -110,7 +133,7 @@ class Sampled(Mode):
                 yield self._step(batch, batches.last_wait)
 
     def _step(self, batch: MiniBatch, queue_wait_s: float) -> Step:
-        graph = batch_graph(batch, self.num_features, self.num_classes).to(self.device, self.dtype)
+        graph = batch_graph(batch, self.num_features, self.num_classes, self.edge_attr).to(self.device, self.dtype)
         nodes, sub = graph.nodes, batch.graph
         seeds = GlobalNodes(self.pg, rows=slice(0, sub.num_seeds))  # global attention: the global batch's seeds
         return Step(
@@ -136,7 +159,7 @@ class Sampled(Mode):
     def eval_batch(self):
         """The whole graph on every rank (so every rank counts every node: no reduction), moved to
         the device for this evaluation only."""
-        graph = whole_graph(self.eval_source).to(self.device, self.dtype)
+        graph = whole_graph(self.eval_source, edge_features=self.edge_attr is not None).to(self.device, self.dtype)
         nodes = graph.nodes
         return EvalBatch(x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
                          y=nodes.y, masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), reduce=False, enc=nodes.enc)  # fmt: skip

@@ -21,7 +21,9 @@ How the subgraph feeds the model
 --------------------------------
 The Graph Transformer runs every layer on one node set, so the batch becomes one compact graph:
 the union node set, and as in-edges of node v the neighbours drawn for v (the draw of the largest
-fanout among the hops that expanded v), plus a self loop per node if asked. Running the unchanged
+fanout among the hops that expanded v), plus a self loop per node if asked (each edge once: a pair
+drawn twice, or a loop the graph has, is not doubled). ``edge_ids`` says which edge of the whole
+graph each compact edge is (-1 for an added self loop), so edge features follow. Running the unchanged
 model on it for L layers gives every seed exactly its sampled L-hop receptive field: a seed's
 output at layer L reads its hop-1 neighbours at layer L-1, which read their hop-2 draws, and so on;
 rows of the outermost hop (never expanded) only feed layer 1. Only seed rows carry the loss.
@@ -109,6 +111,7 @@ class SampledSubgraph:
     rowptr: torch.Tensor  # int64 [n+1] compact CSR by destination
     col: torch.Tensor  # int32 [e] compact source ids
     nodes_before_dedup: int  # total size of the per-seed sampling trees (seeds included)
+    edge_ids: torch.Tensor | None = None  # int64 [e]: the whole graph's CSR edge of each edge, -1 for an added self loop
 
     @property
     def num_nodes(self) -> int:
@@ -146,19 +149,21 @@ class NeighborSampler:
             raise ValueError("seeds of one mini-batch must be distinct")
         frontier, mult = seeds, np.ones(seeds.size)  # distinct nodes of this hop, occurrences in the trees
         before = seeds.size
-        dst_parts, src_parts = [], []
+        dst_parts, src_parts, edge_parts = [], [], []
         for fanout in self.fanouts:
             degrees = self.rowptr[frontier + 1] - self.rowptr[frontier]
-            src, owner = self._draw(frontier, degrees, fanout, key)
+            src, owner, edge = self._draw(frontier, degrees, fanout, key)
             before += int(np.dot(mult, np.minimum(degrees, fanout)))
             dst_parts.append(frontier[owner])
             src_parts.append(src)
+            edge_parts.append(edge)
             frontier, inverse = np.unique(src, return_inverse=True)
             mult = np.bincount(inverse, weights=mult[owner], minlength=frontier.size)
-        return self._compact(seeds, np.concatenate(dst_parts), np.concatenate(src_parts), before)
+        return self._compact(seeds, np.concatenate(dst_parts), np.concatenate(src_parts), np.concatenate(edge_parts), before)
 
-    def _draw(self, nodes: np.ndarray, degrees: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray]:
-        """Up to ``fanout`` distinct in-neighbours of each node: (source ids, index into ``nodes``)."""
+    def _draw(self, nodes: np.ndarray, degrees: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Up to ``fanout`` distinct in-neighbours of each node: (source ids, index into ``nodes``,
+        the CSR edge of each)."""
         small = np.nonzero(degrees <= fanout)[0]  # take every in-edge
         counts = degrees[small]
         owner_small = np.repeat(small, counts)
@@ -168,30 +173,35 @@ class NeighborSampler:
         offset_big = permutation_prefix(key, nodes[big], degrees[big], fanout)
         owner = np.concatenate([owner_small, np.repeat(big, fanout)])
         offset = np.concatenate([offset_small, offset_big.reshape(-1)])
-        src = self.col[self.rowptr[nodes[owner]] + offset].astype(np.int64)
-        return src, owner
+        edge = self.rowptr[nodes[owner]] + offset
+        return self.col[edge].astype(np.int64), owner, edge
 
-    def _compact(self, seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, before: int) -> SampledSubgraph:
+    def _compact(self, seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, edges: np.ndarray, before: int) -> SampledSubgraph:
         uniq = sorted_unique(np.concatenate([seeds, src]))  # the dedup, once per batch
         n = uniq.size
         seed_pos = np.searchsorted(uniq, seeds)
         is_seed = np.zeros(n, dtype=bool)
         is_seed[seed_pos] = True
-        order = np.concatenate([seed_pos, np.nonzero(~is_seed)[0]])  # compact id -> position in uniq
+        order_nodes = np.concatenate([seed_pos, np.nonzero(~is_seed)[0]])  # compact id -> position in uniq
         compact_of = np.empty(n, dtype=np.int64)
-        compact_of[order] = np.arange(n)
+        compact_of[order_nodes] = np.arange(n)
         dst_c = compact_of[np.searchsorted(uniq, dst)]
         src_c = compact_of[np.searchsorted(uniq, src)]
         keys = dst_c * n + src_c
-        if self.self_loops:
-            keys = np.concatenate([keys, np.arange(n) * (n + 1)])
-        keys = sorted_unique(keys)  # sorted by (dst, src): CSR order, each edge once
+        if self.self_loops:  # after the drawn edges: a loop the graph has is kept, with its edge id
+            keys, edges = np.concatenate([keys, np.arange(n) * (n + 1)]), np.concatenate([edges, np.full(n, -1, np.int64)])
+        order = np.argsort(keys, kind="stable")
+        keys, edges = keys[order], edges[order]
+        first = np.ones(keys.size, dtype=bool)
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys, edges = keys[first], edges[first]  # sorted by (dst, src): CSR order, each edge once
         rowptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // n, minlength=n), out=rowptr[1:])
         return SampledSubgraph(
-            node_ids=torch.from_numpy(uniq[order]),
+            node_ids=torch.from_numpy(uniq[order_nodes]),
             num_seeds=seeds.size,
             rowptr=torch.from_numpy(rowptr),
             col=torch.from_numpy((keys % n).astype(np.int32)),
             nodes_before_dedup=before,
+            edge_ids=torch.from_numpy(edges.astype(np.int64)),
         )

@@ -5,7 +5,9 @@ Forward (``forward_kernel``) computes y, the probabilities p [E, H] and the log-
 (``backward_kernels``) computes delta_i = <dy_i, y_i>, then a column (CSC) pass gathers q_i, dy_i
 and p_ij per in-edge for dk and dv and writes ds [E, H] in CSC order, then a row (CSR) pass reads
 ds and gathers k_j for dq. What forward hands to backward is p (``saved``); lse serves callers that
-merge blocks of sources (``dispatch.attention_forward``). The per-graph structures are the
+merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
+scores as the forward writes them; the column pass writes its gradient (ds in CSR order, once per
+edge-head). The per-graph structures are the
 transpose and the CSC slot of every CSR edge (``csc.py``). Deterministic: one thread per output row
 or column, a fixed order of additions, no atomics.
 
@@ -21,6 +23,7 @@ computes in fp64 (for gradcheck). The kernels are compiled on first use and cach
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
@@ -38,6 +41,8 @@ class CpuBackend(FusedBackend):
     name = "cpu"
     priority = 10
     device_type = "cpu"
+    supports_bias = True
+    supports_edge_values = True
 
     def unsupported(self, q, tensors) -> str:
         if q.dtype not in SUPPORTED_DTYPES:
@@ -46,17 +51,25 @@ class CpuBackend(FusedBackend):
             return "node counts must stay below 2^31 (int32 node ids)"
         return on_one_device(tensors, "cpu")
 
-    def forward(self, rowptr, col, q, k, v, scale: float):
-        y, p, lse = forward(rowptr, col, q, k, v, scale)
+    def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
+        y, p, lse = forward(rowptr, col, q, k, v, scale, bias)
         return y, lse, (p,)
 
-    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs):
-        dq, dk, dv = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2])
-        return tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
+    def probabilities(self, saved):
+        """The forward's probabilities p [E, H] (CSR order, accumulation dtype)."""
+        return saved[0]
+
+    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None, dp_extra=None, delta_extra=None):
+        need_bias = bias is not None and (len(needs) < 4 or needs[3])
+        dq, dk, dv, dbias = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2],
+                                     need_bias=need_bias, dp_extra=dp_extra, delta_extra=delta_extra)  # fmt: skip
+        grads = tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
+        return (*grads, None if dbias is None else dbias.to(bias.dtype))
 
 
-def forward(rowptr, col, q, k, v, scale: float):
-    """(y [N_dst, H, D], p [E, H] in CSR edge order, lse [N_dst, H]), all in the accumulation dtype."""
+def forward(rowptr, col, q, k, v, scale: float, bias=None):
+    """(y [N_dst, H, D], p [E, H] in CSR edge order, lse [N_dst, H]), all in the accumulation dtype;
+    ``bias`` [E, H] (CSR order) is added to the scores."""
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
@@ -64,14 +77,19 @@ def forward(rowptr, col, q, k, v, scale: float):
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
     y, p = torch.empty(q_.shape, dtype=cdt), torch.empty((col_.size, q_.shape[1]), dtype=cdt)
     lse = torch.empty(q_.shape[:2], dtype=cdt)
+    bias_ = as_compute_array(bias, cdt) if bias is not None else np.empty((0, q_.shape[1]), q_.dtype)
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
-    forward_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), y.numpy(), p.numpy(), lse.numpy())
+    forward_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), bias_, bias is not None, y.numpy(), p.numpy(),
+                   lse.numpy())  # fmt: skip
     return y, p, lse
 
 
-def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True):
-    """(dq, dk, dv) in the accumulation dtype from forward's y_acc and p; dq None unless need_q,
-    dk and dv None unless need_kv. The passes: ``backward_kernels``."""
+def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True,
+             need_bias: bool = False, dp_extra=None, delta_extra=None):  # fmt: skip
+    """(dq, dk, dv, dbias) in the accumulation dtype from forward's y_acc and p; dq None unless
+    need_q, dk and dv None unless need_kv, dbias (ds [E, H] in CSR order) None unless need_bias.
+    ``dp_extra`` [E, H] (CSR order) and ``delta_extra`` [N_dst, H]: what edge values add to each
+    score's upstream gradient and to delta (``edge_values.py``). The passes: ``backward_kernels``."""
     set_threads(col.numel() * q.shape[1])
     cdt = y_acc.dtype
     dy_ = gather_source(dy, cdt)
@@ -81,19 +99,24 @@ def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool =
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
     delta = torch.empty(dy_.shape[:2], dtype=cdt)
     backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
+    if delta_extra is not None:
+        delta += delta_extra.to(cdt)
+    extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else delta.numpy().reshape(-1)[:0]
 
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
     q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
     dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))  # one kernel signature
     ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
+    dbias = torch.empty(p.shape if need_bias else (0, p.shape[1]), dtype=cdt)  # [E, H] in CSR order
     backward_kernels.backward_columns_kernel(
         bounds(rowptr, col, colptr_, "cols"), colptr_, csc.row.numpy(), csc.perm.numpy(), q_, dy_, delta.numpy(),
         k_, as_compute_array(v, cdt), p.numpy().reshape(-1), scale_, dk.numpy(), dv.numpy(), ds.numpy(), need_q, need_kv,
+        dbias.numpy().reshape(-1), need_bias, extra, dp_extra is not None,
     )
     dq = None
     if need_q:
         dq = torch.empty(dy_.shape, dtype=cdt)
         slots = csc_slots(rowptr, col, k.shape[0]).numpy()
         backward_kernels.backward_rows_kernel(row_bounds, rowptr_, as_int32(col).numpy(), slots, k_, ds.numpy(), scale_, dq.numpy())
-    return dq, (dk if need_kv else None), (dv if need_kv else None)
+    return dq, (dk if need_kv else None), (dv if need_kv else None), (dbias if need_bias else None)

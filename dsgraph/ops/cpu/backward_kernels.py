@@ -12,6 +12,11 @@ one thread per output row or column, a fixed order of additions, no atomics:
 - ``backward_rows_kernel`` (CSR order): dq_i from ds (each edge's CSC slot, ``csc.csc_slots``)
   and k_j gathered where it is.
 
+With a score bias, the column pass also writes each ds_ij to dbias at the edge's CSR slot (the
+bias's gradient, once per edge-head); p already holds the bias's effect, so backward never reads it.
+With edge values (``ops/edge_values.py``) it adds dp_extra[e, h] (CSR slot) to each dp_ij; their
+share of delta is added to delta before the pass.
+
 So backward gathers q_i and dy_i (1 KiB an edge at H=8, D=16, fp32), then k_j (512 B), where the
 forward gathers k_j and v_j (1 KiB); p and ds are read at random, one cache line an edge. The
 earlier kernels gathered k_j and v_j in a row pass and recomputed p from a packed copy
@@ -34,7 +39,7 @@ import numpy as np
 from numba import njit, prange
 
 from dsgraph.ops.cpu.prefetch import prefetch_span
-from dsgraph.ops.cpu.simd import head_axpy, head_dots, softmax_grad
+from dsgraph.ops.cpu.simd import add, head_axpy, head_dots, softmax_grad
 from dsgraph.ops.cpu.simd import scale as scale_into
 
 _OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
@@ -61,9 +66,11 @@ def _prefetch_edge(q, dy, delta, p, heads, width, i, slot, need_kv):
 
 
 @njit(**_OPTIONS)
-def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, scale, dk, dv, ds, keep_ds, need_kv):
-    """ds in CSC order (if keep_ds) and, if need_kv, dk_j = scale * sum_i ds_ij q_i and
-    dv_j = sum_i p_ij dy_i over the rows i of column j (bounds: column blocks)."""
+def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, scale, dk, dv, ds, keep_ds, need_kv, dbias,
+                            need_bias, dp_extra, has_extra):  # fmt: skip
+    """ds in CSC order (if keep_ds), in CSR order into dbias (flat [E * H], if need_bias) and, if
+    need_kv, dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j
+    (bounds: column blocks)."""
     heads, dim = k.shape[1], k.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
@@ -79,7 +86,11 @@ def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, sc
                 i, at = row[e], perm[e] * heads
                 out, to = (ds, e * heads) if keep_ds else (local, 0)
                 head_dots(out, to, dy, i * width, v, j * width, heads, dim, 1.0)
+                if has_extra:
+                    add(out, to, dp_extra, at, heads)
                 softmax_grad(out, to, p, at, out, to, delta, i * heads, heads)
+                if need_bias:
+                    scale_into(dbias, at, 1.0, out, to, heads)
                 if need_kv:
                     head_axpy(dv_acc, 0, p, at, dy, i * width, heads, dim)
                     head_axpy(dk_acc, 0, out, to, q, i * width, heads, dim)

@@ -10,9 +10,11 @@ the second sweep needs at once). k and v are gathered where they are: the sweeps
 separately, so a copy of the two side by side saves nothing but costs 2 x N x H x D of fresh
 memory per call. It also writes lse [N_dst, H] = max + log(sum) (-inf for rows without edges),
 which callers that merge partial results over blocks of sources need (``dispatch.merge``).
+With a score bias (``has_bias``) the first sweep adds bias[e, h] to each score as it writes it: the
+bias is read once per edge-head, in CSR order, beside the p it lands in.
 
-Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p [E, H];
-lse [N_dst, H]; rowptr int64; col int32.
+Arrays are C-contiguous, float32 or float64: q, y [N_dst, H, D]; k, v [N_src, H, D]; p and bias
+[E, H] (bias [0, H] without one); lse [N_dst, H]; rowptr int64; col int32.
 The vector arithmetic is ``simd``'s, on flat indices (row i, head h starts at (i*H + h)*D).
 """
 
@@ -30,8 +32,9 @@ AHEAD = 8  # edges: prefetch the gathered rows of the edge this far ahead
 
 
 @njit(inline="always")
-def _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max):
-    """p[e, h] = scale * <q_ih, k_jh> for the row's edges (j = col[e]); row_max [H] their maximum."""
+def _row_scores(q, i, k, v, col, start, end, block_end, scale, bias, has_bias, p, row_max):
+    """p[e, h] = scale * <q_ih, k_jh> (+ bias[e, h]) for the row's edges (j = col[e]); row_max [H]
+    their maximum."""
     heads, dim = q.shape[1], q.shape[2]
     width = heads * dim
     row_max[:] = -np.inf
@@ -41,6 +44,8 @@ def _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max):
         if e + AHEAD < block_end:
             prefetch_span(k, col[e + AHEAD] * width, width)
         head_dots(p, e * heads, q, i * width, k, col[e] * width, heads, dim, scale)
+        if has_bias:
+            add(p, e * heads, bias, e * heads, heads)
         maximum(row_max, 0, p, e * heads, heads)
 
 
@@ -61,7 +66,7 @@ def _row_values(v, col, start, end, p, row_max, total, acc):
 
 
 @njit(**_OPTIONS)
-def forward_kernel(bounds, rowptr, col, q, k, v, scale, y, p, lse):
+def forward_kernel(bounds, rowptr, col, q, k, v, scale, bias, has_bias, y, p, lse):
     """y, the probabilities p and lse of every row (see the module doc). Rows without edges give
     y = 0 and lse = -inf."""
     heads, dim = q.shape[1], q.shape[2]
@@ -74,7 +79,7 @@ def forward_kernel(bounds, rowptr, col, q, k, v, scale, y, p, lse):
                 y[i] = 0
                 lse[i] = -np.inf
                 continue
-            _row_scores(q, i, k, v, col, start, end, block_end, scale, p, row_max)
+            _row_scores(q, i, k, v, col, start, end, block_end, scale, bias, has_bias, p, row_max)
             _row_values(v, col, start, end, p, row_max, total, acc)
             for h in range(heads):
                 lse[i, h] = row_max[h] + np.log(total[h])
