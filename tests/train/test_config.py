@@ -105,9 +105,9 @@ def test_build_model_follows_the_model_section():
     from dsgraph.models.blocks import OutputAttention, TransformerBlock
     from dsgraph.train.trainer import build_model
 
-    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)
+    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "attention", "head": "attention"}), 10, 3)
     assert isinstance(gat.blocks[-1], OutputAttention) and gat.classifier is None
-    tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "transformer", "head": "linear"}), 10, 3)
+    tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)  # the default: Transformer blocks, linear head
     assert all(isinstance(b, TransformerBlock) for b in tf.blocks) and tf.classifier is not None
 
 
