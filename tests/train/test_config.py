@@ -136,3 +136,12 @@ def test_graph_transformer_presets_are_what_the_model_page_says():
     assert presets["gps"].dataset == "cora_enc.npz"
     for cfg in presets.values():
         assert (cfg.dropout, cfg.input_dropout, cfg.attention_dropout) == (0.2, 0.2, 0.0)
+
+
+def test_the_defaults_are_the_general_preset():
+    """A config without model keys trains cpu_general.json's model and recipe (the one measured to
+    learn on every kind of graph of docs/benchmarks/2026-12-03-graph-transformers.md)."""
+    general = load_ds_config("ds_configs/cpu_general.json")[1]
+    default = DsgraphConfig()
+    keys = ("model", "hidden", "heads", "layers", "ffn_mult", "dropout", "input_dropout", "attention_dropout")
+    assert {k: getattr(default, k) for k in keys} == {k: getattr(general, k) for k in keys}
