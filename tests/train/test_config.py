@@ -76,7 +76,7 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
 @pytest.mark.parametrize(
     "model, message",
     [
-        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm, global_attention"),
+        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm, edge_features, global_attention, encodings"),
         ({"norm": "middle"}, r"'model.norm' must be one of none, pre, post; got 'middle'"),
         ({"head": "mlp"}, r"'model.head' must be one of attention, linear"),
         ({"input_projection": "yes"}, r"'model.input_projection' must be bool, got 'yes'"),
