@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from dsgraph.ops.backend import FusedBackend
+from dsgraph.ops.edge_values import edge_rows
 
 
 def sparse_attention_reference(
@@ -23,9 +24,7 @@ def sparse_attention_reference(
     ``edge_values`` u [E, C] (CSR order, constants) returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij.
     """
     n_dst, heads, _ = q.shape
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dst = torch.repeat_interleave(torch.arange(n_dst, device=q.device), rowptr[1:] - rowptr[:-1])
-    src = col.long()
+    dst, src, acc = _edges(rowptr, col, q)
     scores_EH = _scores(q, k, dst, src, scale, bias, acc)
     row_max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
     row_max_NH = row_max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH.detach(), "amax")
@@ -44,8 +43,7 @@ def sparse_attention_reference(
 def _edges(rowptr, col, q):
     """dst, src (int64 [E]) and the accumulation dtype of the inputs."""
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dst = torch.repeat_interleave(torch.arange(q.shape[0], device=q.device), rowptr[1:] - rowptr[:-1])
-    return dst, col.long(), acc
+    return edge_rows(rowptr), col.long(), acc
 
 
 def _scores(q, k, dst, src, scale: float, bias, acc) -> torch.Tensor:

@@ -93,7 +93,7 @@ def export_fp32(folder: str) -> dict[str, torch.Tensor]:
         raise ValueError(f"{folder}: export reads the DeepSpeed checkpoint, not its universal conversion")
     if manifest["zero_stage"] == 0:
         path = os.path.join(folder, "mp_rank_00_model_states.pt")
-        module = torch.load(path, map_location="cpu", weights_only=False)["module"]
+        module = torch.load(path, map_location="cpu", weights_only=True)["module"]
         return {k: v.float() for k, v in module.items()}
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 

@@ -35,7 +35,7 @@ def load_module_weights(directory: str, tag: str | None = None) -> tuple[dict[st
     folder = os.path.join(directory, tag)
     whole = os.path.join(folder, "mp_rank_00_model_states.pt")
     if os.path.isfile(whole):
-        state = torch.load(whole, map_location="cpu", weights_only=False)
+        state = torch.load(whole, map_location="cpu", weights_only=True)
         module = state["module"]
     else:
         shard = os.path.join(folder, "zero_pp_rank_0_mp_rank_00_model_states.pt")
@@ -43,7 +43,7 @@ def load_module_weights(directory: str, tag: str | None = None) -> tuple[dict[st
             raise FileNotFoundError(f"{folder}: neither mp_rank_00_model_states.pt nor ZeRO-3 shards; not a DeepSpeed checkpoint")
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        state = torch.load(shard, map_location="cpu", weights_only=False)
+        state = torch.load(shard, map_location="cpu", weights_only=True)
         module = get_fp32_state_dict_from_zero_checkpoint(directory, tag=tag)
     client = {k: state[k] for k in ("epoch", "seed", "best") if k in state}
     return {k: v.float() if v.is_floating_point() else v for k, v in module.items()}, client, tag
