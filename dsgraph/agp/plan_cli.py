@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = _profile(args)
         graph, in_dim, classes, notes, loaded = _graph_and_sizes(args, profile)
         if args.head == "attention" and not (args.classes or classes):
-            raise ValueError("--head attention (the default, as in training) needs the class count: give --classes or --dataset")
+            raise ValueError("--head attention needs the class count: give --classes or --dataset")
         model = _model(args, in_dim, classes)
         ranks = profile.rank_counts(args.world_size)
         predictions = predict_all(graph, model, profile, args.world_size, rank_counts=ranks)

@@ -124,7 +124,7 @@ def shape_advice(model: ModelShape) -> list[str]:
     if width <= 2 * model.hidden:
         return []
     return [
-        f"the output layer is an attention head (--head attention, the training default): it attends with H x pad(C) = "
+        f"the output layer is an attention head (--head attention, GAT's output layer): it attends with H x pad(C) = "
         f"{model.heads} x {padded_head_dim(model.num_classes)} = {width:,} values per node, {width / model.hidden:.1f}x the hidden "
         f"width, and its activations and K/V dominate memory. For graphs with many classes use --head linear (a per-node "
         f"classifier); the Transformer shape of docs/agp/plans.md is --block transformer --head linear --input-projection "

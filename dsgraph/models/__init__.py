@@ -1,5 +1,5 @@
 from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.graph_transformer import GraphTransformer
-from dsgraph.models.options import TRANSFORMER, ModelOptions
+from dsgraph.models.options import GAT, TRANSFORMER, ModelOptions
 
-__all__ = ["GraphTransformer", "ModelOptions", "NodeDropout", "TRANSFORMER"]
+__all__ = ["GAT", "GraphTransformer", "ModelOptions", "NodeDropout", "TRANSFORMER"]

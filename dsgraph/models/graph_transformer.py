@@ -1,8 +1,10 @@
 """The Graph Transformer: L layers of multi-head scaled dot-product attention over each node's
-in-edges, arranged as ``options`` says (``options.py``). The default is GAT-shaped (Velickovic et
-al., ICLR 2018) with dot-product scores: the first layer attends over the features, hidden layers
-are ELU(h + dropout(attention)), and the last layer attends with class logits as values, averaged
-over the heads. ``options.TRANSFORMER`` is the pre-LN Transformer with a per-node classifier.
+in-edges, arranged as ``options`` says (``options.py``). The default is the pre-LN Transformer
+block with linear global attention beside the local one and a per-node classifier
+(``options.TRANSFORMER`` is that without the global branch). ``options.GAT`` is GAT's shape
+(Velickovic et al., ICLR 2018) with dot-product scores: the first layer attends over the features,
+hidden layers are ELU(h + dropout(attention)), and the last layer attends with class logits as
+values, averaged over the heads.
 
 Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
 appended to the input features or added after the input projection. Edge features

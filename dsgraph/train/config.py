@@ -77,7 +77,7 @@ class DsgraphConfig:
     metrics_out: str | None = None
     """JSON-lines file for step and eval metrics (rank 0 writes it). null: runs/<run_name>/
     metrics.jsonl from the training command, no file for a Trainer built in Python."""
-    hidden: int = 128
+    hidden: int = 64
     """Hidden size d = heads * head_dim."""
     heads: int = 8
     """Attention heads H."""
@@ -85,9 +85,9 @@ class DsgraphConfig:
     """Attention layers L, the output layer included (GAT's 2-layer network is 2)."""
     ffn_mult: int = 2
     """FFN width as a multiple of hidden."""
-    dropout: float = 0.5
+    dropout: float = 0.2
     """Dropout after attention and FFN (masks depend only on seed, step, layer and node id)."""
-    input_dropout: float = 0.5
+    input_dropout: float = 0.2
     """Dropout on the input node features."""
     attention_dropout: float = 0.0
     """Dropout of each source node's value vector per head (GAT-style attention dropout; masks keyed

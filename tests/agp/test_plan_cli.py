@@ -45,5 +45,5 @@ def test_plan_errors(tmp_path, capsys):
     assert "measured in float32, but this run uses bfloat16" in capsys.readouterr().err
     assert main(["plan", "--profile", _profile(tmp_path), "--world-size", "2"]) == 2
     assert "give --dataset, or both --nodes and --edges" in capsys.readouterr().err
-    assert main(["plan", "--profile", _profile(tmp_path), "--world-size", "2", "--nodes", "10", "--edges", "10"]) == 2
-    assert "--head attention (the default, as in training) needs the class count" in capsys.readouterr().err
+    assert main(["plan", "--profile", _profile(tmp_path), "--world-size", "2", "--nodes", "10", "--edges", "10", "--head", "attention"]) == 2
+    assert "--head attention needs the class count" in capsys.readouterr().err

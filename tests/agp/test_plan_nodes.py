@@ -20,7 +20,7 @@ DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "agp")
 BF16 = os.path.join(DOCS, "dgx_h100_8gpu_bf16_profile.json")
 PAPERS = ["--nodes", "111e6", "--edges", "1.6e9", "--layers", "3", "--hidden", "128", "--heads", "8", "--in-dim", "128",
           "--classes", "172", "--halo-fraction", "0.05", "--dtype", "bfloat16", "--block", "transformer", "--head", "linear",
-          "--input-projection", "--checkpoint-every", "1"]  # fmt: skip
+          "--input-projection", "--global-attention", "none", "--checkpoint-every", "1"]  # fmt: skip
 PER_BYTE = {"all_gather": 1e-10, "reduce_scatter": 1e-10, "all_to_all": 2e-10, "all_to_all_uneven": 2e-10}
 
 
@@ -86,9 +86,10 @@ def test_ranks_per_node_and_a_loaded_graph_get_a_measured_node_split(tmp_path, c
 
 def test_default_attention_head_over_many_classes_says_which_flags(capsys):
     rc = main(["plan", "--profile", BF16, "--world-size", "8", *[a for a in PAPERS if a not in ("transformer", "linear")
-               and a not in ("--block", "--head", "--input-projection")]])  # fmt: skip
+               and a not in ("--block", "--head", "--input-projection")], "--block", "attention", "--head", "attention",
+               "--no-input-projection"])  # fmt: skip
     text = capsys.readouterr().out
-    assert rc == 2  # nothing fits with the default GAT-shaped model and its attention head
+    assert rc == 2  # nothing fits with the GAT-shaped model and its attention head
     assert "H x pad(C) = 8 x 172 = 1,376 values per node" in text
     assert "--block transformer --head linear --input-projection" in text
     assert "with --head linear:" in text

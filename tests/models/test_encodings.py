@@ -17,7 +17,7 @@ from dsgraph.graph.encode.adjacency import from_edges
 from dsgraph.graph.encode.lappe import lappe
 from dsgraph.graph.encode.rwse import exact_rwse
 from dsgraph.graph.encodings import arrays_of
-from dsgraph.models import GraphTransformer, ModelOptions
+from dsgraph.models import GAT, TRANSFORMER, GraphTransformer
 from dsgraph.models.encodings import NodeEncoder, lappe_signs
 from dsgraph.modes.full.mode import rank_attention
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
@@ -29,8 +29,8 @@ HEADS, HIDDEN = 4, 32
 SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneven on purpose
 ALL = ("rwse", "lappe", "degree")
 OPTIONS = {
-    "concat": ModelOptions(encodings=ALL, max_degree=5),
-    "add": ModelOptions(encodings=ALL, encoding_input="add", input_projection=True, block="transformer", head="linear", norm="pre"),
+    "concat": dataclasses.replace(GAT, encodings=ALL, max_degree=5),
+    "add": dataclasses.replace(TRANSFORMER, encodings=ALL, encoding_input="add"),
 }
 OPTIONS.update({f"{combine}-global": dataclasses.replace(options, global_attention="linear") for combine, options in OPTIONS.items()})
 

@@ -89,4 +89,4 @@ def test_global_attention_is_checked():
     with pytest.raises(ValueError, match=r"'model.global_attention' must be one of none, linear; got 'performer'"):
         ModelOptions(global_attention="performer")
     with pytest.raises(ValueError, match="global_attention 'linear' needs a hidden block"):
-        _model(ModelOptions(global_attention="linear"), layers=1)
+        _model(ModelOptions(block="attention", head="attention", global_attention="linear"), layers=1)

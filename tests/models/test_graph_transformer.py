@@ -2,6 +2,7 @@
 layer's padded head dim and head average, feature normalisation, and rank independence of every
 option on 2 gloo ranks against the single-process model."""
 
+import dataclasses
 import glob
 import itertools
 
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from dsgraph.comm import GraphParallelGroup, RowSplit
-from dsgraph.models import TRANSFORMER, GraphTransformer, ModelOptions
+from dsgraph.models import GAT, TRANSFORMER, GraphTransformer, ModelOptions
 from dsgraph.models.blocks import AttentionBlock, OutputAttention, TransformerBlock, padded_head_dim
 from dsgraph.models.options import BLOCKS, HEADS, NORMS, RESIDUALS
 from dsgraph.ops import sparse_attention
@@ -33,8 +34,12 @@ def _local_attention(graph):
     return lambda q, k, v: sparse_attention(graph.rowptr, graph.col, q, k, v, backend="reference")
 
 
-def test_default_is_gat_shaped_with_layers_counting_the_output_layer():
-    model = _model(ModelOptions(), layers=3)
+def test_the_default_is_the_transformer_with_global_attention():
+    assert ModelOptions() == dataclasses.replace(TRANSFORMER, global_attention="linear")
+
+
+def test_gat_is_gat_shaped_with_layers_counting_the_output_layer():
+    model = _model(GAT, layers=3)
     assert [type(b) for b in model.blocks] == [AttentionBlock, AttentionBlock, OutputAttention]
     assert model.input is None and model.classifier is None
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
@@ -107,8 +112,8 @@ def test_bad_choices_and_depth_are_errors():
         _model(ModelOptions(), layers=0)
 
 
-RANK_OPTIONS = [ModelOptions(), TRANSFORMER, ModelOptions(norm="post", residual="linear", feature_norm="row"),
-                ModelOptions(block="transformer", norm="none", head="attention")]  # fmt: skip
+RANK_OPTIONS = [GAT, TRANSFORMER, dataclasses.replace(GAT, norm="post", residual="linear", feature_norm="row"),
+                dataclasses.replace(GAT, block="transformer"), ModelOptions()]  # fmt: skip
 
 
 def _outputs(graph, pg, strategy, options):

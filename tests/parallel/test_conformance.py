@@ -17,7 +17,7 @@ from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
-from dsgraph.models.options import ModelOptions
+from dsgraph.models.options import GAT
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
 from dsgraph.train.config import DEFAULT_STRATEGY
 from dsgraph.modes.full.mode import rank_attention
@@ -35,12 +35,12 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
     head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``;
-    ``options``: the model's ModelOptions (default: the default model)."""
+    ``options``: the model's ModelOptions (default: GAT's shape, which MODEL declares)."""
     ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None,
                           comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
-    options = options if options is not None else ModelOptions()
+    options = options if options is not None else GAT
     if graph.edge_attr is not None:  # a graph with edge features: read them
         options = dataclasses.replace(options, edge_features=edge_features)
     model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3, input_dropout=0.2,

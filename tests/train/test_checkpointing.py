@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
-from dsgraph.models.options import TRANSFORMER
+from dsgraph.models.options import GAT, TRANSFORMER, ModelOptions
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.modes.full.mode import rank_attention
 from tests.distributed import run
@@ -72,15 +72,15 @@ def _saved_bytes(checkpointed: bool, every: int = 1, options=None, nested: bool 
     return sum(storages.values()), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("options", [None, TRANSFORMER], ids=["default", "transformer"])
+@pytest.mark.parametrize("options", [GAT, TRANSFORMER, ModelOptions()], ids=["gat", "transformer", "default"])
 def test_checkpointing_keeps_less_and_gives_the_same_gradients(options):
-    """The transformer block is checkpointed per sublayer (attention, FFN), the default per block."""
+    """The transformer block (the default's too) is checkpointed per sublayer (attention, FFN), GAT's per block."""
     plain, plain_grads = _saved_bytes(False, options=options)
     every, every_grads = _saved_bytes(True, 1, options)
     half, _ = _saved_bytes(True, 2, options)
     nested, nested_grads = _saved_bytes(True, 1, options, nested=True)
     assert every < half < plain
-    if options is TRANSFORMER:  # the block keeps its input, not also its FFN's input: 4 rows of 32 less
+    if options.block == "transformer":  # the block keeps its input, not also its FFN's input: 4 rows of 32 less
         assert every - nested == 4 * 32 * 4 * random_graph().num_nodes
     else:  # a block without sublayers is recomputed whole either way
         assert nested == every

@@ -105,9 +105,9 @@ def test_build_model_follows_the_model_section():
     from dsgraph.models.blocks import OutputAttention, TransformerBlock
     from dsgraph.train.trainer import build_model
 
-    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)
+    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "attention", "head": "attention"}), 10, 3)
     assert isinstance(gat.blocks[-1], OutputAttention) and gat.classifier is None
-    tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "transformer", "head": "linear"}), 10, 3)
+    tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)  # the default: Transformer blocks, linear head
     assert all(isinstance(b, TransformerBlock) for b in tf.blocks) and tf.classifier is not None
 
 
@@ -136,3 +136,12 @@ def test_graph_transformer_presets_are_what_the_model_page_says():
     assert presets["gps"].dataset == "cora_enc.npz"
     for cfg in presets.values():
         assert (cfg.dropout, cfg.input_dropout, cfg.attention_dropout) == (0.2, 0.2, 0.0)
+
+
+def test_the_defaults_are_the_general_preset():
+    """A config without model keys trains cpu_general.json's model and recipe (the one measured to
+    learn on every kind of graph of docs/benchmarks/2026-12-03-graph-transformers.md)."""
+    general = load_ds_config("ds_configs/cpu_general.json")[1]
+    default = DsgraphConfig()
+    keys = ("model", "hidden", "heads", "layers", "ffn_mult", "dropout", "input_dropout", "attention_dropout")
+    assert {k: getattr(default, k) for k in keys} == {k: getattr(general, k) for k in keys}

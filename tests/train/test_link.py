@@ -12,6 +12,7 @@ from dsgraph.graph.link_split import pair_keys
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.train.config import DsgraphConfig
 from tests.distributed import run
+from dsgraph.models import GAT
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
 STRATEGIES = ("ag", "a2a", "halo", "ag_ring")
@@ -22,7 +23,7 @@ LINK = dict(task="link", epochs=3, eval_every=1, self_loops=True, dropout=0.2, i
 def _train(rank, world, tmp, decoder):
     out = {}
     for strategy in STRATEGIES if world > 1 else ("ag",):
-        model = {"encodings": ["degree"]} if decoder == "mlp" else {}
+        model = {**GAT.to_dict(), "encodings": ["degree"]} if decoder == "mlp" else GAT.to_dict()  # the shape these steps were sized for
         trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, model=model, **{**LINK, "link": {**LINK["link"], "decoder": decoder}})
         before = trainer.evaluate(-1)
         rows = [trainer.train_epoch(epoch) for epoch in range(3)]

@@ -19,6 +19,12 @@ from dsgraph.train.preemption import EXIT_PREEMPTED
 from tests.train.helpers import ds_config, write_random_graph
 
 EPOCHS = 300
+SAME_FOR = 100
+"""Epochs after the resume whose losses must match the uninterrupted 1-rank run at 1e-5. The preempted
+epochs ran on 2 ranks, whose fp32 sums round differently from 1 rank's (7e-8 apart at epoch 0); the
+default model amplifies that gap in long training, as uninterrupted 2- and 1-rank runs of this config
+show (measured: 3.8e-7 apart at epoch 150, over 1e-5 from epoch 188). A resume that restored anything
+wrongly (weights, Adam moments, step count, dropout RNG) is off by far more within the first epochs."""
 
 
 def _config(tmp, **section) -> str:
@@ -85,7 +91,8 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     want, before, after = _losses(f"{tmp}/reference.jsonl"), _losses(f"{tmp}/preempted.jsonl"), _losses(f"{tmp}/resumed.jsonl")
     assert sorted(before) == list(range(stopped + 1)) and sorted(after) == list(range(stopped + 1, EPOCHS))
     for epoch, loss in {**before, **after}.items():
-        assert loss == pytest.approx(want[epoch], abs=1e-5), (epoch, loss, want[epoch])
+        if epoch <= stopped + SAME_FOR:
+            assert loss == pytest.approx(want[epoch], abs=1e-5), (epoch, loss, want[epoch])
 
     cli = [sys.executable, "-m", "dsgraph", "checkpoint"]
     verify = subprocess.run([*cli, "verify", "--dir", f"{tmp}/ck"], capture_output=True, text=True)

@@ -24,7 +24,7 @@ from dsgraph.cli import main as dsgraph_main  # noqa: E402
 
 PROFILE = "docs/agp/dgx_h100_8gpu_bf16_profile.json"
 MODEL = ["--layers", "3", "--hidden", "128", "--heads", "8", "--dtype", "bfloat16", "--block", "transformer", "--head", "linear",
-         "--input-projection", "--checkpoint-every", "1"]  # fmt: skip
+         "--input-projection", "--global-attention", "none", "--checkpoint-every", "1"]  # fmt: skip
 GRAPHS = {
     "ogbn-papers100M": ["--nodes", "111e6", "--edges", "1.6e9", "--in-dim", "128", "--classes", "172", "--halo-fraction", "0.05"],
     "ogbn-products": ["--nodes", "2449029", "--edges", "61859140", "--in-dim", "100", "--classes", "47", "--halo-fraction", "0.1"],
