@@ -111,14 +111,19 @@ def _peak_extra_bytes(fn) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def test_no_edge_sized_activation():
-    n, heads, dim, edges = 4_000, 8, 32, 1_000_000
-    gen = torch.Generator().manual_seed(0)
+def _uniform_graph(n: int, edges: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """rowptr, col (int32) on the GPU: ``edges`` random sources over ``n`` rows cut at random."""
     col = torch.randint(0, n, (edges,), generator=gen, dtype=torch.int32).cuda()
     rowptr = torch.zeros(n + 1, dtype=torch.int64)
     rowptr[1:] = torch.sort(torch.randint(0, edges + 1, (n,), generator=gen)).values
     rowptr[-1] = edges
-    rowptr = rowptr.cuda()
+    return rowptr.cuda(), col
+
+
+def test_no_edge_sized_activation():
+    n, heads, dim, edges = 4_000, 8, 32, 1_000_000
+    gen = torch.Generator().manual_seed(0)
+    rowptr, col = _uniform_graph(n, edges, gen)
     q, k, v = qkv(n, n, heads, dim, device="cuda")
     dy = torch.randn(q.shape, generator=gen).cuda()
     edge_tensor_bytes = edges * heads * dim * 4
@@ -143,11 +148,8 @@ def test_edge_values_make_no_edge_by_head_dim_tensor():
     no E x H x D tensor in forward or backward, only E x H ones."""
     n, heads, dim, edges = 4_000, 8, 32, 1_000_000
     gen = torch.Generator().manual_seed(0)
-    col = torch.randint(0, n, (edges,), generator=gen, dtype=torch.int32).cuda()
-    rowptr = torch.zeros(n + 1, dtype=torch.int64)
-    rowptr[1:] = torch.sort(torch.randint(0, edges + 1, (n,), generator=gen)).values
-    rowptr[-1] = edges
-    rowptr, u = rowptr.cuda(), torch.randn(edges, 3, generator=gen).cuda()
+    rowptr, col = _uniform_graph(n, edges, gen)
+    u = torch.randn(edges, 3, generator=gen).cuda()
     q, k, v = qkv(n, n, heads, dim, device="cuda")
     dy, dz = torch.randn(q.shape, generator=gen).cuda(), torch.randn(n, heads, 3, generator=gen).cuda()
 
