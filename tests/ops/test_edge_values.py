@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dsgraph.ops import edge_values, register_backend, sparse_attention
-from dsgraph.ops.backend import FusedBackend
+from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.cpu import CpuBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import unregister_backend
@@ -105,6 +105,45 @@ def test_each_backend_takes_the_path_its_kernels_allow(monkeypatch):
     for backend in (CpuBackend(), CudaBackend()):
         FusedBackend.attention(backend, rowptr, col, q, q, q, 1.0, edge_values=u)
     assert taken == [("FusedEdgeValues", "cpu"), ("RecomputedEdgeValues", "cuda")]
+
+
+@pytest.mark.parametrize("backend", ["cpu", LSE_ONLY])
+def test_gradients_only_for_the_inputs_that_require_them(backend):
+    rowptr = torch.tensor([0, 3, 3, 4, 9, 10], dtype=torch.int64)
+    col = torch.randint(0, 6, (10,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    gen = torch.Generator().manual_seed(2)
+    q, k, v, bias, u = (torch.randn(*shape, generator=gen) for shape in ((5, 2, 8), (6, 2, 8), (6, 2, 8), (10, 2), (10, 3)))
+    for need in ((True, False, False, False), (False, True, True, False), (False, False, True, True), (True, True, False, True)):
+        inputs = [t.clone().requires_grad_(r) for t, r in zip((q, k, v, bias), need)]
+        wanted = [t for t in inputs if t.requires_grad]
+        y, z = sparse_attention(rowptr, col, *inputs[:3], bias=inputs[3], edge_values=u, backend=backend)
+        got = torch.autograd.grad((y.square().sum() + z.sum()), wanted)
+        ref = [t.detach().requires_grad_(t.requires_grad) for t in inputs]
+        y, z = sparse_attention_reference(rowptr, col, *ref[:3], 8**-0.5, ref[3], u)
+        want = torch.autograd.grad((y.square().sum() + z.sum()), [t for t in ref if t.requires_grad])
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+
+
+class NoEdgeValues(Backend):
+    name, priority, device_type, supports_bias = "no-edge-values", 100, "cpu", True
+
+    def attention(self, rowptr, col, q, k, v, scale, bias=None):
+        return torch.zeros_like(q)
+
+
+def test_a_backend_without_edge_values_is_refused_or_passed_over():
+    rowptr, col = torch.tensor([0, 2, 2, 3], dtype=torch.int64), torch.tensor([0, 1, 1], dtype=torch.int32)
+    q, k, v = torch.randn(3, 2, 8), torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    u = torch.randn(3, 2)
+    register_backend(NoEdgeValues())
+    try:
+        with pytest.raises(ValueError, match="no-edge-values backend: it takes no edge values"):
+            sparse_attention(rowptr, col, q, k, v, edge_values=u, backend="no-edge-values")
+        y, z = sparse_attention(rowptr, col, q, k, v, edge_values=u, backend="auto")  # auto passes it over
+        torch.testing.assert_close(z, sparse_attention_reference(rowptr, col, q, k, v, 8**-0.5, None, u)[1])
+    finally:
+        unregister_backend("no-edge-values")
 
 
 def test_edge_values_are_checked():
