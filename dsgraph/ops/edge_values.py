@@ -32,7 +32,7 @@ from torch.autograd.function import once_differentiable
 
 CHUNK_BYTES = 64 * 2**20
 """The recomputed path's memory budget: one E_chunk x H x D temporary (in the accumulation dtype) is
-at most this many bytes; about four are alive at once (the gathered q and k rows and a product)."""
+at most this many bytes; at most three are alive at once (the gathered q and k rows, one product)."""
 
 
 def edge_rows(rowptr: torch.Tensor) -> torch.Tensor:
