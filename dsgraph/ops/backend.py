@@ -9,7 +9,8 @@ A backend with ``supports_bias`` also takes the optional score bias [E, H] (CSR 
 dtype) as the keyword ``bias`` and returns its gradient ds [E, H] as a fourth backward result; it
 is passed only when there is one, so a backend without it needs no change. A backend with
 ``supports_edge_values`` also returns the attention-weighted sum of per-edge values
-(``edge_values.py``).
+(``edge_values.py``): a fused one from its kernels when it ``keeps_probabilities``, else from its
+log-sum-exp, recomputing the probabilities in torch around its unchanged kernels.
 ``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
 kernel library reads them through DLPack, which refuses tensors that require grad; in fp32 the
 saved output is the Function's own output).
@@ -22,7 +23,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch.autograd.function import once_differentiable
 
-from dsgraph.ops.edge_values import FusedEdgeValues
+from dsgraph.ops.edge_values import FusedEdgeValues, RecomputedEdgeValues
 
 INT32_MAX = 2**31 - 1
 
@@ -39,8 +40,7 @@ class Backend(ABC):
     """Whether ``attention`` (and a fused backend's passes) take the score bias (``bias=``)."""
     supports_edge_values: bool = False
     """Whether ``attention`` takes ``edge_values=`` [E, C] and returns (y, z) (``edge_values.py``); a
-    fused backend then has ``probabilities(saved)`` (p [E, H] of its forward, CSR order) and takes
-    ``dp_extra``/``delta_extra`` in backward."""
+    fused backend's path depends on ``keeps_probabilities``."""
 
     def available(self) -> bool:
         """Whether this machine can run the backend at all (libraries, devices)."""
@@ -60,6 +60,13 @@ class Backend(ABC):
 class FusedBackend(Backend):
     """A backend with forward and backward kernels of its own (run through ``FusedAttention``)."""
 
+    keeps_probabilities: bool = False
+    """Whether ``saved`` holds the forward's probabilities, which ``probabilities(saved)`` returns
+    (p [E, H], CSR order), and backward takes ``dp_extra`` [E, H] and ``delta_extra`` [N_dst, H]:
+    edge values then ride the kernels (``FusedEdgeValues``). Without (a backend that keeps only the
+    log-sum-exp), edge values recompute p from lse in torch, in edge chunks, around the backend's
+    unchanged forward and backward (``RecomputedEdgeValues``)."""
+
     @abstractmethod
     def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """Returns (y [N_dst, H, D] and lse [N_dst, H], both in the accumulation dtype (fp32 for fp32
@@ -75,7 +82,8 @@ class FusedBackend(Backend):
 
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
         if edge_values is not None:
-            return FusedEdgeValues.apply(self, rowptr, col, q, k, v, scale, bias, edge_values)
+            path = FusedEdgeValues if self.keeps_probabilities else RecomputedEdgeValues
+            return path.apply(self, rowptr, col, q, k, v, scale, bias, edge_values)
         return FusedAttention.apply(self, rowptr, col, q, k, v, scale, bias)
 
 

@@ -11,6 +11,8 @@ delta = <dy, y>, then dQ over the rows (CSR) and dK, dV over the columns of the 
 bf16 inputs accumulate in fp32; y is produced in fp32 (kept for backward) and cast for the caller.
 A score bias [E, H] is read by the forward and both backward passes (the column pass through the
 transpose's CSR positions); the dQ pass writes its gradient, ds [E, H], once per edge-head.
+Edge values (``edge_values.py``) run around these kernels, unchanged: the kernels keep only lse, so
+the probabilities are recomputed in torch, in edge chunks.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class CudaBackend(FusedBackend):
     priority = 20
     device_type = "cuda"
     supports_bias = True
+    supports_edge_values = True  # from lse: the probabilities are recomputed in torch (edge_values.RecomputedEdgeValues)
 
     def available(self) -> bool:
         if cupy is None or not torch.cuda.is_available():

@@ -54,7 +54,7 @@ def _unsupported(backend: Backend, q: torch.Tensor, tensors: dict[str, torch.Ten
     if "bias" in tensors and not backend.supports_bias:
         return "it takes no score bias"
     if "edge_values" in tensors and not backend.supports_edge_values:
-        return "it takes no edge values (model.edge_features 'bias_value' runs on the cpu and reference backends)"
+        return "it takes no edge values (supports_edge_values; model.edge_features 'bias' needs none)"
     return backend.unsupported(q, tensors)
 
 

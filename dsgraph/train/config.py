@@ -324,8 +324,8 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
 def _check_edge_values(cfg: DsgraphConfig) -> None:
     """Edge features are read by node tasks (a link task's message graph is rebuilt from its
     training pairs, without them); edge-conditioned values run where the attention takes per-edge
-    values: the strategies that say so (a sampled run's attention is local, GP-AG's), on the cpu or
-    reference backend."""
+    values: the strategies that say so (a sampled run's attention is local, GP-AG's), on every
+    backend."""
     if cfg.model.reads_edges and cfg.task == "link":
         raise ValueError("dsgraph config: task 'link' does not read edge features (its message graph is rebuilt from the "
                          "training pairs, without them); set model.edge_features to \"none\"")  # fmt: skip
@@ -335,9 +335,6 @@ def _check_edge_values(cfg: DsgraphConfig) -> None:
     if cfg.mode != "sampled" and not get_strategy(cfg.strategy).edge_values:
         raise ValueError(f"dsgraph config: model.edge_features 'bias_value' (edge-conditioned values) runs with strategy "
                          f"{' or '.join(takes)}, not '{cfg.strategy}'; or use model.edge_features 'bias'")  # fmt: skip
-    if cfg.backend == "cuda":
-        raise ValueError("dsgraph config: model.edge_features 'bias_value' runs on the cpu and reference backends, not 'cuda'; "
-                         "use model.edge_features 'bias' on GPUs")  # fmt: skip
 
 
 def _check_preempt_signals(names: list[str]) -> None:

@@ -210,3 +210,34 @@ EDGE_CASE_CHECKS = (check_empty_graphs, check_int64_col, check_partial_requires_
 
 def check_name(check) -> str:
     return check.__name__.removeprefix("check_")
+
+
+def check_edge_values(backend, rowptr, col, n_src, heads, dim, dtype, device, *, with_bias=True, channels=3, rel=None):
+    """``backend``'s (y, z) with edge values u [E, C] (``dsgraph/ops/edge_values.py``) and the
+    gradients of q, k, v (and the bias) for a loss that reads y and z, against the fp32 reference;
+    z is 0 on rows without edges. Returns the backend's (y, z, dq, dk, dv[, dbias])."""
+    from dsgraph.ops import sparse_attention
+
+    q, k, v = qkv(rowptr.numel() - 1, n_src, heads, dim, dtype, seed=12, device=device)
+    bias = score_bias(col.numel(), heads, dtype, device=device) if with_bias else None
+    gen = torch.Generator().manual_seed(13)
+    u = torch.randn(col.numel(), channels, generator=gen).to(device, dtype)
+    dy = torch.randn(q.shape, generator=gen).to(device, dtype)
+    dz = torch.randn(q.shape[0], heads, channels, generator=gen).to(device, dtype)
+
+    def y_z_grads(name, q, k, v, bias, u, dy, dz):
+        y, z = sparse_attention(rowptr, col, q, k, v, bias=bias, edge_values=u, backend=name)
+        inputs = (q, k, v) if bias is None else (q, k, v, bias)
+        return (y, z, *torch.autograd.grad((y, z), inputs, (dy, dz)))
+
+    got = y_z_grads(backend, q, k, v, bias, u, dy, dz)
+    fp32 = [None if t is None else t.detach().float().requires_grad_() for t in (q, k, v, bias)]
+    want = y_z_grads("reference", *fp32, u.float(), dy.float(), dz.float())
+    for name, a, b in zip(("y", "z", "dq", "dk", "dv", "dbias"), got, want):
+        assert a.dtype == dtype and a.shape == b.shape, name
+        try:
+            assert_relative_close(a, b.to(dtype), rel or TOLERANCE[dtype])
+        except AssertionError as error:
+            raise AssertionError(f"{backend} edge values: {name} differs from the reference\n{error}") from None
+    assert bool((got[1][rowptr[1:] == rowptr[:-1]] == 0).all())
+    return got

@@ -186,6 +186,15 @@ def test_strided_and_misaligned_inputs(tiny_bins, dtype):
 
 
 @DTYPE
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_edge_values_around_the_unchanged_kernels(tiny_bins, dtype, with_bias):
+    """Edge values (model.edge_features 'bias_value') on the CUDA backend: its kernels keep only lse,
+    so the probabilities are recomputed in torch around them (``edge_values.RecomputedEdgeValues``)."""
+    rowptr, col, n_src = tiny()
+    cases.check_edge_values(NAME, rowptr, col, n_src, 3, 16, dtype, "cpu", with_bias=with_bias)
+
+
+@DTYPE
 def test_backward_takes_any_layout_of_y_and_lse(tiny_bins, dtype):
     """The separate backward pass (ag_ring's merged blocks) with y and lse that are views."""
     rowptr, col, q, k, v, dy = (t.detach() if t.is_floating_point() else t for t in inputs(tiny(), 2, 16, dtype))

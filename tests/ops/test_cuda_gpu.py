@@ -7,7 +7,8 @@ bf16. The degree edge-case graph (tests/ops/cases.py) adds what that graph misse
 1..16 out-edges (the small-column backward bin) and with none, rows and columns of exactly 4096,
 4097 and 8193 edges (a full last chunk, and last chunks of one edge with empty warps), rows of
 16/17 and 1024/1025 edges (bin boundaries). Also: no edges, no rows, int64 col, only some of q, k,
-v requiring grad, bf16 non-contiguous and misaligned inputs, bf16 determinism.
+v requiring grad, bf16 non-contiguous and misaligned inputs, bf16 determinism; edge values
+(the probabilities recomputed in torch around the kernels) against the reference, in bounded memory.
 
 The backend is called through the public ``dsgraph.ops.sparse_attention(..., backend="cuda")``.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgraph.ops import available_backends, sparse_attention_reference
+from dsgraph.ops import available_backends, sparse_attention, sparse_attention_reference
 from tests.ops import cases
 from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
 
@@ -110,14 +111,19 @@ def _peak_extra_bytes(fn) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def test_no_edge_sized_activation():
-    n, heads, dim, edges = 4_000, 8, 32, 1_000_000
-    gen = torch.Generator().manual_seed(0)
+def _uniform_graph(n: int, edges: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """rowptr, col (int32) on the GPU: ``edges`` random sources over ``n`` rows cut at random."""
     col = torch.randint(0, n, (edges,), generator=gen, dtype=torch.int32).cuda()
     rowptr = torch.zeros(n + 1, dtype=torch.int64)
     rowptr[1:] = torch.sort(torch.randint(0, edges + 1, (n,), generator=gen)).values
     rowptr[-1] = edges
-    rowptr = rowptr.cuda()
+    return rowptr.cuda(), col
+
+
+def test_no_edge_sized_activation():
+    n, heads, dim, edges = 4_000, 8, 32, 1_000_000
+    gen = torch.Generator().manual_seed(0)
+    rowptr, col = _uniform_graph(n, edges, gen)
     q, k, v = qkv(n, n, heads, dim, device="cuda")
     dy = torch.randn(q.shape, generator=gen).cuda()
     edge_tensor_bytes = edges * heads * dim * 4
@@ -126,6 +132,33 @@ def test_no_edge_sized_activation():
     reference = _peak_extra_bytes(lambda: run(sparse_attention_reference, rowptr, col, q, k, v, dy))
     assert fused < 0.25 * edge_tensor_bytes, (fused, edge_tensor_bytes)
     assert reference > edge_tensor_bytes, (reference, edge_tensor_bytes)
+
+
+@DTYPES
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_edge_values_match_reference(graph, dtype, with_bias):
+    """model.edge_features 'bias_value': the kernels keep only lse, and the probabilities are
+    recomputed in torch around them (dsgraph/ops/edge_values.py)."""
+    rowptr, col = graph
+    cases.check_edge_values("cuda", rowptr, col, N_SRC, 4, 32, dtype, "cuda", with_bias=with_bias)
+
+
+def test_edge_values_make_no_edge_by_head_dim_tensor():
+    """The recomputed probabilities and their gradients go in edge chunks (edge_values.CHUNK_BYTES):
+    no E x H x D tensor in forward or backward, only E x H ones."""
+    n, heads, dim, edges = 4_000, 8, 32, 1_000_000
+    gen = torch.Generator().manual_seed(0)
+    rowptr, col = _uniform_graph(n, edges, gen)
+    u = torch.randn(edges, 3, generator=gen).cuda()
+    q, k, v = qkv(n, n, heads, dim, device="cuda")
+    dy, dz = torch.randn(q.shape, generator=gen).cuda(), torch.randn(n, heads, 3, generator=gen).cuda()
+
+    def run_with_edge_values():
+        y, z = sparse_attention(rowptr, col, q, k, v, edge_values=u, backend="cuda")
+        torch.autograd.grad((y, z), (q, k, v), (dy, dz))
+
+    run_with_edge_values()  # compile, build and cache plans and the transpose
+    assert _peak_extra_bytes(run_with_edge_values) < 0.5 * edges * heads * dim * 4
 
 
 def test_unsupported_head_dim_is_a_value_error(graph):

@@ -1,25 +1,58 @@
 """The op's edge values (``dsgraph/ops/edge_values.py``): with u [E, C] it also returns
 z_i = sum_j a_ij u_ij, from which the model builds TransformerConv's edge-conditioned value. The
-reference is checked against a per-row softmax written out; the CPU backend against the reference
-(y, z and the gradients of q, k, v and bias for a loss that reads both) on a power-law graph with
-rows of degree 0, 1 and more than 4096, in fp32 and bf16 (gradcheck in fp64: test_score_bias.py)."""
+reference is checked against a per-row softmax written out. Both paths of a fused backend are
+checked against the reference (y, z and the gradients of q, k, v and bias for a loss that reads
+both) on a power-law graph with rows of degree 0, 1 and more than 4096, in fp32 and bf16, with and
+without a score bias: the CPU kernels' own (``keeps_probabilities``), and the recomputed path the
+CUDA backend takes, run here through the CPU kernels with their probabilities hidden
+(``LseOnlyCpuBackend``), so CI runs the exact torch code that wraps the CUDA kernels (the kernels
+themselves with edge values: tests/ops/test_cuda_emulated.py and, on a GPU, test_cuda_gpu.py).
+gradcheck in fp64: test_score_bias.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dsgraph.ops import sparse_attention
+from dsgraph.ops import edge_values, register_backend, sparse_attention
+from dsgraph.ops.backend import Backend, FusedBackend
+from dsgraph.ops.cpu import CpuBackend
+from dsgraph.ops.cuda import CudaBackend
+from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, score_bias
+from tests.ops.cases import N_SRC, check_edge_values, rmat_with_hub
 
-HEADS, DIM, CHANNELS = 4, 16, 3
+HEADS, DIM = 4, 16
+LSE_ONLY = "cpu-lse-only"
 
 
-def _y_z_grads(backend, rowptr, col, q, k, v, bias, u, dy, dz):
-    y, z = sparse_attention(rowptr, col, q, k, v, bias=bias, edge_values=u, backend=backend)
-    grads = torch.autograd.grad((y, z), (q, k, v, bias), (dy, dz))
-    return (y, z, *grads)
+class LseOnlyCpuBackend(CpuBackend):
+    """The CPU kernels as a backend that, like the CUDA one, hands over no probabilities and takes no
+    extra score gradient: edge values must take the recomputed path (never picked by 'auto')."""
+
+    name, priority, keeps_probabilities = LSE_ONLY, -100, False
+
+    def probabilities(self, saved):
+        raise AssertionError("the recomputed path read the forward's probabilities")
+
+    def backward(self, *args, dp_extra=None, delta_extra=None, **kwargs):
+        assert dp_extra is None and delta_extra is None, "the recomputed path handed the kernels an extra score gradient"
+        return super().backward(*args, **kwargs)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lse_only_backend():
+    register_backend(LseOnlyCpuBackend())
+    yield
+    unregister_backend(LSE_ONLY)
+
+
+@pytest.fixture(scope="module")
+def hub_graph():
+    rowptr, col = rmat_with_hub()
+    degree = rowptr.diff()
+    assert bool((degree == 0).any()) and bool((degree == 1).any()) and int(degree.max()) > 4096
+    return rowptr, col
 
 
 def test_reference_edge_values_are_the_attention_weighted_sum():
@@ -40,24 +73,77 @@ def test_reference_edge_values_are_the_attention_weighted_sum():
         torch.testing.assert_close(y[i], torch.einsum("eh,ehd->hd", a, v[src]))
 
 
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_cpu_edge_values_match_the_reference_on_a_hub_graph(dtype):
-    rowptr, col = rmat_with_hub()
-    degree = rowptr.diff()
-    assert bool((degree == 0).any()) and bool((degree == 1).any()) and int(degree.max()) > 4096
-    q, k, v = qkv(rowptr.numel() - 1, N_SRC, HEADS, DIM, dtype)
-    bias = score_bias(col.numel(), HEADS, dtype)
-    gen = torch.Generator().manual_seed(3)
-    u = torch.randn(col.numel(), CHANNELS, generator=gen).to(dtype)
-    dy, dz = torch.randn(q.shape, generator=gen).to(dtype), torch.randn(q.shape[0], HEADS, CHANNELS, generator=gen).to(dtype)
-    got = _y_z_grads("cpu", rowptr, col, q, k, v, bias, u, dy, dz)
-    fp32 = [t.detach().float().requires_grad_() for t in (q, k, v, bias)]
-    want = _y_z_grads("reference", rowptr, col, *fp32[:3], fp32[3], u.float(), dy.float(), dz.float())
-    for name, a, b in zip(("y", "z", "dq", "dk", "dv", "dbias"), got, want):
-        assert a.dtype == dtype and a.shape == b.shape, name
-        assert_relative_close(a, b.to(dtype), TOLERANCE[dtype])
-    empty = rowptr[1:] == rowptr[:-1]
-    assert bool((got[1][empty] == 0).all())
+@pytest.mark.parametrize("backend", ["cpu", LSE_ONLY])
+def test_fused_edge_values_match_the_reference_on_a_hub_graph(hub_graph, backend, dtype, with_bias):
+    rowptr, col = hub_graph
+    check_edge_values(backend, rowptr, col, N_SRC, HEADS, DIM, dtype, "cpu", with_bias=with_bias)
+
+
+def test_recomputed_path_gives_the_same_result_in_many_chunks(hub_graph, monkeypatch):
+    rowptr, col = hub_graph
+    whole = check_edge_values(LSE_ONLY, rowptr, col, N_SRC, HEADS, DIM, torch.float32, "cpu")
+    monkeypatch.setattr(edge_values, "CHUNK_BYTES", 1000 * HEADS * DIM * 4)  # 1000 edges a chunk
+    assert edge_values.chunk_edges(HEADS, DIM) == 1000 and col.numel() > 30 * 1000
+    chunked = check_edge_values(LSE_ONLY, rowptr, col, N_SRC, HEADS, DIM, torch.float32, "cpu")
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_each_backend_takes_the_path_its_kernels_allow(monkeypatch):
+    """The CPU kernels keep p and take the extra score gradient; the CUDA backend (no CuPy needed)
+    keeps only lse, so its edge values run the recomputed path around its unchanged kernels."""
+    assert CpuBackend.supports_edge_values and CpuBackend.keeps_probabilities
+    assert CudaBackend.supports_edge_values and not CudaBackend.keeps_probabilities
+    assert not hasattr(CudaBackend, "probabilities")
+    taken = []
+    for path in ("FusedEdgeValues", "RecomputedEdgeValues"):
+        monkeypatch.setattr(getattr(edge_values, path), "apply", lambda *args, path=path: taken.append((path, args[0].name)))
+    rowptr, col = torch.tensor([0, 1], dtype=torch.int64), torch.tensor([0], dtype=torch.int32)
+    q, u = torch.zeros(1, 1, 8), torch.zeros(1, 2)
+    for backend in (CpuBackend(), CudaBackend()):
+        FusedBackend.attention(backend, rowptr, col, q, q, q, 1.0, edge_values=u)
+    assert taken == [("FusedEdgeValues", "cpu"), ("RecomputedEdgeValues", "cuda")]
+
+
+@pytest.mark.parametrize("backend", ["cpu", LSE_ONLY])
+def test_gradients_only_for_the_inputs_that_require_them(backend):
+    rowptr = torch.tensor([0, 3, 3, 4, 9, 10], dtype=torch.int64)
+    col = torch.randint(0, 6, (10,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    gen = torch.Generator().manual_seed(2)
+    q, k, v, bias, u = (torch.randn(*shape, generator=gen) for shape in ((5, 2, 8), (6, 2, 8), (6, 2, 8), (10, 2), (10, 3)))
+    for need in ((True, False, False, False), (False, True, True, False), (False, False, True, True), (True, True, False, True)):
+        inputs = [t.clone().requires_grad_(r) for t, r in zip((q, k, v, bias), need)]
+        wanted = [t for t in inputs if t.requires_grad]
+        y, z = sparse_attention(rowptr, col, *inputs[:3], bias=inputs[3], edge_values=u, backend=backend)
+        got = torch.autograd.grad((y.square().sum() + z.sum()), wanted)
+        ref = [t.detach().requires_grad_(t.requires_grad) for t in inputs]
+        y, z = sparse_attention_reference(rowptr, col, *ref[:3], 8**-0.5, ref[3], u)
+        want = torch.autograd.grad((y.square().sum() + z.sum()), [t for t in ref if t.requires_grad])
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+
+
+class NoEdgeValues(Backend):
+    name, priority, device_type, supports_bias = "no-edge-values", 100, "cpu", True
+
+    def attention(self, rowptr, col, q, k, v, scale, bias=None):
+        return torch.zeros_like(q)
+
+
+def test_a_backend_without_edge_values_is_refused_or_passed_over():
+    rowptr, col = torch.tensor([0, 2, 2, 3], dtype=torch.int64), torch.tensor([0, 1, 1], dtype=torch.int32)
+    q, k, v = torch.randn(3, 2, 8), torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    u = torch.randn(3, 2)
+    register_backend(NoEdgeValues())
+    try:
+        with pytest.raises(ValueError, match="no-edge-values backend: it takes no edge values"):
+            sparse_attention(rowptr, col, q, k, v, edge_values=u, backend="no-edge-values")
+        y, z = sparse_attention(rowptr, col, q, k, v, edge_values=u, backend="auto")  # auto passes it over
+        torch.testing.assert_close(z, sparse_attention_reference(rowptr, col, q, k, v, 8**-0.5, None, u)[1])
+    finally:
+        unregister_backend("no-edge-values")
 
 
 def test_edge_values_are_checked():

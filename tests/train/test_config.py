@@ -33,6 +33,13 @@ def test_bad_values(section, message):
         DsgraphConfig.from_dict(section)
 
 
+@pytest.mark.parametrize("backend", ["auto", "reference", "cpu", "cuda"])
+def test_edge_conditioned_values_are_accepted_on_every_backend(backend):
+    """The CUDA kernels keep only lse; edge values recompute the probabilities around them."""
+    cfg = DsgraphConfig.from_dict({"backend": backend, "strategy": "ag", "model": {"edge_features": "bias_value"}})
+    assert (cfg.backend, cfg.model.edge_features) == (backend, "bias_value")
+
+
 def test_sequence_parallel_size_is_refused(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"sequence_parallel_size": 2}))

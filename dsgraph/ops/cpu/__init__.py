@@ -43,6 +43,7 @@ class CpuBackend(FusedBackend):
     device_type = "cpu"
     supports_bias = True
     supports_edge_values = True
+    keeps_probabilities = True
 
     def unsupported(self, q, tensors) -> str:
         if q.dtype not in SUPPORTED_DTYPES:
