@@ -4,12 +4,15 @@ logits and every parameter gradient equal the single-process run (fp32, 1e-5), a
 checkpointed; each rank sends exactly the strategy's declared bytes plus one all-reduce of the
 per-head sums per layer forward and one backward (``GlobalAttentionCost``)."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.comm.allreduce import all_reduce_bytes
 from dsgraph.models import ModelOptions
+from dsgraph.models.options import GAT
 from dsgraph.models.global_attention import sum_values
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.parallel.shapes import GlobalAttentionCost, ModelShape
@@ -19,7 +22,7 @@ from tests.graphs import random_graph
 from tests.parallel.test_conformance import HEADS, HIDDEN, LAYERS, SPLITS, declared_bytes, forward_backward, rel_err
 
 GPS = ModelOptions(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear")
-GAT_GLOBAL = ModelOptions(global_attention="linear")  # GAT-shaped blocks: the first one reads the features
+GAT_GLOBAL = dataclasses.replace(GAT, global_attention="linear")  # GAT-shaped blocks: the first one reads the features
 SHAPE = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, global_attention="linear")
 
 
