@@ -48,8 +48,8 @@ def _fused_for(rowptr, col, q, k, v, scale, backend, bias, edge_values):
     """``prepare_fused``, and a ValueError when edge values go to a backend without them."""
     chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend, bias)
     if edge_values is not None and not chosen.supports_edge_values:
-        raise ValueError(f"sparse attention blocks: backend '{chosen.name}' takes no edge values "
-                         "(model.edge_features 'bias_value' runs on the cpu and reference backends)")  # fmt: skip
+        raise ValueError(f"sparse attention blocks: backend '{chosen.name}' takes no edge values (supports_edge_values); "
+                         "model.edge_features 'bias' needs none")  # fmt: skip
     if edge_values is not None and (edge_values.dim() != 2 or edge_values.shape[0] != col.shape[0]):
         raise ValueError(f"sparse attention blocks: edge_values must be [E_block, C] with E_block = {col.shape[0]}, "
                          f"got {tuple(edge_values.shape)}")  # fmt: skip

@@ -200,7 +200,7 @@ class AllGatherRing(Strategy):
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)
         (n, e), n_all = split.largest(), shape.num_nodes
-        d, b = model.hidden, dtype_bytes
+        d, b, c = model.hidden, dtype_bytes, model.edge_values
         row, grad_row = 2 * model.wire_bytes(d, b), 2 * model.wire_bytes(d, b, gradient=True)  # a node's K and V rows
         # a ring step costs 1/(P-1) of a ring all-gather: the K/V go round twice (forward, backward), dK/dV P steps
         messages = (("all_gather", n * row, 2), ("all_gather", n * grad_row, p / (p - 1))) if p > 1 else ()
@@ -213,7 +213,8 @@ class AllGatherRing(Strategy):
             messages=messages,
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
-            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b),  # own K, V; y and lse in fp32
-            transient_bytes=4 * n * row + n * d * 4,  # two K/V blocks and two dK/dV blocks in flight, dq
+            # own K, V; y and lse in fp32; with edge values (C = model.edge_values) the whole z in fp32 and u
+            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b) + n * model.heads * c * 4 + e * c * b,
+            transient_bytes=4 * n * row + n * d * 4 + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
             overlapped=True,
         )
