@@ -49,7 +49,7 @@ class AutoAttention(GraphAttention):
         return self._built[name]
 
     def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
-        return self.current(q_nHD, k_nHD, v_nHD, bias_eH, edge_values)  # edge values: refused by candidates without them
+        return self.current(q_nHD, k_nHD, v_nHD, bias_eH, edge_values)  # edge values: only where every candidate takes them
 
     def after_step(self, step_s: float, comm_s: float) -> None:
         self.auto.after_step(step_s, comm_s)
@@ -75,6 +75,11 @@ class Auto(Strategy):
 
     def _candidates(self):
         return [get_strategy(name) for name in auto_candidates()]
+
+    @property
+    def edge_values(self) -> bool:
+        """Edge-conditioned values run under auto when every candidate it may pick takes them."""
+        return all(candidate.edge_values for candidate in self._candidates())
 
     def prepare(self, graph, pg, ctx):
         for candidate in self._candidates():

@@ -5,6 +5,7 @@ rank's rows in the layout the collective produces, [P * width, ...] with rank r'
 r * width (width = the largest count), so nothing is copied to close the gaps; ``padded_index``
 maps global row ids into it. ``gather_rows`` closes the gaps for callers that want [N, ...].
 ``start_gather_rows_padded`` starts the same gather asynchronously, so work can run while it travels.
+``gather_constant_rows`` gathers rows without a gradient in uneven counts (per-edge constants).
 ``regathered_in_backward`` lets an op that saves gathered rows for backward keep only this rank's
 rows instead, and gathers them again when backward needs them.
 
@@ -159,6 +160,24 @@ def padded_index(ids: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
     starts = torch.tensor(pg.starts, dtype=torch.int64, device=ids.device)
     owner = torch.searchsorted(starts[1:], ids.long(), right=True)
     return ids.long() - starts[owner] + owner * max(pg.counts)
+
+
+def gather_constant_rows(x: torch.Tensor, counts: list[int], pg: GraphParallelGroup) -> torch.Tensor:
+    """All-gather of rows that take no gradient, uneven: [counts[rank], ...] on each rank -> all
+    [sum(counts), ...] in rank order (per-edge constants such as edge features, ``counts`` the
+    ranks' edge counts). One collective of max(counts) rows per rank. One rank: ``x`` itself."""
+    if pg.world_size == 1:
+        return x
+    if x.shape[0] != counts[pg.rank]:
+        raise ValueError(f"gather_constant_rows: rank {pg.rank} holds {x.shape[0]} rows, its count says {counts[pg.rank]}")
+    width = max(counts)
+    send = x.detach().new_zeros((width, *x.shape[1:]))
+    send[: x.shape[0]] = x.detach()
+    out = send.new_empty((width * pg.world_size, *send.shape[1:]))
+    with pg.stats.record(out, nbytes(send) * (pg.world_size - 1), "all_gather"):
+        dist().all_gather_into_tensor(out, send, group=pg.group)
+    blocks = out.view(pg.world_size, width, *send.shape[1:])
+    return torch.cat([blocks[r, :c] for r, c in enumerate(counts)])
 
 
 def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:

@@ -51,8 +51,8 @@ class ModelOptions:
     edge_features: str = "none"
     """How attention reads the dataset's edge features (edge_attr): 'bias', a per-head score bias
     e_ij W_b per layer, added before the softmax (Graphormer's edge encoding); 'bias_value', that and
-    an edge-conditioned value v_j + e_ij W_e (TransformerConv's edge_dim; strategies ag and halo, the
-    sampled and isolated modes, every backend); 'none'. Self loops the model adds get a learned
+    an edge-conditioned value v_j + e_ij W_e (TransformerConv's edge_dim; every strategy and mode,
+    every backend); 'none'. Self loops the model adds get a learned
     embedding instead of features. Needs a dataset with edge_attr."""
     global_attention: str = "linear"
     """'linear': every hidden block adds a linear global attention over all nodes (elu + 1 kernel,

@@ -18,6 +18,8 @@ GP-AG's bytes (2x at 2 ranks, 1.67x at 4, towards 1.5x).
 
 A score bias [e, H] is the rank's own (its rows' in-edges); each block's edges take their rows of
 it (``RingPlan.edge_order``), and each block's backward returns its rows of the bias's gradient.
+Edge values u [e, C] are sliced the same way; each block's z merges like y, and each block's
+backward adds its edges' share of the gradient of the whole z (``dsgraph.ops.blocks``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from dsgraph.comm import GraphParallelGroup, start_ring_shift
 from dsgraph.ops import Partial, attention_backward, attention_forward, merge
-from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy, refuse_edge_values
+from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
 
 PLAN = "ring_plan"  # the key of the plan in RankGraph.derived
 ROWPTR_BYTES, INDEX_BYTES = 8, 4
@@ -72,7 +74,8 @@ class RingPlan:
         return RingPlan(self.rowptr.to(device), self.col.to(device), self.offsets, self.counts, self.edge_order.to(device))
 
     def block_bias(self, bias_eH: torch.Tensor | None) -> list[torch.Tensor | None]:
-        """Each block's rows of a score bias [e, H] (block CSR order), in its own edge order."""
+        """Each block's rows of a per-edge tensor [e, ...] (block CSR order: a score bias, edge
+        values), in its own edge order."""
         if bias_eH is None:
             return [None] * len(self.counts)
         ordered = bias_eH.index_select(0, self.edge_order)
@@ -94,40 +97,49 @@ class RingPlan:
 
 class _Ring(torch.autograd.Function):
     """K/V blocks travel as rows [2 n_s, H, D] (K rows, then V rows), encoded once by their owner
-    (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``."""
+    (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``.
+    Returns y, and z when given edge values (they take no gradient)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, att: "RingAttention"):
+    def forward(ctx, q, k, v, bias, values, att: "RingAttention"):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        biases = att.plan.block_bias(None if bias is None else bias.detach())
+        biases, block_values = att.plan.block_bias(None if bias is None else bias.detach()), att.plan.block_bias(values)
         payload = att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None  # [2 n, H, D]
         parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k.detach(), v.detach()) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, bias=biases[s], backend=att.backend)
-            whole = (parts[s].y, parts[s].lse) if whole is None else merge(whole, parts[s])
+            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, bias=biases[s], edge_values=block_values[s], backend=att.backend)
+            whole = (parts[s].y, parts[s].lse, *(() if values is None else (parts[s].z,))) if whole is None else merge(whole, parts[s])
             if pending is not None:
                 payload = pending.wait()
-        ctx.save_for_backward(q, k, v, *whole, *(() if bias is None else (bias,)), *(t for part in parts for t in (part.lse, *part.saved)))
+        optional = (() if bias is None else (bias,)) + (() if values is None else (values,))
+        ctx.save_for_backward(q, k, v, *whole, *optional, *(t for part in parts for t in (part.lse, *part.saved)))
         ctx.att, ctx.saved_per_part = att, 1 + len(parts[0].saved)  # through save_for_backward: checkpointing's hooks see them
-        ctx.has_bias = bias is not None
-        return whole[0].to(q.dtype)
+        ctx.has_bias, ctx.has_values = bias is not None, values is not None
+        if values is None:
+            return whole[0].to(q.dtype)
+        return whole[0].to(q.dtype), whole[2].to(q.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dy):
-        q, k, v, y, lse, *flat = (t.detach() for t in ctx.saved_tensors)
+    def backward(ctx, dy, dz=None):
+        q, k, v, *flat = (t.detach() for t in ctx.saved_tensors)
+        whole = tuple(flat.pop(0) for _ in range(3 if ctx.has_values else 2))  # (y, lse[, z])
         bias = flat.pop(0) if ctx.has_bias else None
+        values = flat.pop(0) if ctx.has_values else None
         att, n = ctx.att, ctx.saved_per_part
-        parts = [Partial(y, flat[i], tuple(flat[i + 1 : i + n])) for i in range(0, len(flat), n)]  # the block's y is not read
+        z = whole[2] if values is not None else None
+        parts = [Partial(whole[0], flat[i], tuple(flat[i + 1 : i + n]), z) for i in range(0, len(flat), n)]  # the block's y, z are not read
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
-        biases, dbias = att.plan.block_bias(bias), [None] * p
+        biases, dbias, block_values = att.plan.block_bias(bias), [None] * p, att.plan.block_bias(values)
+        with_values = dict(dz=dz) if values is not None else {}
         if p == 1:  # one block: the whole attention, nothing travels
             needs = tuple(ctx.needs_input_grad[:4])
-            block = attention_backward(*att.blocks[0], q, k, v, parts[0], dy, bias=biases[0], backend=att.backend, needs=needs)
-            return (*block[:3], att.plan.scatter_bias(list(block[3:]), bias) if ctx.needs_input_grad[3] else None, None)
+            block = attention_backward(*att.blocks[0], q, k, v, parts[0], dy, bias=biases[0], edge_values=block_values[0],
+                                       backend=att.backend, needs=needs, **with_values)  # fmt: skip
+            return (*block[:3], att.plan.scatter_bias(list(block[3:]), bias) if ctx.needs_input_grad[3] else None, None, None)
         payload = att.codec.encode(torch.stack([k, v]).view(-1, *k.shape[1:]))  # the same encoding as in forward: the same K/V
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
@@ -135,7 +147,8 @@ class _Ring(torch.autograd.Function):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k, v) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            block = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, bias=biases[s], whole=(y, lse), backend=att.backend)
+            block = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, bias=biases[s], edge_values=block_values[s], whole=whole,
+                                       backend=att.backend, **with_values)  # fmt: skip
             (dq_b, dk_b, dv_b), dbias[s] = block[:3], block[3] if bias is not None else None
             dq += dq_b
             acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
@@ -148,7 +161,7 @@ class _Ring(torch.autograd.Function):
         grads = att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
         return (dq.to(q.dtype) if need[0] else None, grads[0].to(k.dtype) if need[1] else None,
-                grads[1].to(v.dtype) if need[2] else None, att.plan.scatter_bias(dbias, bias) if need[3] else None, None)  # fmt: skip
+                grads[1].to(v.dtype) if need[2] else None, att.plan.scatter_bias(dbias, bias) if need[3] else None, None, None)  # fmt: skip
 
 
 class RingAttention(GraphAttention):
@@ -167,14 +180,14 @@ class RingAttention(GraphAttention):
         return (2 * self.plan.counts[s % len(self.plan.counts)], *like.shape[1:])
 
     def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
-        refuse_edge_values(self.name, edge_values)
-        return _Ring.apply(q_nHD, k_nHD, v_nHD, bias_eH, self)
+        return _Ring.apply(q_nHD, k_nHD, v_nHD, bias_eH, None if edge_values is None else edge_values.detach(), self)
 
 
 class AllGatherRing(Strategy):
     name = "ag_ring"
     summary = "GP-AG with K/V blocks passed around a ring while attention runs; two K/V blocks per rank instead of N x d"
     needs = Needs.ROWS
+    edge_values = True
 
     def prepare(self, graph, pg, ctx):
         graph.derived[PLAN] = RingPlan.build(graph.block.rowptr.numpy(), graph.block.col.numpy(), pg.starts)
@@ -187,7 +200,7 @@ class AllGatherRing(Strategy):
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)
         (n, e), n_all = split.largest(), shape.num_nodes
-        d, b = model.hidden, dtype_bytes
+        d, b, c = model.hidden, dtype_bytes, model.edge_values
         row, grad_row = 2 * model.wire_bytes(d, b), 2 * model.wire_bytes(d, b, gradient=True)  # a node's K and V rows
         # a ring step costs 1/(P-1) of a ring all-gather: the K/V go round twice (forward, backward), dK/dV P steps
         messages = (("all_gather", n * row, 2), ("all_gather", n * grad_row, p / (p - 1))) if p > 1 else ()
@@ -200,7 +213,8 @@ class AllGatherRing(Strategy):
             messages=messages,
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
-            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b),  # own K, V; y and lse in fp32
-            transient_bytes=4 * n * row + n * d * 4,  # two K/V blocks and two dK/dV blocks in flight, dq
+            # own K, V; y and lse in fp32; with edge values (C = model.edge_values) the whole z in fp32 and u
+            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b) + n * model.heads * c * 4 + e * c * b,
+            transient_bytes=4 * n * row + n * d * 4 + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
             overlapped=True,
         )

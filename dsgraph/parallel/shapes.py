@@ -134,6 +134,11 @@ class ModelShape:
     """Every attention layer adds a score bias [E, H] made from edge features (``model.edge_features``):
     kept for backward, and moved where a strategy splits heads (GP-A2A)."""
 
+    edge_values: int = 0
+    """C of the edge-conditioned values every attention layer reads (``model.edge_features``
+    'bias_value': u [E, C], the F_e edge features and the added-loop flag, C = F_e + 1); 0: none.
+    Their z [N, H, C] travels beside y where a strategy splits heads (GP-A2A)."""
+
     def bias_bytes(self, edges: float, dtype_bytes: int) -> float:
         """Bytes of the score bias of ``edges`` edges (0 without one)."""
         return edges * self.heads * dtype_bytes if self.edge_bias else 0.0

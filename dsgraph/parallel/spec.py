@@ -201,12 +201,6 @@ class Strategy(ABC):
             raise ValueError(f"strategy {self.name}: {reason}")
 
 
-def refuse_edge_values(strategy: str, edge_values) -> None:
-    """ValueError when ``edge_values`` are handed to a strategy that takes none."""
-    if edge_values is not None:
-        raise ValueError(f"strategy {strategy} does not take edge-conditioned values (model.edge_features 'bias_value')")
-
-
 def head_groups(heads: int, chunks: int) -> list[slice]:
     """``heads`` split into g equal contiguous groups, g the largest divisor of ``heads`` not above
     ``chunks`` (so every group's exchange has the same size), as slices."""

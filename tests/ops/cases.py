@@ -26,6 +26,19 @@ def rmat_with_hub(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return rowptr, torch.cat([g.col, hub_col, pair_col.flatten()])
 
 
+def source_blocks(rowptr: torch.Tensor, col: torch.Tensor, bounds) -> list[tuple]:
+    """A CSR per block of sources [lo, hi) (``bounds``), with local source ids: (rowptr, col int32,
+    lo, hi, keep), ``keep`` the block's edges in the whole CSR (CSR order kept), for per-edge slices."""
+    dst = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), rowptr.diff())
+    parts = []
+    for lo, hi in bounds:
+        keep = ((col >= lo) & (col < hi)).nonzero().squeeze(1)
+        block_rowptr = torch.zeros_like(rowptr)
+        block_rowptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rowptr.numel() - 1), 0)
+        parts.append((block_rowptr, (col[keep] - lo).to(torch.int32), lo, hi, keep))
+    return parts
+
+
 def qkv(n_dst: int, n_src: int, heads: int, dim: int, dtype=torch.float32, seed: int = 0, device="cpu"):
     """q [n_dst, H, D], k, v [n_src, H, D], standard normal, requiring grad."""
     gen = torch.Generator().manual_seed(seed)

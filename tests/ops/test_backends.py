@@ -13,7 +13,7 @@ from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import backend_for_inputs, unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32, source_blocks
 
 FUSED = [name for name in available_backends() if name != "reference"]
 
@@ -146,13 +146,7 @@ def test_separate_passes_split_over_source_blocks_equal_the_whole(hub_graph, nam
     y_ref = sparse_attention_reference(rowptr, col, q, k, v, 0.25)
     grads_ref = torch.autograd.grad(y_ref, (q, k, v), dy)
     half = N_SRC // 2
-    dst = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=device), rowptr.diff())
-    parts = []
-    for lo, hi in ((0, half), (half, N_SRC)):  # a CSR per block of sources, local source ids
-        keep = (col >= lo) & (col < hi)
-        block_rowptr = torch.zeros_like(rowptr)
-        block_rowptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rowptr.numel() - 1), 0)
-        parts.append((block_rowptr, (col[keep] - lo).to(torch.int32), lo, hi))
+    parts = [block[:4] for block in source_blocks(rowptr, col, ((0, half), (half, N_SRC)))]  # a CSR per block of sources
     blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], scale=0.25, backend=name) for r, c, lo, hi in parts]
     y, lse = merge(blocks[0], blocks[1])
     assert_relative_close(y, y_ref.detach(), 1e-5)

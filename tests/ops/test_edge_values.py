@@ -7,20 +7,21 @@ without a score bias: the CPU kernels' own (``keeps_probabilities``), and the re
 CUDA backend takes, run here through the CPU kernels with their probabilities hidden
 (``LseOnlyCpuBackend``), so CI runs the exact torch code that wraps the CUDA kernels (the kernels
 themselves with edge values: tests/ops/test_cuda_emulated.py and, on a GPU, test_cuda_gpu.py).
-gradcheck in fp64: test_score_bias.py."""
+gradcheck in fp64: test_score_bias.py. The separate passes (``ops/blocks.py``, for ``ag_ring``)
+over blocks of sources, merged, give the whole op's y, z and gradients on both paths."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dsgraph.ops import edge_values, register_backend, sparse_attention
+from dsgraph.ops import attention_backward, attention_forward, edge_values, merge, register_backend, sparse_attention
 from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.cpu import CpuBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import N_SRC, check_edge_values, rmat_with_hub
+from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, check_edge_values, qkv, rmat_with_hub, score_bias, source_blocks
 
 HEADS, DIM = 4, 16
 LSE_ONLY = "cpu-lse-only"
@@ -154,3 +155,46 @@ def test_edge_values_are_checked():
         sparse_attention(rowptr, col, q, k, v, edge_values=torch.zeros(3, 2))
     with pytest.raises(ValueError, match="edge_values take no gradient"):
         sparse_attention(rowptr, col, q, k, v, edge_values=torch.zeros(2, 2, requires_grad=True))
+
+
+@pytest.mark.parametrize("name", ["cpu", LSE_ONLY, "reference"])
+def test_blockwise_passes_with_edge_values_equal_the_whole(hub_graph, name):
+    """Three blocks of sources (one holds no edge of many rows), each with its edges' slices of the
+    bias and the edge values: merged, z is the whole op's z; the blocks' backward with the whole
+    (y, lse, z) and dz gives the whole op's dq, dk, dv and dbias. On the CPU kernels' own path, and
+    on the recomputed one (the CUDA backend's, here the CPU kernels without their probabilities; the
+    reference backend's passes keep only lse too)."""
+    rowptr, col = hub_graph
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, HEADS, DIM)
+    bias = score_bias(col.numel(), HEADS).requires_grad_()
+    gen = torch.Generator().manual_seed(5)
+    u = torch.randn(col.numel(), 3, generator=gen)
+    dy, dz = torch.randn(q.shape, generator=gen), torch.randn(q.shape[0], HEADS, 3, generator=gen)
+    y_want, z_want = sparse_attention_reference(rowptr, col, q, k, v, DIM**-0.5, bias, u)
+    want = torch.autograd.grad((y_want, z_want), (q, k, v, bias), (dy, dz))
+    parts = source_blocks(rowptr, col, ((0, 1), (1, 200), (200, N_SRC)))  # block 0: source 0 only
+    assert int(parts[0][0][-1]) > 0 and bool((parts[0][0].diff() == 0).any())  # rows with no edge in a block
+    blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], edge_values=u[keep], backend=name)
+              for r, c, lo, hi, keep in parts]  # fmt: skip
+    whole = merge(merge(blocks[0], blocks[1]), blocks[2])
+    assert_relative_close(whole[0], y_want.detach(), 1e-5)
+    assert_relative_close(whole[2], z_want.detach(), 1e-5)
+    dq, dk, dv, dbias = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(bias)
+    for (r, c, lo, hi, keep), block in zip(parts, blocks):
+        dq_b, dk_b, dv_b, dbias_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], block, dy, bias=bias[keep], edge_values=u[keep],
+                                                       dz=dz, whole=whole, backend=name)  # fmt: skip
+        dq, dk[lo:hi], dv[lo:hi], dbias[keep] = dq + dq_b, dk_b, dv_b, dbias_b
+    for got, expected in zip((dq, dk, dv, dbias), want):
+        assert_relative_close(got, expected, TOLERANCE[torch.float32])
+    alone = attention_forward(rowptr, col, q, k, v, bias=bias, edge_values=u, backend=name)  # one block: the whole op
+    assert_relative_close(alone.z, z_want.detach(), 1e-5)
+    grads = attention_backward(rowptr, col, q, k, v, alone, dy, bias=bias, edge_values=u, dz=dz, backend=name)
+    for got, expected in zip(grads, want):
+        assert_relative_close(got, expected, TOLERANCE[torch.float32])
+
+
+def test_blockwise_passes_refuse_edge_values_of_the_wrong_length():
+    rowptr, col = torch.tensor([0, 2], dtype=torch.int64), torch.tensor([0, 1], dtype=torch.int32)
+    q, k, v = torch.randn(1, 1, 8), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
+    with pytest.raises(ValueError, match=r"edge_values must be \[E_block, C\] with E_block = 2"):
+        attention_forward(rowptr, col, q, k, v, edge_values=torch.zeros(3, 2), backend="cpu")

@@ -15,6 +15,7 @@ from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops.cases import (
     N_SRC, TOLERANCE, assert_relative_close, check_against_reference, grads_of, public, qkv, rmat_with_hub, score_bias,
+    source_blocks,
 )  # fmt: skip
 
 FUSED = [name for name in available_backends() if name != "reference"]  # the kernels the reference checks
@@ -106,13 +107,8 @@ def test_blockwise_passes_with_bias_slices_equal_the_whole(hub_graph, name):
     log-sum-exp; the blocks' bias gradients, put back in place, are the whole bias's gradient."""
     rowptr, col, q, k, v, dy, bias = _inputs(hub_graph, torch.float32)
     want = grads_of(sparse_attention_reference, rowptr, col, q, k, v, dy, bias)
-    dst = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff())
-    half, parts = N_SRC // 2, []
-    for lo, hi in ((0, half), (half, N_SRC)):
-        keep = ((col >= lo) & (col < hi)).nonzero().squeeze(1)  # edges of the block, CSR order kept
-        block_rowptr = torch.zeros_like(rowptr)
-        block_rowptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rowptr.numel() - 1), 0)
-        parts.append((block_rowptr, (col[keep] - lo).to(torch.int32), lo, hi, keep))
+    half = N_SRC // 2
+    parts = source_blocks(rowptr, col, ((0, half), (half, N_SRC)))  # keep: the edges of the block, CSR order kept
     blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], backend=name) for r, c, lo, hi, keep in parts]
     y, lse = merge(blocks[0], blocks[1])
     assert_relative_close(y, want[0].detach(), 1e-5)

@@ -1,6 +1,6 @@
 """Training with edge features through the DeepSpeed engine: 1, 2 and 4 gloo ranks take the same
 steps (losses within 1e-5, fp32) with the edge features' score bias on, for every strategy, with
-edge-conditioned values where they run (ag, halo, sampled mode), for a partition store, and in
+edge-conditioned values for every strategy that takes them (all of them) and in sampled mode, for a partition store, and in
 sampled mode; isolated mode gives every local edge its dataset features (added self loops marked)
 and evaluates alike on any rank count. (Parameter gradients on 2 and 4 ranks against 1:
 tests/parallel/test_conformance.py.)"""
@@ -56,7 +56,8 @@ def test_one_two_and_four_ranks_take_the_same_steps_with_edge_features(tmp_path)
     by_world = results_by_world(_train, tmp_path, "losses")
     assert by_world[1]["ag"] != by_world[1]["ag-value"]  # the edge-conditioned value changes the model
     for world in (2, 4):
-        assert set(by_world[world]) >= {"ag", "ag-value", "halo", "halo-value", "ag_ring", "store", "sampled", "sampled-value"}
+        assert set(by_world[world]) >= {"ag", "ag-value", "halo", "halo-value", "ag_ring", "ag_ring-value", "a2a", "a2a-value",
+                                        "store", "sampled", "sampled-value"}  # fmt: skip
     assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
@@ -101,10 +102,21 @@ def _refused(rank, world, tmp):
                     log=lambda line: None)  # fmt: skip
     with pytest.raises(ValueError, match="task 'link' does not read edge features"):
         DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=BIAS, task="link"))
-    for strategy in ("a2a", "ag_ring"):
-        with pytest.raises(ValueError, match=f"runs with strategy ag or halo, not '{strategy}'"):
-            DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy=strategy))
+    for strategy in strategy_names():  # every strategy takes edge-conditioned values
+        DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy=strategy))
 
 
 def test_a_run_that_reads_edge_features_needs_a_dataset_and_strategy_that_have_them(tmp_path):
     run(_refused, 1, tmp_path)
+
+
+def test_a_strategy_without_edge_values_is_refused_and_so_is_auto_that_may_pick_it(tmp_path, monkeypatch):
+    """The config's check reads the spec: a strategy that took no edge values would be refused for
+    'bias_value', and ``auto`` with it among its candidates too."""
+    plain = os.path.join(tmp_path, "plain.npz")
+    save_npz(random_graph(), plain)
+    monkeypatch.setattr(type(get_strategy("ag_ring")), "edge_values", False)
+    for strategy in ("ag_ring", "auto"):
+        with pytest.raises(ValueError, match=f"runs with strategy ag or a2a or halo, not '{strategy}'"):
+            DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy=strategy))
+    DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy="a2a"))

@@ -34,14 +34,16 @@ def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu",
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
 
 
-def model_shape(cfg, in_dim: int, num_classes: int) -> ModelShape:
-    """The model's shape for AGP's cost model, from the run's config."""
+def model_shape(cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
+    """The model's shape for AGP's cost model, from the run's config (``edge_dim``: F_e of the graph's
+    edge features)."""
     return ModelShape(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, ffn_mult=cfg.ffn_mult, in_dim=in_dim,
                       num_classes=num_classes, checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
                       checkpoint_nested=cfg.checkpoint_nested, block=cfg.model.block, head=cfg.model.head,
                       input_projection=cfg.model.input_projection, global_attention=cfg.model.global_attention,
                       regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
-                      comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges)  # fmt: skip
+                      comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges,
+                      edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0)  # fmt: skip
 
 
 def _spread(values: list[int]) -> str:
@@ -89,7 +91,7 @@ class GraphOnRanks:
         graph = self.graph
         return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, dtype=dtype, log=self.log,
                                comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks,
-                               regather_kv=cfg.regather_kv, model=model_shape(cfg, graph.num_features, self.outputs or graph.num_classes),
+                               regather_kv=cfg.regather_kv, model=model_shape(cfg, graph.num_features, self.outputs or graph.num_classes, graph.num_edge_features),
                                agp_profile=cfg.agp_profile, agp_recalibrate_after=cfg.agp_recalibrate_after)  # fmt: skip
 
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
