@@ -93,7 +93,8 @@ class AllGather(Strategy):
             messages=messages,
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
-            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4 + model.bias_bytes(e, dtype_bytes),
+            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4 + model.bias_bytes(e, dtype_bytes)
+            + model.edge_value_bytes(n, e, dtype_bytes),
             kv_replica_bytes=0 if regather else n_all * 2 * model.hidden * dtype_bytes,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
         )

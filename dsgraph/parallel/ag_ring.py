@@ -214,7 +214,7 @@ class AllGatherRing(Strategy):
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
             # own K, V; y and lse in fp32; with edge values (C = model.edge_values) the whole z in fp32 and u
-            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b) + n * model.heads * c * 4 + e * c * b,
+            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
             transient_bytes=4 * n * row + n * d * 4 + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
             overlapped=True,
         )

@@ -106,7 +106,7 @@ class Halo(Strategy):
             messages=messages,
             bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
-            activation_bytes=remote * 2 * d * b + n * model.heads * 4 + model.bias_bytes(e, b),
+            activation_bytes=remote * 2 * d * b + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
             halo_bytes=halo * 2 * d * b,
             transient_bytes=2 * remote * 2 * d * b,
         )

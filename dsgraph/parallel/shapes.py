@@ -139,6 +139,11 @@ class ModelShape:
     'bias_value': u [E, C], the F_e edge features and the added-loop flag, C = F_e + 1); 0: none.
     Their z [N, H, C] travels beside y where a strategy splits heads (GP-A2A)."""
 
+    def edge_value_bytes(self, rows: float, edges: float, dtype_bytes: int) -> float:
+        """Bytes a layer keeps for edge-conditioned values over ``rows`` rows and their ``edges``
+        in-edges: z [rows, H, C] in fp32 and u [edges, C] (0 without them)."""
+        return rows * self.heads * self.edge_values * 4 + edges * self.edge_values * dtype_bytes
+
     def bias_bytes(self, edges: float, dtype_bytes: int) -> float:
         """Bytes of the score bias of ``edges`` edges (0 without one)."""
         return edges * self.heads * dtype_bytes if self.edge_bias else 0.0
