@@ -237,6 +237,6 @@ def test_encodings_and_the_partition_cli_keep_edge_features_bit_for_bit(tmp_path
     assert torch.equal(encoded.edge_attr, graph.edge_attr) and "rwse" in encoded.enc
     assert partition(["--dataset", path, "--parts", "2", "--method", "random", "--out", out, "--quiet"]) == 0
     back = load_store_graph(out)
-    perm = torch.from_numpy(load_permutation(out))  # relabelled id -> dataset id
+    perm = torch.from_numpy(np.array(load_permutation(out)))  # relabelled id -> dataset id (a copy: the stored one is read-only)
     relabelled = sorted((int(perm[s]), int(perm[d]), attr) for s, d, attr in triples(back))
     assert relabelled == triples(graph) and torch.equal(back.enc["rwse"], encoded.enc["rwse"][perm])
