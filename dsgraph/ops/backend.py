@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch.autograd.function import once_differentiable
 
-from dsgraph.ops.edge_values import FusedEdgeValues, RecomputedEdgeValues
+from dsgraph.ops.edge_values import FusedEdgeValues, RecomputedEdgeValues, edge_value_grad, edge_value_sum
 
 INT32_MAX = 2**31 - 1
 
@@ -79,6 +79,16 @@ class FusedBackend(Backend):
         (accumulation dtype) and ``saved``; an entry whose ``needs`` flag is False may be None. With
         ``bias=`` (``supports_bias``), also dbias = ds [E, H] in the bias's dtype (``needs`` then has
         a fourth flag, for it)."""
+
+    def value_sum(self, rowptr, col, p_EH, u_EC) -> torch.Tensor:
+        """z [N_dst, H, C] = sum over each row's edges of p[e, h] u[e, c] (edge values' forward), in
+        p's dtype: torch's ``edge_value_sum`` unless the backend has a kernel of its own."""
+        return edge_value_sum(rowptr, p_EH, u_EC)
+
+    def value_grad(self, rowptr, col, dz_NHC, u_EC) -> torch.Tensor:
+        """g [E, H] = <dz[dst(e), h], u[e]> (edge values' backward), in dz's dtype: torch's
+        ``edge_value_grad`` unless the backend has a kernel of its own."""
+        return edge_value_grad(rowptr, dz_NHC, u_EC)
 
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
         if edge_values is not None:

@@ -29,7 +29,7 @@ import torch
 
 from dsgraph.ops.backend import with_bias
 from dsgraph.ops.dispatch import prepare_fused
-from dsgraph.ops.edge_values import edge_value_grad, edge_value_score_grads, edge_value_sum, recomputed_probabilities
+from dsgraph.ops.edge_values import edge_value_score_grads, recomputed_probabilities
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def attention_forward(rowptr, col, q, k, v, *, bias=None, edge_values=None, scal
         p_EH = chosen.probabilities(saved)
     else:
         p_EH = recomputed_probabilities(rowptr, col, q.detach(), k.detach(), scale, bias, lse)
-    return Partial(y, lse, saved, edge_value_sum(rowptr, p_EH, edge_values.detach().to(p_EH.dtype)))
+    return Partial(y, lse, saved, chosen.value_sum(rowptr, col, p_EH, edge_values.detach().to(p_EH.dtype)))
 
 
 def merge(a: Partial | tuple, b: Partial) -> tuple[torch.Tensor, ...]:
@@ -111,7 +111,7 @@ def attention_backward(rowptr, col, q, k, v, part: Partial, dy, *, bias=None, ed
         u = edge_values.detach().to(z.dtype)
         if fused and weight is not None:
             dz = dz * weight  # the kernels' p is the block's: w_i p_block_ij = a_ij
-        g_EH, delta_NH = edge_value_grad(rowptr, dz, u), (dz * z).sum(-1)
+        g_EH, delta_NH = chosen.value_grad(rowptr, col, dz, u), (dz * z).sum(-1)
         if fused:
             extra.update(dp_extra=g_EH, delta_extra=delta_NH)
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_backward"):

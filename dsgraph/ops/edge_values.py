@@ -23,6 +23,10 @@ computes z with torch's autograd; a fused backend with ``supports_edge_values`` 
   edges (lse -inf) have no edge to recompute. Accumulation in lse's dtype (fp32 for fp32 and bf16).
   On CUDA, torch's ``index_add_`` sums in atomic order unless ``torch.use_deterministic_algorithms``
   is on (``edge_value_sum`` too).
+
+On both paths the two row sums, z from p and g from dz, are the backend's ``value_sum`` and
+``value_grad``: torch's ``edge_value_sum`` / ``edge_value_grad`` by default, numba passes over the
+rows on the CPU backend (``ops/cpu/edge_value_kernels.py``).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ class FusedEdgeValues(torch.autograd.Function):
         extra = {} if bias is None else {"bias": bias.detach()}
         y_acc, lse, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **extra)
         p_EH = backend.probabilities(saved)
-        z = edge_value_sum(rowptr, p_EH, u_EC.to(p_EH.dtype))
+        z = backend.value_sum(rowptr, col, p_EH, u_EC.to(p_EH.dtype))
         ctx.save_for_backward(q, k, v, y_acc, z, u_EC, *(() if bias is None else (bias,)), *saved)
         ctx.backend, ctx.graph, ctx.scale, ctx.has_bias = backend, (rowptr, col), scale, bias is not None
         return y_acc.to(q.dtype), z.to(q.dtype)
@@ -79,7 +83,7 @@ class FusedEdgeValues(torch.autograd.Function):
         q, k, v, y_acc, z, u_EC, *saved = (t.detach() for t in ctx.saved_tensors)
         bias = saved.pop(0) if ctx.has_bias else None
         dz = dz.to(z.dtype)
-        extra = {"dp_extra": edge_value_grad(ctx.graph[0], dz, u_EC.to(z.dtype)), "delta_extra": (dz * z).sum(-1)}
+        extra = {"dp_extra": ctx.backend.value_grad(*ctx.graph, dz, u_EC.to(z.dtype)), "delta_extra": (dz * z).sum(-1)}
         needs = tuple(ctx.needs_input_grad[3:6]) + ((ctx.needs_input_grad[7],) if bias is not None else ())
         if bias is not None:
             extra["bias"] = bias
@@ -155,7 +159,7 @@ class RecomputedEdgeValues(torch.autograd.Function):
         extra = {} if bias is None else {"bias": bias_}
         y_acc, lse, saved = backend.forward(rowptr, col, q_, k_, v.detach(), scale, **extra)
         p_EH = recomputed_probabilities(rowptr, col, q_, k_, scale, bias_, lse)
-        z = edge_value_sum(rowptr, p_EH, u_EC.to(lse.dtype))
+        z = backend.value_sum(rowptr, col, p_EH, u_EC.to(lse.dtype))
         ctx.save_for_backward(q, k, v, y_acc, z, u_EC, lse, *(() if bias is None else (bias,)), *saved)
         ctx.backend, ctx.graph, ctx.scale, ctx.has_bias = backend, (rowptr, col), scale, bias is not None
         return y_acc.to(q.dtype), z.to(q.dtype)
@@ -170,7 +174,7 @@ class RecomputedEdgeValues(torch.autograd.Function):
         with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):
             grads = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **extra)
         dz = dz.to(z.dtype)
-        g_EH, delta_NH = edge_value_grad(ctx.graph[0], dz, u_EC.to(z.dtype)), (dz * z).sum(-1)
+        g_EH, delta_NH = ctx.backend.value_grad(*ctx.graph, dz, u_EC.to(z.dtype)), (dz * z).sum(-1)
         need_extra = (needs[0], needs[1], bias is not None and needs[3])
         more = edge_value_score_grads(*ctx.graph, q, k, ctx.scale, bias, lse, g_EH, delta_NH, need_extra)
         dq, dk, dv = (_plus(g, m, t) if need else None for g, m, t, need in zip(grads[:3], (*more[:2], None), (q, k, v), needs))

@@ -21,7 +21,8 @@ from dsgraph.ops.cpu import CpuBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, check_edge_values, qkv, rmat_with_hub, score_bias, source_blocks
+from tests.ops.cases import (N_SRC, TOLERANCE, assert_relative_close, check_edge_values, degree_edge_cases, qkv, rmat_with_hub, score_bias,
+                             source_blocks)
 
 HEADS, DIM = 4, 16
 LSE_ONLY = "cpu-lse-only"
@@ -32,6 +33,7 @@ class LseOnlyCpuBackend(CpuBackend):
     extra score gradient: edge values must take the recomputed path (never picked by 'auto')."""
 
     name, priority, keeps_probabilities = LSE_ONLY, -100, False
+    value_sum, value_grad = FusedBackend.value_sum, FusedBackend.value_grad  # torch's, as the CUDA backend's
 
     def probabilities(self, saved):
         raise AssertionError("the recomputed path read the forward's probabilities")
@@ -80,6 +82,23 @@ def test_reference_edge_values_are_the_attention_weighted_sum():
 def test_fused_edge_values_match_the_reference_on_a_hub_graph(hub_graph, backend, dtype, with_bias):
     rowptr, col = hub_graph
     check_edge_values(backend, rowptr, col, N_SRC, HEADS, DIM, dtype, "cpu", with_bias=with_bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_row_sums_equal_torchs(dtype):
+    """The CPU backend's numba passes (``ops/cpu/edge_value_kernels.py``) against torch's
+    ``edge_value_sum`` / ``edge_value_grad``, on rows of degree 0, 1..17, 1024 and 8193."""
+    rowptr, col, _ = degree_edge_cases()
+    gen = torch.Generator().manual_seed(3)
+    n, e, channels = rowptr.numel() - 1, col.numel(), 5
+    p_EH = torch.rand((e, HEADS), generator=gen, dtype=dtype)
+    u_EC, dz_NHC = torch.randn((e, channels), generator=gen, dtype=dtype), torch.randn((n, HEADS, channels), generator=gen, dtype=dtype)
+    cpu = CpuBackend()
+    z, g = cpu.value_sum(rowptr, col, p_EH, u_EC), cpu.value_grad(rowptr, col, dz_NHC, u_EC)
+    assert z.dtype == g.dtype == dtype and z.shape == (n, HEADS, channels) and g.shape == (e, HEADS)
+    assert_relative_close(z, edge_values.edge_value_sum(rowptr, p_EH, u_EC), 1e-5)  # compared in fp32
+    assert_relative_close(g, edge_values.edge_value_grad(rowptr, dz_NHC, u_EC), 1e-5)
+    assert torch.equal(cpu.value_sum(rowptr, col, p_EH, u_EC), z)  # deterministic
 
 
 def test_recomputed_path_gives_the_same_result_in_many_chunks(hub_graph, monkeypatch):

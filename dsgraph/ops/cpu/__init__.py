@@ -7,7 +7,8 @@ and p_ij per in-edge for dk and dv and writes ds [E, H] in CSC order, then a row
 ds and gathers k_j for dq. What forward hands to backward is p (``saved``); lse serves callers that
 merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
 scores as the forward writes them; the column pass writes its gradient (ds in CSR order, once per
-edge-head). The per-graph structures are the
+edge-head). Edge values' row sums (z from p forward, their score gradient from dz backward) are
+``edge_value_kernels``. The per-graph structures are the
 transpose and the CSC slot of every CSR edge (``csc.py``). Deterministic: one thread per output row
 or column, a fixed order of additions, no atomics.
 
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
-from dsgraph.ops.cpu import backward_kernels
+from dsgraph.ops.cpu import backward_kernels, edge_value_kernels
 from dsgraph.ops.cpu.arrays import as_compute_array, as_int32, bounds, compute_dtype, gather_source, set_threads
 from dsgraph.ops.cpu.forward_kernel import forward_kernel
 from dsgraph.ops.csc import csc_slots, transpose
@@ -60,6 +61,16 @@ class CpuBackend(FusedBackend):
         """The forward's probabilities p [E, H] (CSR order, accumulation dtype)."""
         return saved[0]
 
+    def value_sum(self, rowptr, col, p_EH, u_EC):
+        z = torch.empty((rowptr.numel() - 1, p_EH.shape[1], u_EC.shape[1]), dtype=p_EH.dtype)
+        _edge_value_pass(edge_value_kernels.value_sum_kernel, rowptr, col, p_EH, u_EC.to(p_EH.dtype), z)
+        return z
+
+    def value_grad(self, rowptr, col, dz_NHC, u_EC):
+        g = torch.empty((col.numel(), dz_NHC.shape[1]), dtype=dz_NHC.dtype)
+        _edge_value_pass(edge_value_kernels.value_grad_kernel, rowptr, col, dz_NHC, u_EC.to(dz_NHC.dtype), g)
+        return g
+
     def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None, dp_extra=None, delta_extra=None):
         need_bias = bias is not None and (len(needs) < 4 or needs[3])
         dq, dk, dv, dbias = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2],
@@ -83,6 +94,14 @@ def forward(rowptr, col, q, k, v, scale: float, bias=None):
     forward_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), bias_, bias is not None, y.numpy(), p.numpy(),
                    lse.numpy())  # fmt: skip
     return y, p, lse
+
+
+def _edge_value_pass(kernel, rowptr, col, a, u, out) -> None:
+    """One of ``edge_value_kernels`` over the rows: ``a`` (p [E, H] or dz [N, H, C]) and ``u`` [E, C]
+    in ``out``'s dtype, into ``out``."""
+    set_threads(col.numel() * a.shape[1])
+    rowptr_ = rowptr.numpy()
+    kernel(bounds(rowptr, col, rowptr_, "rows"), rowptr_, a.detach().contiguous().numpy(), u.detach().contiguous().numpy(), out.numpy())
 
 
 def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True,
