@@ -32,10 +32,11 @@ warnings.filterwarnings("ignore", message=r".*`torch.distributed.(all_gather_int
 PLAIN = Codec()
 
 
-def _launch_gather(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec, async_op: bool):
+def _launch_gather(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec, async_op: bool, counts=None):
     """Encodes and pads this rank's rows and all-gathers them: (payload rows [P * width, ...], the
-    work handle when ``async_op``, the send buffer)."""
-    width = max(pg.counts)
+    work handle when ``async_op``, the send buffer); ``counts``: the ranks' row counts when they are
+    not ``pg.counts`` (width = their largest)."""
+    width = max(pg.counts if counts is None else counts)
     payload = codec.encode(x.detach()).contiguous()
     send = payload
     if payload.shape[0] != width:
@@ -170,13 +171,12 @@ def gather_constant_rows(x: torch.Tensor, counts: list[int], pg: GraphParallelGr
         return x
     if x.shape[0] != counts[pg.rank]:
         raise ValueError(f"gather_constant_rows: rank {pg.rank} holds {x.shape[0]} rows, its count says {counts[pg.rank]}")
-    width = max(counts)
-    send = x.detach().new_zeros((width, *x.shape[1:]))
-    send[: x.shape[0]] = x.detach()
-    out = send.new_empty((width * pg.world_size, *send.shape[1:]))
-    with pg.stats.record(out, nbytes(send) * (pg.world_size - 1), "all_gather"):
-        dist().all_gather_into_tensor(out, send, group=pg.group)
-    blocks = out.view(pg.world_size, width, *send.shape[1:])
+    return _close_gaps(_launch_gather(x, pg, PLAIN, False, counts)[0], counts)
+
+
+def _close_gaps(padded: torch.Tensor, counts) -> torch.Tensor:
+    """[P * width, ...] in the gather's padded layout -> the ranks' ``counts`` rows back to back."""
+    blocks = padded.view(len(counts), max(counts), *padded.shape[1:])
     return torch.cat([blocks[r, :c] for r, c in enumerate(counts)])
 
 
@@ -185,6 +185,4 @@ def gather_rows(x: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
     Backward: reduce-scatter of the full gradient back to [n, ...]."""
     if pg.world_size == 1:
         return x
-    padded = gather_rows_padded(x, pg)
-    blocks = padded.view(pg.world_size, max(pg.counts), *padded.shape[1:])
-    return torch.cat([blocks[r, :c] for r, c in enumerate(pg.counts)])
+    return _close_gaps(gather_rows_padded(x, pg), pg.counts)

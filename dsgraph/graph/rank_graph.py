@@ -68,6 +68,11 @@ class EdgeData:
 
     attr: torch.Tensor
     added_loop: torch.Tensor
+    _features: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # built once: every attention layer of every step reads it (``features``)
+        object.__setattr__(self, "_features", torch.cat([self.attr, self.added_loop[:, None].to(self.attr.dtype)], dim=1))
 
     @classmethod
     def of(cls, edge_attr: torch.Tensor, added_loops: torch.Tensor | None) -> "EdgeData":
@@ -82,7 +87,7 @@ class EdgeData:
     def features(self) -> torch.Tensor:
         """[e, F_e + 1]: the features, then 1 for an added self loop (what the model projects, so
         that an added loop's learned embedding is one row of the projection)."""
-        return torch.cat([self.attr, self.added_loop[:, None].to(self.attr.dtype)], dim=1)
+        return self._features
 
     def to(self, device: torch.device, dtype: torch.dtype | None = None) -> "EdgeData":
         return EdgeData(attr=self.attr.to(device=device, dtype=dtype or self.attr.dtype), added_loop=self.added_loop.to(device))
