@@ -83,12 +83,12 @@ class FusedBackend(Backend):
     def value_sum(self, rowptr, col, p_EH, u_EC) -> torch.Tensor:
         """z [N_dst, H, C] = sum over each row's edges of p[e, h] u[e, c] (edge values' forward), in
         p's dtype: torch's ``edge_value_sum`` unless the backend has a kernel of its own."""
-        return edge_value_sum(rowptr, p_EH, u_EC)
+        return edge_value_sum(rowptr, col, p_EH, u_EC)
 
     def value_grad(self, rowptr, col, dz_NHC, u_EC) -> torch.Tensor:
         """g [E, H] = <dz[dst(e), h], u[e]> (edge values' backward), in dz's dtype: torch's
         ``edge_value_grad`` unless the backend has a kernel of its own."""
-        return edge_value_grad(rowptr, dz_NHC, u_EC)
+        return edge_value_grad(rowptr, col, dz_NHC, u_EC)
 
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
         if edge_values is not None:

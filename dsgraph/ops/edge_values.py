@@ -34,29 +34,36 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from dsgraph.ops.csc import cached_per_graph
+
 CHUNK_BYTES = 64 * 2**20
 """The recomputed path's memory budget: one E_chunk x H x D temporary (in the accumulation dtype) is
 at most this many bytes; at most three are alive at once (the gathered q and k rows, one product)."""
 
 
-def edge_rows(rowptr: torch.Tensor) -> torch.Tensor:
-    """int64 [E]: the destination row of every CSR edge."""
-    return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), rowptr[1:] - rowptr[:-1])
+def edge_rows(rowptr: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """int64 [E]: the destination row of every CSR edge (built once per graph and cached: every
+    layer's forward and backward reads it)."""
+    def rows() -> torch.Tensor:
+        counts = rowptr[1:] - rowptr[:-1]
+        return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), counts, output_size=col.numel())
+
+    return cached_per_graph(rowptr, col, ("edge-rows",), rows)
 
 
-def edge_value_sum(rowptr: torch.Tensor, p_EH: torch.Tensor, u_EC: torch.Tensor) -> torch.Tensor:
+def edge_value_sum(rowptr: torch.Tensor, col: torch.Tensor, p_EH: torch.Tensor, u_EC: torch.Tensor) -> torch.Tensor:
     """z [N, H, C] = sum over each row's edges of p_EH[e, h] * u_EC[e, c] (one channel at a time, so
     the temporaries are E x H, never E x H x C); in p's dtype."""
-    dst, n, heads = edge_rows(rowptr), rowptr.numel() - 1, p_EH.shape[1]
+    dst, n, heads = edge_rows(rowptr, col), rowptr.numel() - 1, p_EH.shape[1]
     z = p_EH.new_zeros((n, heads, u_EC.shape[1]))
     for c in range(u_EC.shape[1]):
         z[:, :, c] = p_EH.new_zeros((n, heads)).index_add_(0, dst, p_EH * u_EC[:, c, None])
     return z
 
 
-def edge_value_grad(rowptr: torch.Tensor, dz_NHC: torch.Tensor, u_EC: torch.Tensor) -> torch.Tensor:
+def edge_value_grad(rowptr: torch.Tensor, col: torch.Tensor, dz_NHC: torch.Tensor, u_EC: torch.Tensor) -> torch.Tensor:
     """g [E, H] = <dz[dst(e), h], u[e]>: what z adds to the upstream gradient of every score."""
-    dst = edge_rows(rowptr)
+    dst = edge_rows(rowptr, col)
     g = dz_NHC.new_zeros((dst.numel(), dz_NHC.shape[1]))
     for c in range(u_EC.shape[1]):
         g += dz_NHC[:, :, c].index_select(0, dst) * u_EC[:, c, None]
@@ -100,7 +107,7 @@ def chunk_edges(heads: int, dim: int, itemsize: int = 4) -> int:
 
 def edge_chunks(rowptr: torch.Tensor, col: torch.Tensor, size: int):
     """(first edge, dst, src) of consecutive chunks of at most ``size`` edges (dst, src int64)."""
-    dst, src = edge_rows(rowptr), col.long()
+    dst, src = edge_rows(rowptr, col), col.long()
     for begin in range(0, src.numel(), size):
         yield begin, dst[begin : begin + size], src[begin : begin + size]
 

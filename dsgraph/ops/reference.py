@@ -43,7 +43,7 @@ def sparse_attention_reference(
 def _edges(rowptr, col, q):
     """dst, src (int64 [E]) and the accumulation dtype of the inputs."""
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    return edge_rows(rowptr), col.long(), acc
+    return edge_rows(rowptr, col), col.long(), acc
 
 
 def _scores(q, k, dst, src, scale: float, bias, acc) -> torch.Tensor:

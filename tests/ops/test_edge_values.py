@@ -96,8 +96,8 @@ def test_cpu_row_sums_equal_torchs(dtype):
     cpu = CpuBackend()
     z, g = cpu.value_sum(rowptr, col, p_EH, u_EC), cpu.value_grad(rowptr, col, dz_NHC, u_EC)
     assert z.dtype == g.dtype == dtype and z.shape == (n, HEADS, channels) and g.shape == (e, HEADS)
-    assert_relative_close(z, edge_values.edge_value_sum(rowptr, p_EH, u_EC), 1e-5)  # compared in fp32
-    assert_relative_close(g, edge_values.edge_value_grad(rowptr, dz_NHC, u_EC), 1e-5)
+    assert_relative_close(z, edge_values.edge_value_sum(rowptr, col, p_EH, u_EC), 1e-5)  # compared in fp32
+    assert_relative_close(g, edge_values.edge_value_grad(rowptr, col, dz_NHC, u_EC), 1e-5)
     assert torch.equal(cpu.value_sum(rowptr, col, p_EH, u_EC), z)  # deterministic
 
 
