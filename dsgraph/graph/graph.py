@@ -49,7 +49,7 @@ class Graph(CsrSizes):
     edge_attr: torch.Tensor | None = None  # float32 [E, F_e] in CSR edge order; None: no edge features
     added_loops: torch.Tensor | None = None  # bool [E]: self loops added by with_self_loops (edge_attr rows 0)
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Node encodings by array name (``encodings.py``): 'degree' int64 [N, 2] of the edges the graph
+    """Node encodings by array name (``encodings/``): 'degree' int64 [N, 2] of the edges the graph
     was built from, and what the dataset stores ('rwse' [N, K], 'lappe' and 'lappe_eigvals' [N, k])."""
 
     @property
@@ -97,7 +97,7 @@ class Graph(CsrSizes):
         edge_attr=None,
     ) -> "Graph":
         """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
-        ``enc['degree']`` counts these edges (``encodings.degrees``).
+        ``enc`` holds the counted encodings of these edges (``encodings.counted``).
 
         ``edge_attr``: None or [E, F_e] numeric, row e the features of edge src[e] -> dst[e]; it is
         reordered with the edges. ``source`` names where the arrays came from; it prefixes every
@@ -123,7 +123,7 @@ class Graph(CsrSizes):
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
             name=name,
             edge_attr=None if edge_attr is None else _as_edge_features(np.asarray(edge_attr), src.size, source)[torch.from_numpy(order)],
-            enc={"degree": torch.from_numpy(encodings.degrees(src, dst, num_nodes))},
+            enc=encodings.as_tensors(encodings.counted([(src, dst)], num_nodes)),
         )
         graph.validate(source)
         return graph

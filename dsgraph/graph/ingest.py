@@ -23,6 +23,7 @@ import torch
 
 from dsgraph.graph.edgelist import read_edge_list
 from dsgraph.graph.edges import CleanupStats, csr_from_keys, dedup_with_origin, edge_keys, edge_keys_with_origin
+from dsgraph.graph.encodings import as_tensors, counted, csr_edges
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.layout import all_splits
 from dsgraph.graph.npz import load_npz
@@ -149,8 +150,8 @@ def _assemble(pair: list, num_nodes, arrays, cleanup, stats, name, source) -> Gr
         **{m: torch.from_numpy(np.ascontiguousarray(arrays[m], dtype=bool)) for m in MASKS},
         name=name,
         edge_attr=edge_attr,
-        enc={"degree": torch.from_numpy(np.stack([np.diff(rowptr), np.bincount(col, minlength=num_nodes)], axis=1))},
-    )  # the dataset's in/out degrees (encodings.py), which a partition store keeps per part
+        enc=as_tensors(counted(csr_edges(rowptr, col), num_nodes)),
+    )  # the counted encodings (in/out degrees; encodings/), which a partition store keeps per part
     graph.validate(source)
     return graph
 

@@ -19,8 +19,7 @@ import os
 import numpy as np
 import torch
 
-from dsgraph.graph.encodings import STORED as ENCODED
-from dsgraph.graph.encodings import as_tensors, missing_error
+from dsgraph.graph.encodings import as_tensors, missing_error, stored_arrays
 from dsgraph.graph.file_loading import dataset_path, from_file
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
@@ -67,7 +66,7 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
     ``whole``: the rank also holds the whole structure (a strategy that reads every row);
     ``choice``: which of the file's fixed splits, and whether they may overlap; ``edge_features``:
     the rank also holds its block's edge features; ``encodings``: the node encoding arrays the
-    rank's node data carries (``encodings.py``); a dataset without one of them fails here, on every
+    rank's node data carries (``encodings/``); a dataset without one of them fails here, on every
     rank, with the ``dsgraph encode`` command that computes it."""
     if partitions is not None:
         if whole:
@@ -81,7 +80,7 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
         data = DatasetFile(path, choice=choice)
         if edge_features:
             data.require_edge_features()
-        missing = [name for name in encodings if name in ENCODED and name not in data.stored]
+        missing = [name for name in encodings if name in stored_arrays() and name not in data.stored]
         if missing:
             raise missing_error(dataset, path, missing, seed)
     except (ValueError, FileNotFoundError) as err:

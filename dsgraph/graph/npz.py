@@ -3,8 +3,8 @@
 The format is the one of the bundled ``cora.npz``: ``src``, ``dst`` (int, edges src -> dst), ``x``
 [N, F] numeric features, ``y`` [N] int labels (-1 = unlabelled), and bool ``train_mask``,
 ``val_mask``, ``test_mask`` [N] or [S, N], and optionally ``edge_attr`` [E, F_e] (the features of
-edge src[e] -> dst[e]); or the published benchmark layout (``layout.py``). Node encodings
-(``rwse``, ``lappe``, ``lappe_eigvals``; ``encodings.py``) may be stored beside them; other extra
+edge src[e] -> dst[e]); or the published benchmark layout (``layout.py``). The stored node
+encodings' arrays (``rwse``, ``lappe``, ...; ``encodings/``) may be stored beside them; other extra
 arrays are ignored.
 """
 
@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from dsgraph.graph.encodings import STORED
+from dsgraph.graph.encodings import stored_arrays
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
 
@@ -33,7 +33,7 @@ def load_npz(path: str | os.PathLike, name: str | None = None, choice: SplitChoi
 
 def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -> None:
     """Writes ``graph`` in the format ``load_npz`` reads (edges as src/dst in CSR order, and its
-    edge features as edge_attr) with its stored encodings (``encodings.STORED``); ``masks``: [S, N]
+    edge features as edge_attr) with its stored encodings (``encodings.stored_arrays``); ``masks``: [S, N]
     masks (every fixed split) to write instead of the graph's one split."""
     masks = masks or {}
     if graph.added_loops is not None and bool(graph.added_loops.any()):
@@ -50,5 +50,5 @@ def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -
         val_mask=masks.get("val_mask", graph.val_mask.numpy()),
         test_mask=masks.get("test_mask", graph.test_mask.numpy()),
         **edge_attr,
-        **{name: array.numpy() for name, array in graph.enc.items() if name in STORED},
+        **{name: array.numpy() for name, array in graph.enc.items() if name in stored_arrays()},
     )

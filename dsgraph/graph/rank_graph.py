@@ -42,7 +42,7 @@ class NodeData:
     val_mask: torch.Tensor
     test_mask: torch.Tensor
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
-    """The node encodings the model reads, by array name (``encodings.py``): float [n, w] each, and
+    """The node encodings the model reads, by array name (``encodings/``): float [n, w] each, and
     'degree' int64 [n, 2] (in, out) of the whole graph."""
 
     @property

@@ -36,8 +36,8 @@ class DatasetFile:
         edge_member = layout.edge_features_member(self.names, members)
         if edge_member is not None:
             self.names["edge_attr"] = edge_member
-        self.stored = tuple(name for name in encodings.STORED if name in members)  # encodings the file holds
-        self._degrees: np.ndarray | None = None
+        self.stored = tuple(name for name in encodings.stored_arrays() if name in members)  # encodings the file holds
+        self._counted: dict[str, np.ndarray] | None = None
         mapped = open_arrays(path, list(self.names.values()))
         self.arrays = {key: mapped[member] for key, member in self.names.items()}
         a = self.arrays
@@ -141,36 +141,36 @@ class DatasetFile:
             has_loop[d[s == d]] = True
         return degree + ~has_loop if self_loops else degree
 
-    def degrees(self) -> np.ndarray:
-        """int64 [N, 2]: in- and out-degree of every node over the file's edges (computed once)."""
-        if self._degrees is None:
-            out = np.zeros((self.num_nodes, 2), dtype=np.int64)
-            for _, s, d, _ in self.chunks():
-                encodings.degrees(s, d, self.num_nodes, out)
-            self._degrees = out
-        return self._degrees
+    def counted(self) -> dict[str, np.ndarray]:
+        """The counted encodings (in- and out-degrees, ...) over the file's edges, by array name
+        (computed once)."""
+        if self._counted is None:
+            self._counted = encodings.counted(((s, d) for _, s, d, _ in self.chunks()), self.num_nodes)
+        return self._counted
 
     def encoding(self, name: str) -> np.ndarray:
         """The stored encoding ``name`` (memory-mapped), its shape checked: float [N, w], with the
-        same w for 'lappe' and 'lappe_eigvals'."""
+        same w for every array of its encoding (LapPE's vectors and values)."""
         if name not in self.stored:
             raise ValueError(f"{self.path}: no '{name}' array; compute it with `dsgraph encode`")
         array = open_arrays(self.path, [name])[name]
         if array.ndim != 2 or array.shape[0] != self.num_nodes or not np.issubdtype(array.dtype, np.floating):
             raise ValueError(f"{self.path}: array '{name}' must be float [N={self.num_nodes}, width], got {array.dtype} "
                              f"{array.shape}; recompute it with `dsgraph encode`")  # fmt: skip
-        if name.startswith("lappe") and {"lappe", "lappe_eigvals"} <= set(self.stored):
-            pair = open_arrays(self.path, ["lappe", "lappe_eigvals"])
-            if pair["lappe"].shape != pair["lappe_eigvals"].shape:
-                raise ValueError(f"{self.path}: 'lappe' {pair['lappe'].shape} and 'lappe_eigvals' {pair['lappe_eigvals'].shape} "
-                                 "differ in shape; recompute them with `dsgraph encode`")  # fmt: skip
+        siblings = encodings.spec_of_array(name).arrays
+        if len(siblings) > 1 and set(siblings) <= set(self.stored):
+            shapes = {sibling: a.shape for sibling, a in open_arrays(self.path, list(siblings)).items()}
+            if len(set(shapes.values())) > 1:
+                listed = " and ".join(f"'{sibling}' {shape}" for sibling, shape in shapes.items())
+                raise ValueError(f"{self.path}: {listed} differ in shape; recompute them with `dsgraph encode`")
         return array
 
     def node_encodings(self, ids: np.ndarray, arrays) -> dict[str, torch.Tensor]:
-        """Copies of the encoding ``arrays`` of rows ``ids`` ('degree' counted over the file's edges)."""
+        """Copies of the encoding ``arrays`` of rows ``ids`` (counted ones over the file's edges)."""
         out = {}
         for name in arrays:
-            rows = self.degrees()[ids] if name == "degree" else np.asarray(self.encoding(name)[ids])
+            stored = encodings.spec_of_array(name).stored
+            rows = np.asarray(self.encoding(name)[ids]) if stored else self.counted()[name][ids]
             encodings.check_values(self.path, name, rows)
             out[name] = rows
         return encodings.as_tensors(out)
@@ -248,7 +248,7 @@ class DatasetFile:
         graph = Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
                                  val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
                                  name=name, source=self.path, edge_attr=attr)  # fmt: skip
-        graph.enc.update(self.node_encodings(ids, self.stored))  # 'degree' came with the edges
+        graph.enc.update(self.node_encodings(ids, self.stored))  # the counted ones came with the edges
         return graph
 
     def structure(self, self_loops: bool) -> Graph:

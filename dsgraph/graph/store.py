@@ -15,7 +15,7 @@ Layout (format version 1)::
         halo.npy           int32 [h_r]    sorted unique sources outside [start_r, end_r)
         edge_attr.npy      float32 [e_r, F_e]  edge features of col's edges (only with num_edge_features > 0)
         added_loops.npy    bool [e_r]     self loops added for the model (their edge_attr rows are 0); likewise
-        degree.npy         int64 [n_r, 2] in- and out-degree in the whole graph (``encodings.py``)
+        degree.npy         int64 [n_r, 2] in- and out-degree in the whole graph (``encodings/degree.py``)
         rwse.npy, lappe.npy, lappe_eigvals.npy   float32 [n_r, w], when the dataset has them
 
 META.json's ``encodings`` maps each encoding array the parts hold to its width (``dsgraph encode``
@@ -326,7 +326,7 @@ def _open_encodings(store_dir: str, meta: dict, rank: int, names: tuple[str, ...
     out = {}
     for name in names:
         relpath = f"{part_dir_name(rank)}/{name}.npy"
-        dtype = np.int64 if name == "degree" else np.float32
+        dtype = encodings.spec_of_array(name).dtype
         out[name] = open_array(store_dir, relpath, meta, dtype, (end - start, int(held[name])), verify)
         for c in _chunks(out[name]):
             encodings.check_values(os.path.join(store_dir, relpath), name, c)

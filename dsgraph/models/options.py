@@ -21,7 +21,6 @@ HEADS = ("attention", "linear")
 FEATURE_NORMS = ("none", "row")
 EDGE_FEATURES = ("none", "bias", "bias_value")
 GLOBAL_ATTENTIONS = ("none", "linear")
-ENCODINGS = tuple(encodings.ENCODINGS)
 ENCODING_INPUTS = ("concat", "add")
 
 
@@ -84,9 +83,12 @@ class ModelOptions:
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")
         object.__setattr__(self, "encodings", tuple(self.encodings))
-        wrong = [name for name in self.encodings if name not in ENCODINGS]
+        known = encodings.encoding_names()  # the registry (dsgraph/graph/encodings/), read when validating
+        wrong = [name for name in self.encodings if name not in known]
         if wrong or len(set(self.encodings)) != len(self.encodings):
-            raise ValueError(f"'model.encodings' must list distinct names among {', '.join(ENCODINGS)}; got {list(self.encodings)}")
+            raise ValueError(
+                f"'model.encodings' must list distinct names among {', '.join(known)}; got {list(self.encodings)}"
+            )
         for name in ("max_degree", "degree_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"'model.{name}' must be >= 1, got {getattr(self, name)}")

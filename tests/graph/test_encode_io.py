@@ -122,3 +122,19 @@ def test_missing_encoding_messages_name_the_command():
     assert "`dsgraph encode rmat:12 --rwse 16 --lappe 8`" in message and "'model.encodings'" in message
     assert "`dsgraph encode cora --lappe 8 --out cora_enc.npz` and train on 'cora_enc.npz'" in str(missing_error("cora", "c", ["lappe"]))
     assert "`dsgraph encode rmat:10 --seed 3 --rwse 16`" in str(missing_error("rmat:10", "f.npz", ["rwse"], seed=3))
+
+
+@pytest.mark.parametrize("chunk_edges", [1, 2, 7, 1 << 24])
+def test_csr_edges_yield_every_edge_once_in_chunks(chunk_edges):
+    """The counted encodings of a CSR (edge-list ingest, a store encoded in place) read its edges in
+    chunks: together they are the CSR's edges, rows without edges included."""
+    from dsgraph.graph.encodings import counted, csr_edges
+
+    counts = np.array([2, 0, 3, 0, 0, 1, 4, 0])
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    col = np.random.default_rng(0).integers(0, counts.size, ptr[-1])
+    chunks = list(csr_edges(ptr, col, chunk_edges))
+    assert np.array_equal(np.concatenate([s for s, _ in chunks]), col)
+    assert np.array_equal(np.concatenate([d for _, d in chunks]), np.repeat(np.arange(counts.size), counts))
+    degree = counted(csr_edges(ptr, col, chunk_edges), counts.size)["degree"]
+    assert np.array_equal(degree, np.stack([counts, np.bincount(col, minlength=counts.size)], axis=1))

@@ -160,13 +160,16 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
     from dsgraph.train.config import load_ds_config
     from dsgraph.train.trainer import build_model
 
-    from dsgraph.graph.encodings import DEFAULT_WIDTH, arrays_of
+    from dsgraph.graph.encodings import arrays_of, spec_of_array
     from dsgraph.graph.rank_graph import EdgeData
 
     _, cfg = load_ds_config(config)
     edge_dim = 4 if cfg.model.reads_edges else 0  # a config that reads edge features gets a graph with them
-    enc = {name: torch.randint(0, 9, (6, 2)) if name == "degree" else torch.rand(6, DEFAULT_WIDTH[name.split("_")[0]])
-           for name in arrays_of(cfg.model.encodings)}  # what `dsgraph encode` suggests (cpu_gps.json: RWSE K=16)
+    specs = {name: spec_of_array(name) for name in arrays_of(cfg.model.encodings)}
+    enc = {  # counts, or the width `dsgraph encode` suggests (cpu_gps.json: RWSE K=16)
+        name: torch.randint(0, 9, (6, len(spec.embeddings))) if spec.embeddings else torch.rand(6, spec.default_width)
+        for name, spec in specs.items()
+    }
     model = build_model(cfg, 100, num_classes, {name: a.shape[1] for name, a in enc.items()}, edge_dim=edge_dim).eval()
     calls = []
 

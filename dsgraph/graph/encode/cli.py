@@ -11,48 +11,51 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
 import numpy as np
 
-from dsgraph.graph.encode import lappe as lap
-from dsgraph.graph.encode import rwse as walks
 from dsgraph.graph.encode.source import Target, read_adjacency, resolve
 from dsgraph.graph.encode.write import write_npz_arrays, write_store_arrays
+from dsgraph.graph.encodings import counted, csr_edges, specs
+
+
+def _stored():
+    """The specs of the encodings this command computes (``dsgraph/graph/encodings/``)."""
+    return [spec for spec in specs() if spec.stored]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    titles = ", ".join(spec.title or spec.name for spec in _stored())
+    counted_names = " and ".join(repr(spec.name) for spec in specs() if not spec.stored)
     parser = argparse.ArgumentParser(
         prog="dsgraph encode",
-        description="Compute node encodings (RWSE, LapPE) once and store them beside the features: into the "
+        description=f"Compute node encodings ({titles}) once and store them beside the features: into the "
         "dataset's .npz or into every part of a partition store (which also gets every node's in/out degree).",
-        epilog="A run uses them through the model's 'encodings' option, for example \"model\": {\"encodings\": "
-        "[\"rwse\", \"lappe\", \"degree\"]}; 'degree' needs no precomputation.",
+        epilog='A run uses them through the model\'s \'encodings\' option, for example "model": {"encodings": '
+        f"{json.dumps([spec.name for spec in specs()])}}}; {counted_names} needs no precomputation.",
     )
-    parser.add_argument("graph", metavar="GRAPH", help="cora, rmat:SCALE[:EDGE_FACTOR], a path to a .npz, or a partition store folder")
-    parser.add_argument("--rwse", type=int, metavar="K", help="random-walk return probabilities for walk lengths 1..K (array 'rwse' [N, K])")
-    parser.add_argument("--lappe", type=int, metavar="k",
-                        help="the k lowest non-trivial Laplacian eigenvectors of each connected component and their "
-                        "eigenvalues (arrays 'lappe' and 'lappe_eigvals' [N, k])")
-    parser.add_argument("--out", metavar="PATH.npz", help="write a copy with the encodings here (default: the dataset's own "
-                        "file, changed in place; needed for the bundled cora)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of a synthetic dataset such as rmat, as the training "
-                        "config's seed (default: 0)")
-    parser.add_argument("--rwse-method", choices=walks.METHODS, default="auto",
-                        help="exact (K sparse products per block of nodes, work K*E*N), walks (Monte-Carlo estimate), "
-                        "or auto: exact while K*E*N <= --rwse-max-exact-work (default: auto)")
-    parser.add_argument("--rwse-walks", type=int, default=walks.DEFAULT_WALKS,
-                        help=f"walks per node of the estimator (default: {walks.DEFAULT_WALKS}; error ~ 1/sqrt(walks))")
-    parser.add_argument("--rwse-max-exact-work", type=float, default=walks.MAX_EXACT_WORK,
-                        help=f"auto: the largest K*E*N computed exactly (default: {walks.MAX_EXACT_WORK:g})")
-    parser.add_argument("--rwse-seed", type=int, default=0, help="seed of the estimator's walks (default: 0)")
-    parser.add_argument("--lappe-tol", type=float, default=lap.DEFAULT_TOL,
-                        help=f"eigensolver tolerance for components above --lappe-dense-max nodes (default: {lap.DEFAULT_TOL:g})")
-    parser.add_argument("--lappe-maxiter", type=int, default=lap.DEFAULT_MAXITER,
-                        help=f"ARPACK restarts (tripled on its retry) and LOBPCG iterations (default: {lap.DEFAULT_MAXITER})")
-    parser.add_argument("--lappe-dense-max", type=int, default=lap.DENSE_MAX,
-                        help=f"components up to this many nodes are solved densely (default: {lap.DENSE_MAX})")
+    parser.add_argument(
+        "graph", metavar="GRAPH", help="cora, rmat:SCALE[:EDGE_FACTOR], a path to a .npz, or a partition store folder"
+    )
+    for spec in _stored():
+        parser.add_argument(f"--{spec.name}", type=int, metavar=spec.metavar, help=spec.help)
+    parser.add_argument(
+        "--out",
+        metavar="PATH.npz",
+        help="write a copy with the encodings here (default: the dataset's own "
+        "file, changed in place; needed for the bundled cora)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of a synthetic dataset such as rmat, as the training config's seed (default: 0)",
+    )
+    for spec in _stored():
+        spec.add_settings(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars or messages")
     return parser
 
@@ -70,40 +73,24 @@ def _bar(enabled: bool, total: int, desc: str):
 def compute(args, adjacency, log) -> dict[str, np.ndarray]:
     """The encodings the arguments ask for, by array name (float32 [N, w] each)."""
     arrays = {}
-    n, show = adjacency.num_nodes, not args.quiet
-    if args.rwse is not None:
-        method = walks.choose_method(adjacency, args.rwse, args.rwse_method, args.rwse_max_exact_work)
-        update, bar = _bar(show, n, f"rwse ({method})")
-        start = time.perf_counter()
-        arrays["rwse"], _ = walks.rwse(adjacency, args.rwse, method=method, walks=args.rwse_walks, seed=args.rwse_seed,
-                                       progress=update)  # fmt: skip
-        if bar is not None:
-            bar.close()
-        detail = f"{args.rwse_walks} walks per node" if method == "walks" else "exact"
-        log(f"rwse [{n:,}, {args.rwse}] ({detail}) in {time.perf_counter() - start:.1f}s")
-    if args.lappe is not None:
-        settings = lap.SolverSettings(tol=args.lappe_tol, maxiter=args.lappe_maxiter, dense_max=args.lappe_dense_max)
-        update, bar = _bar(show, n, "lappe")
-        start = time.perf_counter()
-        status = bar.set_postfix_str if bar is not None else None
-        arrays["lappe"], arrays["lappe_eigvals"], sizes = lap.lappe(adjacency, args.lappe, settings, progress=update, log=log,
-                                                                    status=status)  # fmt: skip
-        if bar is not None:
-            bar.close()
-        log(f"lappe [{n:,}, {args.lappe}] over {sizes.size:,} connected components (largest {int(sizes.max()):,} nodes, "
-            f"{int((sizes == 1).sum()):,} isolated) in {time.perf_counter() - start:.1f}s")  # fmt: skip
+    for spec in _stored():
+        width = getattr(args, spec.name)
+        if width is not None:
+            arrays.update(
+                spec.compute(adjacency, width, args, lambda desc: _bar(not args.quiet, adjacency.num_nodes, desc), log)
+            )
     return arrays
 
 
 def _check(args, target: Target) -> None:
-    if args.rwse is None and args.lappe is None and target.kind == "npz":
-        raise ValueError("nothing to compute: pass --rwse K and/or --lappe k")
-    for flag, value in (("--rwse", args.rwse), ("--lappe", args.lappe), ("--rwse-walks", args.rwse_walks),
-                        ("--lappe-maxiter", args.lappe_maxiter), ("--lappe-dense-max", args.lappe_dense_max)):  # fmt: skip
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}")
-    if not args.lappe_tol > 0:
-        raise ValueError(f"--lappe-tol must be > 0, got {args.lappe_tol}")
+    stored = _stored()
+    if all(getattr(args, spec.name) is None for spec in stored) and target.kind == "npz":
+        raise ValueError(f"nothing to compute: pass {' and/or '.join(f'--{s.name} {s.metavar}' for s in stored)}")
+    for spec in stored:
+        width = getattr(args, spec.name)
+        if width is not None and width < 1:
+            raise ValueError(f"--{spec.name} must be at least 1, got {width}")
+        spec.check_settings(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{adjacency.num_nodes:,} nodes, {adjacency.num_edges:,} edges")
         arrays = compute(args, adjacency, log)
         if target.kind == "store":
-            arrays["degree"] = adjacency.degrees()
+            arrays.update(counted(csr_edges(adjacency.in_ptr, adjacency.in_col), adjacency.num_nodes))
             write_store_arrays(target.out, arrays)
         else:
             write_npz_arrays(target.path, arrays, target.out)

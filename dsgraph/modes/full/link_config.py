@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from dsgraph.graph.encodings import get_encoding
 from dsgraph.models.link import DECODERS
 
 
@@ -56,7 +57,7 @@ class LinkConfig:
         if partitions is not None:
             raise ValueError("'task': 'link' splits the dataset's edges at start-up, so it reads the dataset file, not "
                              "a partition store; drop 'partitions'")  # fmt: skip
-        stored = [name for name in encodings if name != "degree"]
+        stored = [name for name in encodings if get_encoding(name).stored]
         if stored:
             raise ValueError(f"'task': 'link' cannot read the stored encodings {', '.join(map(repr, stored))}: "
                              "`dsgraph encode` computes them over every edge, the held-out ones included, which "
