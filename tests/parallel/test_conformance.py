@@ -20,7 +20,7 @@ from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.models.options import GAT
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
 from dsgraph.train.config import DEFAULT_STRATEGY
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 

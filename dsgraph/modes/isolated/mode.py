@@ -45,10 +45,9 @@ from dsgraph.modes.isolated.chunks import (
 from dsgraph.modes.isolated.chunk_store import (
     COMM_DTYPES, ChunkLoader, ChunkPrefetcher, LoadSettings, SuperEpochData, exchange_halo, write_chunk_store,
 )  # fmt: skip
-from dsgraph.modes.full.mode import GraphOnRanks
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.modes.base import Mode, Step
-from dsgraph.modes.sampled.mode import edge_features, local_attention
+from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
 
 
 @dataclass(frozen=True, slots=True)
