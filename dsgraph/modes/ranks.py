@@ -21,8 +21,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     return "bfloat16" if dtype == torch.bfloat16 else "float32"
 
 
-def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu", dtype=None, partition_method=None, seed=0,
-                   encodings: tuple[str, ...] = ()):  # fmt: skip
+def rank_attention(
+    graph,
+    pg,
+    strategy: str,
+    ctx: StrategyContext,
+    device="cpu",
+    dtype=None,
+    partition_method=None,
+    seed=0,
+    encodings: tuple[str, ...] = (),
+):
     """A graph every rank holds in memory, split over ``pg`` for ``strategy`` (``pg``'s own split if
     it has one, else ``partition_method``, else the strategy's default), its rows carrying the
     encoding arrays ``encodings``: returns (pg with the split, this rank's RankGraph on ``device``,
@@ -31,8 +40,16 @@ def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu",
     spec = get_strategy(strategy)
     spec.check_feasible(ctx.heads, pg.world_size)
     method = partition_method or spec.split_method
-    pg, rank_graph = from_graph(graph, pg, ctx.control_plane(), method, seed, whole=spec.needs is Needs.WHOLE_GRAPH,
-                                edge_features=graph.edge_attr is not None, encodings=encodings)  # fmt: skip
+    pg, rank_graph = from_graph(
+        graph,
+        pg,
+        ctx.control_plane(),
+        method,
+        seed,
+        whole=spec.needs is Needs.WHOLE_GRAPH,
+        edge_features=graph.edge_attr is not None,
+        encodings=encodings,
+    )
     spec.prepare(rank_graph, pg, ctx)
     rank_graph = rank_graph.to(device, dtype)
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
@@ -41,13 +58,23 @@ def rank_attention(graph, pg, strategy: str, ctx: StrategyContext, device="cpu",
 def model_shape(cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
     """The model's shape for AGP's cost model, from the run's config (``edge_dim``: F_e of the graph's
     edge features)."""
-    return ModelShape(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, ffn_mult=cfg.ffn_mult, in_dim=in_dim,
-                      num_classes=num_classes, checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
-                      checkpoint_nested=cfg.checkpoint_nested, block=cfg.model.block, head=cfg.model.head,
-                      input_projection=cfg.model.input_projection, global_attention=cfg.model.global_attention,
-                      regather_kv=cfg.regather_kv, comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype,
-                      comm_chunks=cfg.comm_chunks, edge_bias=cfg.model.reads_edges,
-                      edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0)  # fmt: skip
+    return ModelShape(
+        layers=cfg.layers,
+        hidden=cfg.hidden,
+        heads=cfg.heads,
+        ffn_mult=cfg.ffn_mult,
+        in_dim=in_dim,
+        num_classes=num_classes,
+        checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
+        checkpoint_nested=cfg.checkpoint_nested,
+        block=cfg.model.block,
+        head=cfg.model.head,
+        input_projection=cfg.model.input_projection,
+        global_attention=cfg.model.global_attention,
+        parallel=cfg.parallel,
+        edge_bias=cfg.model.reads_edges,
+        edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0,
+    )
 
 
 def _spread(values: list[int]) -> str:
@@ -75,28 +102,46 @@ class GraphOnRanks:
         self.spec = get_strategy(cfg.strategy)
         self.spec.check_feasible(cfg.heads, pg.world_size)
         self.pg, self.graph = load_rank_graph(
-            pg, control, dataset=cfg.dataset, seed=cfg.seed, self_loops=cfg.self_loops, partitions=cfg.partitions,
-            split_method=cfg.partition_method or self.spec.split_method, whole=self.spec.needs is Needs.WHOLE_GRAPH,
-            graph=graph, heartbeat=heartbeat, choice=cfg.split_choice(), encodings=arrays_of(cfg.model.encodings),
+            pg,
+            control,
+            dataset=cfg.dataset,
+            seed=cfg.seed,
+            self_loops=cfg.self_loops,
+            partitions=cfg.partitions,
+            split_method=cfg.parallel.split_method(self.spec),
+            whole=self.spec.needs is Needs.WHOLE_GRAPH,
+            graph=graph,
+            heartbeat=heartbeat,
+            choice=cfg.split_choice(),
+            encodings=arrays_of(cfg.model.encodings),
             edge_features=cfg.model.reads_edges,
-        )  # fmt: skip
+        )
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
         shares = control.allgather((block.num_rows, block.num_edges, train_count(self.graph.nodes)))
         self.train_count = sum(train for _, _, train in shares)  # counted before the data moves
         if self.train_count == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
-        log(f"rows over {self.pg.world_size} rank(s) ({cfg.partition_method or self.spec.split_method} split): "
-            f"nodes {_spread([n for n, _, _ in shares])}, in-edges {_spread([e for _, e, _ in shares])}")  # fmt: skip
+        log(
+            f"rows over {self.pg.world_size} rank(s) ({cfg.parallel.split_method(self.spec)} split): "
+            f"nodes {_spread([n for n, _, _ in shares])}, in-edges {_spread([e for _, e, _ in shares])}"
+        )
         self.attention = None
 
     def _context(self, dtype: str) -> StrategyContext:
         cfg = self.cfg
         graph = self.graph
-        return StrategyContext(heads=cfg.heads, backend=cfg.backend, control=self.control, dtype=dtype, log=self.log,
-                               comm_dtype=cfg.comm_dtype, comm_grad_dtype=cfg.comm_grad_dtype, comm_chunks=cfg.comm_chunks,
-                               regather_kv=cfg.regather_kv, model=model_shape(cfg, graph.num_features, self.outputs or graph.num_classes, graph.num_edge_features),
-                               agp_profile=cfg.agp_profile, agp_recalibrate_after=cfg.agp_recalibrate_after)  # fmt: skip
+        model = model_shape(cfg, graph.num_features, self.outputs or graph.num_classes, graph.num_edge_features)
+        return StrategyContext(
+            heads=cfg.heads,
+            backend=cfg.backend,
+            control=self.control,
+            dtype=dtype,
+            log=self.log,
+            model=model,
+            parallel=cfg.parallel,
+            agp=cfg.agp,
+        )
 
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
         """The one place this rank's graph, derived plans and node data move to ``device``."""
@@ -105,8 +150,14 @@ class GraphOnRanks:
 
     def eval_batch(self) -> EvalBatch:
         nodes = self.graph.nodes
-        return EvalBatch(x=nodes.x, attention=self.attention, node_ids=nodes.node_ids, y=nodes.y,
-                         masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), enc=nodes.enc)  # fmt: skip
+        return EvalBatch(
+            x=nodes.x,
+            attention=self.attention,
+            node_ids=nodes.node_ids,
+            y=nodes.y,
+            masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask),
+            enc=nodes.enc,
+        )
 
 
 # --- a graph one rank holds whole (sampled batches, isolated subgraphs) ---------------------------
@@ -126,8 +177,10 @@ def edge_features(graph: Graph, reads_edges: bool, dataset: str) -> Graph:
     """``graph`` as a mode that holds it whole needs it: its edge features kept when the model reads
     them (a ValueError when it has none), dropped otherwise."""
     if reads_edges and graph.edge_attr is None:
-        raise ValueError(f"dataset '{dataset}': the model reads edge features (model.edge_features), but the graph has no "
-                         "edge_attr; use a dataset with edge features, or set model.edge_features to \"none\"")  # fmt: skip
+        raise ValueError(
+            f"dataset '{dataset}': the model reads edge features (model.edge_features), but the graph has no "
+            'edge_attr; use a dataset with edge features, or set model.edge_features to "none"'
+        )
     if not reads_edges:
         graph.edge_attr = graph.added_loops = None
     return graph

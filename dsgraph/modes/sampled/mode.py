@@ -30,6 +30,7 @@ from dsgraph.modes.sampled import (
     sampling_frequency_scores,
 )  # fmt: skip
 from dsgraph.modes.base import EvalBatch, Mode, Step
+from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.modes.ranks import edge_features, local_attention
 
 def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
@@ -61,6 +62,12 @@ class Sampled(Mode):
     """One epoch is a pass over the training nodes in global batches."""
 
     name = "sampled"
+    section, Config = "sampled", SampledConfig
+    uses_strategy = False  # batches and evaluation run the plain op on a graph this rank holds whole
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
 
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.pg, self.log = cfg, pg, log
