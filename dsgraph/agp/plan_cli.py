@@ -169,7 +169,8 @@ def _model(args, in_dim: int, classes: int, **changes) -> ModelShape:
         layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
         in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
         checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, parallel=parallel,
-        block=args.block, head=args.head, input_projection=args.input_projection, global_attention=args.global_attention,
+        block=args.block, head=args.head, input_projection=args.input_projection,
+        global_attention=args.global_attention,
     )  # fmt: skip
 
 

@@ -256,13 +256,15 @@ def _ensure_universal(directory: str, tag: str) -> str:
     if _rank_world()[0] == 0:
         try:
             existing = mf.read(out)
-            stale = mf.check_files(out, existing["files"], sorted(existing["files"])) or existing.get("kind") != "universal"
+            files = existing["files"]
+            stale = mf.check_files(out, files, sorted(files)) or existing.get("kind") != "universal"
         except ValueError:
             stale = True
         if stale:
             try:
-                print(f"dsgraph: converting {os.path.join(directory, tag)} to a universal checkpoint ({out})", flush=True)
-                universal.convert(os.path.join(directory, tag), out)
+                source = os.path.join(directory, tag)
+                print(f"dsgraph: converting {source} to a universal checkpoint ({out})", flush=True)
+                universal.convert(source, out)
             except ValueError as err:
                 error = str(err)
     error = _from_rank0(error)

@@ -239,7 +239,8 @@ def _check_sections_declared() -> None:
     fields = {f.name: f.type for f in dataclasses.fields(DsgraphConfig)}
     for name, cls in SECTIONS.items():
         if fields.get(name) != cls.__name__:
-            raise TypeError(f"config section '{name}' ({cls.__name__}) needs the field '{name}: {cls.__name__}' in DsgraphConfig")
+            field = f"{name}: {cls.__name__}"
+            raise TypeError(f"config section '{name}' needs the field '{field}' in DsgraphConfig")
 
 
 _check_sections_declared()
@@ -310,8 +311,11 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
     if cfg.mode not in modes:
         raise ValueError(f"dsgraph config: 'mode' must be one of {', '.join(modes)}; got '{cfg.mode}'")
     if cfg.strategy not in strategy_names():
-        raise ValueError(f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} "
-                         f"(or a mode: {', '.join(m for m in modes if m != DEFAULT_MODE)}); got '{cfg.strategy}'")  # fmt: skip
+        others = ", ".join(m for m in modes if m != DEFAULT_MODE)
+        raise ValueError(
+            f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} (or a mode: {others}); "
+            f"got '{cfg.strategy}'"
+        )
     _check_edge_values(cfg)
     needs = get_strategy(cfg.strategy).needs
     if cfg.partitions is not None and needs is Needs.WHOLE_GRAPH:
@@ -359,7 +363,7 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
           "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "int | None": (int, type(None))}  # fmt: skip
-_TYPES.update({cls.__name__: (dict, cls) for cls in SECTIONS.values()})  # a section: a JSON object (or the object itself)
+_TYPES.update({cls.__name__: (dict, cls) for cls in SECTIONS.values()})  # a section: a JSON object (or its dataclass)
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 def with_options(cfg: DsgraphConfig, args: argparse.Namespace) -> DsgraphConfig:
     """``cfg`` with the command-line options given in ``args`` in place of its values (an option's
     ``dest`` is its key: a top-level key, or the older top-level spelling of a section's key)."""
-    keys = [f.name for f in dataclasses.fields(DsgraphConfig)] + [old for cls in SECTIONS.values() for old in cls.FLAT_KEYS]
+    flat = [old for cls in SECTIONS.values() for old in cls.FLAT_KEYS]
+    keys = [f.name for f in dataclasses.fields(DsgraphConfig)] + flat
     overrides = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
     if args.strategy in strategy_names() and args.mode is None:
         overrides["mode"] = DEFAULT_MODE  # --strategy X picks full-graph training with X, whatever the file's mode

@@ -35,7 +35,8 @@ def _auto(tmp_path, profile_path=None, backend="reference", world=2, **cfg):
     cfg = DsgraphConfig.from_dict(settings)
     shape = contiguous_shape(graph, list(RowSplit.even(graph.num_nodes, world).counts))
     model = ModelShape(cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_mult, graph.num_features, graph.num_classes)
-    return AutoStrategy(cfg.agp.profile, cfg.agp.recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
+    agp = cfg.agp
+    return AutoStrategy(agp.profile, agp.recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
                         log=lambda m: None)  # fmt: skip
 
 

@@ -207,7 +207,8 @@ def test_regathered_kv_trades_the_replica_for_one_more_all_gather():
     profile = _profile()
     n, n_all, d, b, L = 25_000, 100_000, 128, 4, 2
     kept = predict("ag", 4, GRAPH, MODEL, profile, step=False)
-    again = predict("ag", 4, GRAPH, dataclasses.replace(MODEL, parallel=ParallelConfig(regather_kv=True)), profile, step=False)
+    regathered = dataclasses.replace(MODEL, parallel=ParallelConfig(regather_kv=True))
+    again = predict("ag", 4, GRAPH, regathered, profile, step=False)
     assert again.comm_bytes == pytest.approx(kept.comm_bytes + L * (n * 2 * d * b) * 3)
     assert kept.memory_bytes - again.memory_bytes == pytest.approx(L * n_all * 2 * d * b)
     assert again.comm_s > kept.comm_s

@@ -37,7 +37,8 @@ def declared(strategy: str, graph, split: RowSplit, comm: str, grad: str) -> flo
     shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
-    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, parallel=ParallelConfig(comm_dtype=comm, comm_grad_dtype=grad))
+    parallel = ParallelConfig(comm_dtype=comm, comm_grad_dtype=grad)
+    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, parallel=parallel)
     return get_strategy(strategy).cost(p, shape, model, 4).bytes_sent * LAYERS
 
 

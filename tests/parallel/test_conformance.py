@@ -37,7 +37,9 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``;
     ``options``: the model's ModelOptions (default: GAT's shape, which MODEL declares)."""
     parallel = ParallelConfig(comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)
-    ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None, parallel=parallel)
+    ctx = StrategyContext(
+        heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda _: None, parallel=parallel
+    )
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     options = options if options is not None else GAT

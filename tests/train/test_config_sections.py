@@ -90,6 +90,6 @@ def test_auto_is_listed_by_the_registry_itself():
 
 @pytest.mark.slow
 def test_a_fresh_interpreter_lists_auto_without_importing_agp_first():
-    code = "from dsgraph.parallel import get_strategy, strategy_names; print(strategy_names()[-1], get_strategy('auto').name)"
+    code = "from dsgraph.parallel import get_strategy as g, strategy_names as s; print(s()[-1], g('auto').name)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["auto", "auto"]

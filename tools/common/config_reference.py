@@ -60,7 +60,8 @@ def sections() -> list[tuple[str, type, str]]:
     from dsgraph.train.config import SECTIONS, DsgraphConfig
 
     task_sections = {"link": "full"}  # a task's section: the mode it trains in
-    nested = [(name, cls, name if name in mode_names() else task_sections.get(name, "all")) for name, cls in SECTIONS.items()]
+    mode_of = {name: name if name in mode_names() else task_sections.get(name, "all") for name in SECTIONS}
+    nested = [(name, cls, mode_of[name]) for name, cls in SECTIONS.items()]
     return [("", DsgraphConfig, "all"), ("model", ModelOptions, "all"), *nested]
 
 

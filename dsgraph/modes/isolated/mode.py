@@ -73,7 +73,8 @@ class Isolated(Mode):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        cfg.isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+        isolated = cfg.isolated
+        isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
 
     @classmethod
     def can_checkpoint(cls, cfg, epoch: int) -> bool:
