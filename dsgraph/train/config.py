@@ -169,8 +169,10 @@ class DsgraphConfig:
         if self.checkpoint_nested and not self.checkpoint_activations:
             raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
         if self.parallel.regather_kv and self.checkpoint_activations:
-            raise ValueError("dsgraph config: 'parallel.regather_kv' does nothing with 'checkpoint_activations' (a "
-                             "checkpointed block gathers K and V again in its recompute); set one of them")
+            raise ValueError(
+                "dsgraph config: 'parallel.regather_kv' does nothing with 'checkpoint_activations' (a "
+                "checkpointed block gathers K and V again in its recompute); set one of them"
+            )
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
