@@ -7,18 +7,14 @@
 - ``model``: pure predictions of per-iteration time and per-rank memory; the scaling test.
 - ``choose``: the pick among feasible (strategy, rank count) pairs, with reasons.
 - ``decide``: the rank-agreed decision and recalibration used by ``"strategy": "auto"`` training.
-- ``auto``: the ``auto`` strategy, registered here with the strategies it chooses among.
+- ``auto``: the ``auto`` strategy (the strategy registry, ``dsgraph/parallel/registry.py``, lists it).
+- ``config``: the ``agp`` section of the config (``AgpConfig``).
 """
-
-from dsgraph.agp.auto import Auto
 
 from dsgraph.agp.choose import Choice, choose
 from dsgraph.agp.fits import LogLogFit, fit_loglog
 from dsgraph.agp.model import GraphShape, ModelShape, Prediction, predict, predict_all, scaling_test
 from dsgraph.agp.profile import Profile, load_profile
-from dsgraph.parallel import register
-
-register(Auto())  # the strategy registry's entry for auto (dsgraph/parallel/registry.py holds the others)
 
 __all__ = [
     "Choice",

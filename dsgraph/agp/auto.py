@@ -3,14 +3,15 @@
 Every candidate is prepared on the run's contiguous row split, so switching between steps moves no
 data. The decision, its recalibration and the rows it reports live in ``dsgraph.agp.decide``; this
 file makes them a strategy, so the training loop never asks which strategy it runs. It reads its
-settings (``agp_profile``, ``agp_recalibrate_after``) and the model's shape from the
-``StrategyContext``; ``dsgraph/agp/__init__.py`` registers it.
+settings (the ``agp`` section, ``config.py``) and the model's shape from the ``StrategyContext``;
+the strategy registry (``dsgraph/parallel/registry.py``) lists it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dsgraph.agp.config import AgpConfig
 from dsgraph.agp.decide import AutoStrategy, contiguous_shape
 from dsgraph.ops.dispatch import resolve_backend
 from dsgraph.parallel import auto_candidates, get_strategy
@@ -69,7 +70,7 @@ class AutoAttention(GraphAttention):
 
 class Auto(Strategy):
     name = "auto"
-    summary = "AGP picks a strategy from 'agp_profile' (falls back to ag without one) and may switch between steps"
+    summary = "AGP picks a strategy from 'agp.profile' (falls back to ag without one) and may switch between steps"
     needs = Needs.WHOLE_GRAPH
     auto_candidate = False
 
@@ -89,7 +90,8 @@ class Auto(Strategy):
     def build(self, graph, pg, ctx):
         if ctx.model is None:
             raise ValueError("strategy auto: the StrategyContext carries no model shape (StrategyContext.model)")
-        auto = AutoStrategy(ctx.agp_profile, ctx.agp_recalibrate_after, graph.derived[SHAPE].shape, ctx.model, pg,
+        agp = ctx.agp or AgpConfig()
+        auto = AutoStrategy(agp.profile, agp.recalibrate_after, graph.derived[SHAPE].shape, ctx.model, pg,
                             ctx.control_plane(), resolve_backend(ctx.backend, graph.device), ctx.dtype, ctx.log)  # fmt: skip
         return AutoAttention(graph, pg, ctx, auto)
 

@@ -55,7 +55,7 @@ def plan_decision(profile_path: str | None, shape: GraphShape, model: ModelShape
     """Rank 0's decision at ``world`` ranks from the profile at ``profile_path``. Raises
     ValueError/FileNotFoundError on a missing or bad profile."""
     if not profile_path:
-        raise ValueError("\"strategy\": \"auto\" needs 'agp_profile' (a JSON from `dsgraph profile`)")
+        raise ValueError("\"strategy\": \"auto\" needs 'agp.profile' (a JSON from `dsgraph profile`)")
     profile = load_profile(profile_path)
     profile.check_matches(backend, dtype)
     if world not in profile.ranks:

@@ -15,6 +15,7 @@ from dsgraph.agp.report import memory_lines, next_smaller, projected_inputs, rem
 from dsgraph.comm.compress import CODECS
 from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS, ModelOptions
+from dsgraph.parallel.config import ParallelConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,12 +159,18 @@ def _profile(args):
 
 
 def _model(args, in_dim: int, classes: int, **changes) -> ModelShape:
+    parallel = ParallelConfig(
+        comm_dtype=args.comm_dtype,
+        comm_grad_dtype=args.comm_grad_dtype,
+        comm_chunks=args.comm_chunks,
+        regather_kv=args.regather_kv,
+    )
     return ModelShape(
         layers=args.layers, hidden=args.hidden, heads=args.heads, ffn_mult=args.ffn_mult,
         in_dim=args.in_dim if args.in_dim is not None else (in_dim or args.hidden), num_classes=args.classes or classes,
-        checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, comm_dtype=args.comm_dtype,
-        comm_grad_dtype=args.comm_grad_dtype, comm_chunks=args.comm_chunks, block=args.block, head=args.head,
-        input_projection=args.input_projection, regather_kv=args.regather_kv, global_attention=args.global_attention,
+        checkpoint_every=args.checkpoint_every, checkpoint_nested=args.checkpoint_nested, parallel=parallel,
+        block=args.block, head=args.head, input_projection=args.input_projection,
+        global_attention=args.global_attention,
     )  # fmt: skip
 
 

@@ -1,8 +1,10 @@
 """A training mode decides how steps are made; a strategy decides how attention is split.
 
 One training loop (``trainer.py``) runs over the ``Step`` objects a ``Mode`` yields and evaluates on
-the ``EvalBatch`` it gives. Three modes exist (``modes.py``): the whole graph each step, sampled
-mini-batches, and isolated (Grappa) subgraphs.
+the ``EvalBatch`` it gives. Three modes exist (``registry.py``): the whole graph each step, sampled
+mini-batches, and isolated (Grappa) subgraphs. A mode owns its config section, its checks of the
+rest of the run's settings and whether a checkpoint can be taken after a given epoch (the class
+attributes below), so the config and the trainer never ask for a mode by name.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ class Mode(ABC):
     ``attach``-ed to the device once the engine exists (the model's dtype is known then)."""
 
     name: str = ""
+    section: str | None = None
+    """The key of its config section (``cfg.<section>``); None: it has no settings of its own."""
+    Config: type | None = None
+    """That section's dataclass (its ``FLAT_KEYS``: the keys' older top-level spellings)."""
+    uses_strategy: bool = True
+    """Whether its attention runs the configured strategy; False: every attention it builds is the
+    plain op over a graph one rank holds whole (so it takes per-edge values whatever the strategy)."""
     pg = None  # the GraphParallelGroup with the run's row split
     num_features: int = 0
     num_classes: int = 0
@@ -85,6 +94,16 @@ class Mode(ABC):
     """Labels are [N, T] 0/1 targets (NaN: missing), trained with BCE; num_classes is then T."""
     encoding_widths: dict[str, int] = {}
     """Width of each encoding array the rows carry (``NodeData.enc``): what the model's encoder reads."""
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Raises ValueError (naming the settings) when the rest of the run's config does not suit
+        this mode; called when it is the run's mode."""
+
+    @classmethod
+    def can_checkpoint(cls, cfg, epoch: int) -> bool:
+        """Whether a checkpoint after ``epoch`` resumes exactly (the ranks hold one model there)."""
+        return True
 
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:

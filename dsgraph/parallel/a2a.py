@@ -44,8 +44,8 @@ class AllToAllAttention(GraphAttention):
 
     def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
-        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
-        self.chunks = ctx.comm_chunks
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.parallel.codec, ctx.parallel.grad_codec)
+        self.chunks = ctx.parallel.comm_chunks
         self.edges = graph.edges
         if EDGE_COUNTS not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
@@ -140,7 +140,8 @@ class AllToAll(Strategy):
         n, e = split.largest()
         fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731 (one row of H/P heads on the wire)
         bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
-        g = len(head_groups(model.heads // p, model.comm_chunks)) if p > 1 else 1  # head groups sent one after another
+        # head groups sent one after another
+        g = len(head_groups(model.heads // p, model.parallel.comm_chunks)) if p > 1 else 1
         qkv, y = 3 * d // p // g, d // p // g  # values per exchanged row (a group of H/P heads of q|k|v, of y)
         c = model.edge_values
         z = model.heads * c // p // g  # values per exchanged row of z (0 without edge values)

@@ -37,8 +37,8 @@ class AllGatherAttention(GraphAttention):
 
     def __init__(self, graph: RankGraph, pg: GraphParallelGroup, ctx):
         self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
-        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.codec, ctx.grad_codec)
-        self.chunks, self.regather = ctx.comm_chunks, ctx.regather_kv and pg.world_size > 1
+        self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.parallel.codec, ctx.parallel.grad_codec)
+        self.chunks, self.regather = ctx.parallel.comm_chunks, ctx.parallel.regather_kv and pg.world_size > 1
         self.edges = graph.edges
 
     def _attend(self, q_nHD, k: tuple, v: tuple, bias_eH=None, edge_values=None):
@@ -78,10 +78,10 @@ class AllGather(Strategy):
     def cost(self, p, shape, model, dtype_bytes):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.largest()
-        g = len(head_groups(model.heads, model.comm_chunks))  # head groups gathered one after another
+        g = len(head_groups(model.heads, model.parallel.comm_chunks))  # head groups gathered one after another
         k = n * model.wire_bytes(model.hidden // g, dtype_bytes)  # per rank and group: K (and V), padded [n_max, H/g, D]
         dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)
-        regather = model.regather_kv and not model.checkpoint_every  # off under checkpointing, as in training
+        regather = model.parallel.regather_kv and not model.checkpoint_every  # off under checkpointing, as in training
         forward = (("all_gather", k, 2 * g),) if p > 1 else ()
         messages = (*forward, *forward[: int(regather)], ("reduce_scatter", dk, 2 * g)) if p > 1 else ()
         return CostTerms(

@@ -172,7 +172,7 @@ class RingAttention(GraphAttention):
 
     def __init__(self, plan: RingPlan, pg: GraphParallelGroup, ctx, edges=None):
         self.plan, self.pg, self.backend, self.edges = plan, pg, ctx.backend, edges
-        self.codec, self.grad_codec = ctx.codec, ctx.grad_codec
+        self.codec, self.grad_codec = ctx.parallel.codec, ctx.parallel.grad_codec
         self.blocks = plan.blocks()
 
     def rows_shape(self, s: int, like: torch.Tensor) -> tuple[int, ...]:

@@ -33,7 +33,8 @@ class HaloAttention(GraphAttention):
     name = "halo"
 
     def __init__(self, plan: HaloPlan, pg: GraphParallelGroup, ctx, edges=None):
-        self.plan, self.pg, self.backend, self.codecs = plan, pg, ctx.backend, (ctx.codec, ctx.grad_codec)
+        self.plan, self.pg, self.backend = plan, pg, ctx.backend
+        self.codecs = (ctx.parallel.codec, ctx.parallel.grad_codec)
         self.edges = edges
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dsgraph.comm.allreduce import all_reduce_bytes
-from dsgraph.comm.compress import get_codec
 from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
 from dsgraph.graph.split import contiguous_split
 from dsgraph.models.blocks import padded_head_dim
 from dsgraph.models.global_attention import sum_values
 from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS
+from dsgraph.parallel.config import ParallelConfig
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -111,15 +111,10 @@ class ModelShape:
     checkpoint_nested: bool = False
     """With checkpointing: a Transformer block keeps only its input, and its backward runs the
     attention sublayer's forward twice (``checkpoint_nested`` in the config)."""
-    comm_dtype: str = "none"
-    """How activation rows travel between ranks ('none', 'bf16', 'int8'; see comm/compress.py)."""
-    comm_grad_dtype: str = "none"
-    """How their gradients travel."""
-    comm_chunks: int = 1
-    """Head groups exchanged one after another while attention runs (``comm_chunks`` in the config)."""
-    regather_kv: bool = False
-    """GP-AG all-gathers K and V again in backward instead of keeping them (``regather_kv``; off
-    under checkpointing, whose recompute gathers them anyway)."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The run's ``parallel`` section (``config.py``): how rows and their gradients travel, head
+    groups exchanged one after another while attention runs (``comm_chunks``), GP-AG's
+    ``regather_kv`` (off under checkpointing, whose recompute gathers K and V anyway)."""
     block: str = "transformer"
     """'transformer' (attention, W_o, then an FFN) or 'attention' (GAT-shaped: q, k, v and an ELU)."""
     head: str = "linear"
@@ -150,7 +145,8 @@ class ModelShape:
 
     def wire_bytes(self, values_per_row: int, dtype_bytes: int, gradient: bool = False) -> int:
         """Bytes one exchanged row of ``values_per_row`` values takes on the wire, forward or backward."""
-        return get_codec(self.comm_grad_dtype if gradient else self.comm_dtype).wire_bytes(values_per_row, dtype_bytes)
+        codec = self.parallel.grad_codec if gradient else self.parallel.codec
+        return codec.wire_bytes(values_per_row, dtype_bytes)
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:

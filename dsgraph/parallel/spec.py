@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from dsgraph.comm.allreduce import GlobalNodes
-from dsgraph.comm.compress import get_codec
 from dsgraph.comm.control import TorchControlPlane
+from dsgraph.parallel.config import ParallelConfig
+
 if TYPE_CHECKING:
     from dsgraph.parallel.shapes import GraphShape, ModelShape
     from dsgraph.comm import GraphParallelGroup
@@ -130,31 +131,16 @@ class StrategyContext:
     """The run's ControlPlane (small objects between ranks); None: torch object collectives."""
     model: "ModelShape | None" = None
     """The model's shape, for strategies that predict their own cost (auto)."""
-    agp_profile: str | None = None
-    """auto: the AGP profile JSON (``dsgraph profile``); None: auto falls back to ag."""
-    agp_recalibrate_after: int = 5
-    """auto: measured steps before recalibrating (0: never)."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The run's ``parallel`` section: how rows and their gradients travel (``codec``,
+    ``grad_codec``), head groups (``comm_chunks``), GP-AG's ``regather_kv`` (``config.py``)."""
+    agp: Any = None
+    """The run's ``agp`` section for strategy auto (``dsgraph.agp.config.AgpConfig``, a layer
+    above, so not named here); None: its defaults (no profile: auto falls back to ag)."""
     dtype: str = "float32"
     """The activation dtype of the run ('float32' or 'bfloat16')."""
     log: Callable[[str], None] = print
     """Rank 0's log (other ranks get a no-op)."""
-    comm_dtype: str = "none"
-    """How activation rows travel: 'none' (as they are), 'bf16' or 'int8' (``comm/compress.py``)."""
-    comm_grad_dtype: str = "none"
-    """How their gradients travel in backward (default: in the compute dtype)."""
-    comm_chunks: int = 1
-    """Strategies that exchange whole heads' K/V may split the heads into this many groups and
-    exchange the next group while attention runs on the current one (1: one exchange)."""
-    regather_kv: bool = False
-    """ag: gather K and V again in backward instead of keeping the gathered copy from forward."""
-
-    @property
-    def codec(self):
-        return get_codec(self.comm_dtype)
-
-    @property
-    def grad_codec(self):
-        return get_codec(self.comm_grad_dtype)
 
     def control_plane(self):
         if self.control is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dsgraph.train import manifest as mf
+from dsgraph.train import universal
 
 TAG_RE = re.compile(r"^epoch(\d{6,})$")
 UNIVERSAL_SUFFIX = "_universal"
@@ -226,8 +227,6 @@ def _check_settings(folder: str, manifest: dict, cfg) -> None:
 
 
 def _load(engine, directory: str, tag: str, manifest: dict, skipped: list[str], heartbeat) -> Resumed:
-    from dsgraph.train import universal
-
     facts = engine_facts(engine)
     folder = os.path.join(directory, tag)
     if manifest["zero_stage"] != facts["zero_stage"]:
@@ -239,7 +238,7 @@ def _load(engine, directory: str, tag: str, manifest: dict, skipped: list[str], 
         path, state = engine.load_checkpoint(directory, tag=tag)
     else:
         heartbeat(f"converting {folder} to a universal checkpoint")
-        udir = universal.ensure(directory, tag)
+        udir = _ensure_universal(directory, tag)
         path, state = universal.load(engine, directory, os.path.basename(udir))
     if path is None or state is None:
         raise ValueError(f"{folder}: DeepSpeed could not load the checkpoint")
@@ -247,3 +246,28 @@ def _load(engine, directory: str, tag: str, manifest: dict, skipped: list[str], 
     if "cuda_rng_state" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda_rng_state"])
     return Resumed(path=folder, client_state=state, manifest=manifest, skipped=skipped, universal=not same)
+
+
+def _ensure_universal(directory: str, tag: str) -> str:
+    """Collective: the universal checkpoint of ``tag``, converted by rank 0 unless a complete one
+    exists. Every rank gets the folder, or the same ValueError."""
+    out = universal_dir(directory, tag)
+    error = None
+    if _rank_world()[0] == 0:
+        try:
+            existing = mf.read(out)
+            files = existing["files"]
+            stale = mf.check_files(out, files, sorted(files)) or existing.get("kind") != "universal"
+        except ValueError:
+            stale = True
+        if stale:
+            try:
+                source = os.path.join(directory, tag)
+                print(f"dsgraph: converting {source} to a universal checkpoint ({out})", flush=True)
+                universal.convert(source, out)
+            except ValueError as err:
+                error = str(err)
+    error = _from_rank0(error)
+    if error:
+        raise ValueError(error)
+    return out

@@ -11,17 +11,15 @@ import json
 import os
 from dataclasses import dataclass
 
-import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
-from dsgraph.comm.compress import CODECS
+from dsgraph.agp.config import AgpConfig
 from dsgraph.graph.label_checks import SplitChoice
-from dsgraph.graph.partition import METHODS
 from dsgraph.models.options import ModelOptions
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.modes.full.link_config import LinkConfig
 from dsgraph.modes.isolated.config import IsolatedConfig
-from dsgraph.modes.registry import mode_names
+from dsgraph.modes.registry import DEFAULT_MODE, MODES, mode_names
 from dsgraph.modes.sampled.config import SampledConfig
-from dsgraph.parallel import Needs, get_strategy, strategy_names
+from dsgraph.parallel import Needs, ParallelConfig, get_strategy, strategy_names
 from dsgraph.train.task import TASKS, check_metric
 
 DEFAULT_STRATEGY = "ag"
@@ -37,7 +35,7 @@ class DsgraphConfig:
     lists them with a line each). 'sampled' and 'isolated' are accepted as older spellings of 'mode'."""
     backend: str = "auto"
     """Sparse attention kernel: 'auto', 'reference', 'cpu' or 'cuda'."""
-    mode: str = "full"
+    mode: str = DEFAULT_MODE
     """Training mode: 'full' (one step per epoch on the whole graph, split by 'strategy'), 'sampled'
     (mini-batches of sampled subgraphs) or 'isolated' (Grappa: each rank trains on its own chunks;
     evaluation runs 'strategy' on the whole graph)."""
@@ -96,19 +94,10 @@ class DsgraphConfig:
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
     residual, head, feature_norm, global_attention, edge_features, encodings, encoding_input, max_degree,
     degree_dim (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
-    comm_dtype: str = "none"
-    """How activation rows travel between ranks (K/V rows, halo rows, head slices): 'none', 'bf16',
-    or 'int8' (one fp32 scale per row; 132 instead of 512 bytes per row at H*D = 128)."""
-    comm_grad_dtype: str = "none"
-    """How their gradients travel in backward: 'none' (the compute dtype), 'bf16' or 'int8'."""
-    comm_chunks: int = 1
-    """ag and a2a: exchange the heads in this many groups, the next group travelling while attention
-    runs on the current one (1: one exchange, no overlap)."""
-    regather_kv: bool = False
-    """ag: do not keep the all-gathered K and V (N x d each, per layer) from forward to backward;
-    backward all-gathers them again from each rank's rows (one more all-gather per layer, the
-    forward's bytes). With comm_chunks G, one head group's replica exists at a time. Refused with
-    checkpoint_activations (a checkpointed block gathers them again in its recompute anyway)."""
+    parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    """How the strategy splits and moves the rows, a JSON object (``dsgraph/parallel/config.py``):
+    comm_dtype, comm_grad_dtype, comm_chunks, regather_kv, partition_method. The older top-level
+    spellings of these keys are still accepted."""
     host_mmap_threshold_mb: int = 0
     """Host memory: fix glibc's mmap threshold at this many MiB at start-up, so that freed tensors of
     that size or more leave the resident set (``dsgraph/runtime/host_memory.py``); 0: glibc's own
@@ -128,11 +117,6 @@ class DsgraphConfig:
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
     part. null: load the whole dataset on every rank. Not with strategies that need the whole graph."""
-    partition_method: str | None = None
-    """Without 'partitions': how the rows are split over the ranks. 'balanced' (contiguous ranges
-    with equal in-edges), 'contiguous' (equal node counts), or a partition that relabels nodes:
-    'metis' (few cut edges, in-edges balanced) or 'random'. null: the strategy's own default
-    (balanced for ag, ag_ring and auto; contiguous for a2a; metis for halo)."""
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
@@ -149,11 +133,10 @@ class DsgraphConfig:
     """'task': 'link': its settings, a JSON object (``dsgraph/modes/full/link_config.py``):
     val_fraction, test_fraction, split_seed, negatives, decoder, decoder_hidden, embedding_dim,
     hits_at (docs/guides/link-prediction.md)."""
-    agp_profile: str | None = None
-    """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
-    agp_recalibrate_after: int = 5
-    """Strategy 'auto': measured steps (after one warm-up step) before the model is recalibrated and
-    a strategy predicted >= 20% faster is switched to (0: never)."""
+    agp: AgpConfig = dataclasses.field(default_factory=AgpConfig)
+    """Strategy 'auto': AGP's settings, a JSON object (``dsgraph/agp/config.py``): profile,
+    recalibrate_after. The older top-level spellings agp_profile and agp_recalibrate_after are still
+    accepted."""
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
     trace_dir: str | None = None
@@ -176,7 +159,7 @@ class DsgraphConfig:
         for name, cls in SECTIONS.items():
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, _section(cls, getattr(self, name), name))
-        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers", "comm_chunks"):
+        for name in ("epochs", "hidden", "heads", "layers", "ffn_mult", "eval_every", "checkpoint_every_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
@@ -185,9 +168,11 @@ class DsgraphConfig:
             raise ValueError("dsgraph config: 'early_stop_patience' must be >= 0 (0: never stop early)")
         if self.checkpoint_nested and not self.checkpoint_activations:
             raise ValueError("dsgraph config: 'checkpoint_nested' needs 'checkpoint_activations': true")
-        if self.regather_kv and self.checkpoint_activations:
-            raise ValueError("dsgraph config: 'regather_kv' does nothing with 'checkpoint_activations' (a checkpointed "
-                             "block gathers K and V again in its recompute); set one of them")
+        if self.parallel.regather_kv and self.checkpoint_activations:
+            raise ValueError(
+                "dsgraph config: 'parallel.regather_kv' does nothing with 'checkpoint_activations' (a "
+                "checkpointed block gathers K and V again in its recompute); set one of them"
+            )
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
@@ -199,15 +184,11 @@ class DsgraphConfig:
             check_metric(self.task, self.metric)
         except ValueError as err:
             raise ValueError(f"dsgraph config: {err}") from None
-        for name in ("comm_dtype", "comm_grad_dtype"):
-            if getattr(self, name) not in CODECS:
-                raise ValueError(f"dsgraph config: '{name}' must be one of {', '.join(CODECS)}; got '{getattr(self, name)}'")
         if self.backend != "auto" and self.backend not in backend_names():
             raise ValueError(f"dsgraph config: 'backend' must be one of auto, {', '.join(backend_names())}; got '{self.backend}'")
-        _check_agp(self)
+        if self.trace_steps is not None:
+            parse_trace_steps(self.trace_steps)
         _check_mode_sections(self)
-        if self.partition_method is not None and self.partition_method not in METHODS:
-            raise ValueError(f"dsgraph config: 'partition_method' must be one of {', '.join(METHODS)}; got '{self.partition_method}'")
         if not self.timeout_s > 0:
             raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")
         if self.hidden % self.heads:
@@ -247,11 +228,37 @@ class DsgraphConfig:
         return dataclasses.asdict(self)
 
 
-SECTIONS = {"sampled": SampledConfig, "isolated": IsolatedConfig, "link": LinkConfig}  # config section -> its dataclass
+SECTIONS = {  # config section -> its dataclass, from the code that owns it (each is a field of DsgraphConfig)
+    **{mode.section: mode.Config for mode in MODES.values() if mode.section is not None},
+    "link": LinkConfig,
+    "parallel": ParallelConfig,
+    "agp": AgpConfig,
+}
+
+
+def _check_sections_declared() -> None:
+    """Every owner's section is a field of ``DsgraphConfig`` of its type (where its docstring documents it)."""
+    fields = {f.name: f.type for f in dataclasses.fields(DsgraphConfig)}
+    for name, cls in SECTIONS.items():
+        if fields.get(name) != cls.__name__:
+            field = f"{name}: {cls.__name__}"
+            raise TypeError(f"config section '{name}' needs the field '{field}' in DsgraphConfig")
+
+
+_check_sections_declared()
+
+
+def with_overrides(cfg: DsgraphConfig, overrides: dict, source: str = "command line") -> DsgraphConfig:
+    """``cfg`` with the keys of ``overrides`` (either spelling of a section's key) in place of its
+    values; a section given as an object replaces only the keys it names."""
+    merged = cfg.to_dict()
+    for name, value in _nest_flat_keys(overrides, source).items():
+        merged[name] = {**merged[name], **value} if name in SECTIONS and isinstance(value, dict) else value
+    return DsgraphConfig.from_dict(merged, source)
 
 
 def _nest_flat_keys(section: dict, source: str) -> dict:
-    """Moves the older top-level spellings of the modes' keys into their sections (a key given both
+    """Moves the older top-level spellings of the sections' keys into their sections (a key given both
     ways is an error that names both)."""
     section = dict(section)
     for name, cls in SECTIONS.items():
@@ -286,12 +293,9 @@ def _section(cls, data: dict, name: str):
 
 
 def _check_mode_sections(cfg: DsgraphConfig) -> None:
-    """What a mode's settings need of the rest of the run, for the mode that runs."""
+    """What the run's mode (its ``check_config``) and task need of the rest of the run."""
     try:
-        if cfg.mode == "sampled":
-            cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
-        if cfg.mode == "isolated":
-            cfg.isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+        MODES[cfg.mode].check_config(cfg)
         if cfg.task == "link":
             cfg.link.check_run(mode=cfg.mode, partitions=cfg.partitions, encodings=cfg.model.encodings)
     except ValueError as err:
@@ -302,15 +306,18 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
     """A registered strategy and mode (the older spellings 'strategy': 'sampled' | 'isolated' become
     the mode), and data a strategy can run on."""
     modes = mode_names()
-    if cfg.strategy in modes and cfg.strategy != "full":
-        if cfg.mode not in ("full", cfg.strategy):
+    if cfg.strategy in modes and cfg.strategy != DEFAULT_MODE:
+        if cfg.mode not in (DEFAULT_MODE, cfg.strategy):
             raise ValueError(f"dsgraph config: 'strategy' '{cfg.strategy}' is a mode, but 'mode' says '{cfg.mode}'")
         cfg.mode, cfg.strategy = cfg.strategy, DEFAULT_STRATEGY
     if cfg.mode not in modes:
         raise ValueError(f"dsgraph config: 'mode' must be one of {', '.join(modes)}; got '{cfg.mode}'")
     if cfg.strategy not in strategy_names():
-        raise ValueError(f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} "
-                         f"(or a mode: {', '.join(m for m in modes if m != 'full')}); got '{cfg.strategy}'")  # fmt: skip
+        others = ", ".join(m for m in modes if m != DEFAULT_MODE)
+        raise ValueError(
+            f"dsgraph config: 'strategy' must be one of {', '.join(strategy_names())} (or a mode: {others}); "
+            f"got '{cfg.strategy}'"
+        )
     _check_edge_values(cfg)
     needs = get_strategy(cfg.strategy).needs
     if cfg.partitions is not None and needs is Needs.WHOLE_GRAPH:
@@ -324,15 +331,15 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
 def _check_edge_values(cfg: DsgraphConfig) -> None:
     """Edge features are read by node tasks (a link task's message graph is rebuilt from its
     training pairs, without them); edge-conditioned values run where the attention takes per-edge
-    values: the strategies that say so (a sampled run's attention is local, GP-AG's), on every
-    backend."""
+    values: the strategies that say so, and modes whose attention runs no strategy (sampled: a
+    batch's attention is local, GP-AG's), on every backend."""
     if cfg.model.reads_edges and cfg.task == "link":
         raise ValueError("dsgraph config: task 'link' does not read edge features (its message graph is rebuilt from the "
                          "training pairs, without them); set model.edge_features to \"none\"")  # fmt: skip
     if cfg.model.edge_features != "bias_value":
         return
     takes = [n for n in strategy_names() if get_strategy(n).edge_values]
-    if cfg.mode != "sampled" and not get_strategy(cfg.strategy).edge_values:
+    if MODES[cfg.mode].uses_strategy and not get_strategy(cfg.strategy).edge_values:
         raise ValueError(f"dsgraph config: model.edge_features 'bias_value' (edge-conditioned values) runs with strategy "
                          f"{' or '.join(takes)}, not '{cfg.strategy}'; or use model.edge_features 'bias'")  # fmt: skip
 
@@ -343,14 +350,6 @@ def _check_preempt_signals(names: list[str]) -> None:
     for name in names:
         if name not in SIGNALS:
             raise ValueError(f"dsgraph config: 'preempt_signals' entries must be among {', '.join(SIGNALS)}; got {name!r}")
-
-
-def _check_agp(cfg: DsgraphConfig) -> None:
-    """AGP and trace settings."""
-    if cfg.agp_recalibrate_after < 0:
-        raise ValueError(f"dsgraph config: 'agp_recalibrate_after' must be >= 0 (0: never), got {cfg.agp_recalibrate_after}")
-    if cfg.trace_steps is not None:
-        parse_trace_steps(cfg.trace_steps)
 
 
 def parse_trace_steps(spec: str) -> tuple[int, int]:
@@ -365,8 +364,8 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
-          "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "SampledConfig": (dict, SampledConfig),
-          "IsolatedConfig": (dict, IsolatedConfig), "int | None": (int, type(None)), "LinkConfig": (dict, LinkConfig)}  # fmt: skip
+          "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "int | None": (int, type(None))}  # fmt: skip
+_TYPES.update({cls.__name__: (dict, cls) for cls in SECTIONS.values()})  # a section: a JSON object (or its dataclass)
 
 
 def _check_type(key: str, value, type_name: str, source: str) -> None:

@@ -16,9 +16,9 @@ import threading
 from dsgraph.graph.partition import METHODS
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
-from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.config import SECTIONS, DsgraphConfig, load_ds_config, with_overrides
 from dsgraph.train.task import METRICS
-from dsgraph.modes.registry import mode_names
+from dsgraph.modes.registry import DEFAULT_MODE, mode_names
 from dsgraph.runtime.watchdog import Watchdog
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
     strategies = "; ".join(f"{name}: {get_strategy(name).summary}" for name in strategy_names())
-    p.add_argument("--strategy", choices=[*strategy_names(), *(m for m in mode_names() if m != "full")],
+    p.add_argument("--strategy", choices=[*strategy_names(), *(m for m in mode_names() if m != DEFAULT_MODE)],
                    help=f"graph-parallel attention strategy ({strategies}). 'sampled' and 'isolated' are older "
                    "spellings of --mode; a strategy without --mode trains the full graph")
     p.add_argument("--mode", choices=mode_names(), help="training mode: full graph (default), sampled mini-batches, "
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         ds_config, cfg = load_ds_config(args.config)
-        overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DsgraphConfig) if getattr(args, f.name, None) is not None}
-        if args.strategy in strategy_names() and args.mode is None:
-            overrides["mode"] = "full"  # --strategy X picks full-graph training with X, whatever the file's mode
-        cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
+        cfg = with_options(cfg, args)
         if args.resume and cfg.run_name is None and (cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir):
             raise ValueError("--resume continues a named run: pass --run-name NAME (its checkpoints are in "
                              "runs/NAME/checkpoints), or --checkpoint-dir DIR")
@@ -98,6 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         extensions.use_environment_build_dir()
         host_memory.defer_muon_compile()  # TorchInductor is not imported for DeepSpeed's unused Muon (see host_memory.py)
         return _run(args, cfg, ds_config, watchdog)
+
+
+def with_options(cfg: DsgraphConfig, args: argparse.Namespace) -> DsgraphConfig:
+    """``cfg`` with the command-line options given in ``args`` in place of its values (an option's
+    ``dest`` is its key: a top-level key, or the older top-level spelling of a section's key)."""
+    flat = [old for cls in SECTIONS.values() for old in cls.FLAT_KEYS]
+    keys = [f.name for f in dataclasses.fields(DsgraphConfig)] + flat
+    overrides = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    if args.strategy in strategy_names() and args.mode is None:
+        overrides["mode"] = DEFAULT_MODE  # --strategy X picks full-graph training with X, whatever the file's mode
+    return with_overrides(cfg, overrides)
 
 
 def launcher_rank() -> int | None:

@@ -3,8 +3,9 @@ turns into a checkpoint and a resumable exit instead of lost work.
 
 The handler only sets a flag, so the rank finishes the step it is in. At every epoch end the ranks
 agree (a one-element all-reduce of the flag: one rank signalled is enough), and at the first epoch
-end where the ranks can checkpoint (every epoch, except in isolated training with super-epoch sync,
-whose ranks agree on one model only at super-epoch boundaries) every rank writes the checkpoint and
+end where the ranks can checkpoint (the mode's ``can_checkpoint``: every epoch, except in isolated
+training with super-epoch sync, whose ranks agree on one model only at super-epoch boundaries)
+every rank writes the checkpoint and
 the job exits with ``EXIT_PREEMPTED``. Restart it with ``--resume`` (at any world size).
 """
 
@@ -71,10 +72,3 @@ class Preemption:
             self.received = "another rank's signal"
         return bool(flag.item())
 
-
-def can_checkpoint(cfg, epoch: int) -> bool:
-    """Whether a checkpoint after ``epoch`` resumes exactly: always, except in isolated training with
-    super-epoch sync between super-epoch boundaries (the ranks' parameters differ there)."""
-    if cfg.mode == "isolated" and cfg.isolated.sync == "super_epoch":
-        return (epoch + 1) % cfg.isolated.repart_every == 0
-    return True

@@ -29,7 +29,7 @@ from dsgraph.train.link_evaluation import evaluate_links
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
-from dsgraph.train.preemption import Preempted, Preemption, can_checkpoint
+from dsgraph.train.preemption import Preempted, Preemption
 from dsgraph.train.task import Task, hits_k, metric_key
 from dsgraph.train.trace import StepTracer
 
@@ -289,7 +289,8 @@ class Trainer:
     def _check_preemption(self, preemption: Preemption, epoch: int) -> None:
         """At an epoch end (every rank): if any rank was signalled, checkpoint and raise Preempted."""
         cfg = self.cfg
-        if epoch + 1 == cfg.epochs or not preemption.agreed(self.device, self.world) or not can_checkpoint(cfg, epoch):
+        agreed = epoch + 1 < cfg.epochs and preemption.agreed(self.device, self.world)
+        if not agreed or not self.mode.can_checkpoint(cfg, epoch):
             return
         if not checkpoint.due(cfg, epoch):  # else _end_of_epoch has just saved it
             self.heartbeat(f"preemption checkpoint after epoch {epoch}")

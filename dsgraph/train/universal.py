@@ -6,6 +6,8 @@ parameter whole (fp32 weights, Adam's moments) and loads at any world size with
 ``"checkpoint": {"load_universal": true}``. dsgraph converts a checkpoint once, into
 ``epochNNNNNN_universal`` beside it (written under a temporary name, given its own manifest, then
 renamed), and loads that; a later resume reuses the conversion while its manifest checks out.
+This module runs no collective and imports no other checkpoint module but the manifest's;
+``checkpoint.py`` decides when to convert (rank 0) and hands the outcome to every rank.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import shutil
 
 import torch
 
-from dsgraph.train import checkpoint as ck
 from dsgraph.train import manifest as mf
 
 
@@ -47,29 +48,6 @@ def convert(folder: str, out: str) -> str:
     os.replace(partial, out)
     with open(os.path.join(os.path.dirname(out), "latest_universal"), "w") as f:  # ds_to_universal named the partial folder
         f.write(os.path.basename(out))
-    return out
-
-
-def ensure(directory: str, tag: str) -> str:
-    """Collective: the universal checkpoint of ``tag``, converted by rank 0 unless a complete one
-    exists. Every rank gets the folder, or the same ValueError."""
-    out = ck.universal_dir(directory, tag)
-    error = None
-    if ck._rank_world()[0] == 0:
-        try:
-            existing = mf.read(out)
-            stale = mf.check_files(out, existing["files"], sorted(existing["files"])) or existing.get("kind") != "universal"
-        except ValueError:
-            stale = True
-        if stale:
-            try:
-                print(f"dsgraph: converting {os.path.join(directory, tag)} to a universal checkpoint ({out})", flush=True)
-                convert(os.path.join(directory, tag), out)
-            except ValueError as err:
-                error = str(err)
-    error = ck._from_rank0(error)
-    if error:
-        raise ValueError(error)
     return out
 
 

@@ -32,10 +32,11 @@ def _auto(tmp_path, profile_path=None, backend="reference", world=2, **cfg):
     settings.update(cfg)
     graph = random_graph().with_self_loops()
     pg = GraphParallelGroup(rank=0, world_size=world)
-    cfg = DsgraphConfig(**settings)
+    cfg = DsgraphConfig.from_dict(settings)
     shape = contiguous_shape(graph, list(RowSplit.even(graph.num_nodes, world).counts))
     model = ModelShape(cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_mult, graph.num_features, graph.num_classes)
-    return AutoStrategy(cfg.agp_profile, cfg.agp_recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
+    agp = cfg.agp
+    return AutoStrategy(agp.profile, agp.recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
                         log=lambda m: None)  # fmt: skip
 
 
@@ -58,7 +59,7 @@ def test_decision_names_strategy_and_prediction(tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda tmp: None, "needs 'agp_profile'"),
+        (lambda tmp: None, "needs 'agp.profile'"),
         (lambda tmp: str(tmp / "absent.json"), "no such AGP profile"),
         (lambda tmp: (tmp / "bad.json").write_text("{") and str(tmp / "bad.json"), "not valid JSON"),
         (lambda tmp: _write_profile(tmp, backend="cuda"), "measured with the 'cuda' attention backend, but this run uses 'reference'"),

@@ -9,6 +9,7 @@ from dsgraph.agp.choose import choose, switch_target
 from dsgraph.agp.model import (Calibration, GraphShape, ModelShape, SplitShape, attention_sublayer_units, ffn_sublayer_units,
                                predict, predict_all, scaling_test)  # fmt: skip
 from dsgraph.agp.synthetic import linear_profile
+from dsgraph.parallel.config import ParallelConfig
 from dsgraph.parallel.registry import get_strategy
 from tests.graphs import random_graph
 
@@ -206,7 +207,8 @@ def test_regathered_kv_trades_the_replica_for_one_more_all_gather():
     profile = _profile()
     n, n_all, d, b, L = 25_000, 100_000, 128, 4, 2
     kept = predict("ag", 4, GRAPH, MODEL, profile, step=False)
-    again = predict("ag", 4, GRAPH, dataclasses.replace(MODEL, regather_kv=True), profile, step=False)
+    regathered = dataclasses.replace(MODEL, parallel=ParallelConfig(regather_kv=True))
+    again = predict("ag", 4, GRAPH, regathered, profile, step=False)
     assert again.comm_bytes == pytest.approx(kept.comm_bytes + L * (n * 2 * d * b) * 3)
     assert kept.memory_bytes - again.memory_bytes == pytest.approx(L * n_all * 2 * d * b)
     assert again.comm_s > kept.comm_s

@@ -19,7 +19,7 @@ from dsgraph.graph.encode.rwse import exact_rwse
 from dsgraph.graph.encodings import arrays_of
 from dsgraph.models import GAT, TRANSFORMER, GraphTransformer
 from dsgraph.models.encodings import NodeEncoder, lappe_signs
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
 from dsgraph.parallel.shapes import ModelShape
 from tests.distributed import run

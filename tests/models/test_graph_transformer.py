@@ -16,7 +16,7 @@ from dsgraph.models.blocks import AttentionBlock, OutputAttention, TransformerBl
 from dsgraph.models.options import BLOCKS, HEADS, NORMS, RESIDUALS
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel import StrategyContext
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 

@@ -9,7 +9,7 @@ import torch
 from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit, get_codec
 from dsgraph.graph.partition import partition_quality
-from dsgraph.parallel import get_strategy, strategy_names
+from dsgraph.parallel import ParallelConfig, get_strategy, strategy_names
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.parallel.test_conformance import HEADS, HIDDEN, LAYERS, SPLITS, forward_backward, rel_err
@@ -37,7 +37,8 @@ def declared(strategy: str, graph, split: RowSplit, comm: str, grad: str) -> flo
     shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
-    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, comm_dtype=comm, comm_grad_dtype=grad)
+    parallel = ParallelConfig(comm_dtype=comm, comm_grad_dtype=grad)
+    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, parallel=parallel)
     return get_strategy(strategy).cost(p, shape, model, 4).bytes_sent * LAYERS
 
 

@@ -18,9 +18,9 @@ from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.models.options import GAT
-from dsgraph.parallel import StrategyContext, get_strategy, strategy_names
+from dsgraph.parallel import ParallelConfig, StrategyContext, get_strategy, strategy_names
 from dsgraph.train.config import DEFAULT_STRATEGY
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 
@@ -36,8 +36,10 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
     head groups exchanged one after another; ``regather``: the strategy's ``regather_kv``;
     ``options``: the model's ModelOptions (default: GAT's shape, which MODEL declares)."""
-    ctx = StrategyContext(heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda line: None,
-                          comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)  # fmt: skip
+    parallel = ParallelConfig(comm_dtype=comm[0], comm_grad_dtype=comm[1], comm_chunks=chunks, regather_kv=regather)
+    ctx = StrategyContext(
+        heads=HEADS, backend=backend, model=MODEL, control=control, log=lambda _: None, parallel=parallel
+    )
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, partition_method=None)
     torch.manual_seed(0)
     options = options if options is not None else GAT
@@ -68,8 +70,8 @@ def declared_bytes(strategy: str, graph, split: RowSplit, checkpointed: bool = F
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
     values = graph.num_edge_features + 1 if edges == "bias_value" else 0
-    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, comm_chunks=chunks, edge_bias=graph.edge_attr is not None,
-                       edge_values=values)  # fmt: skip
+    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, parallel=ParallelConfig(comm_chunks=chunks),
+                       edge_bias=graph.edge_attr is not None, edge_values=values)  # fmt: skip
     terms = get_strategy(strategy).cost(p, shape, model, 4)
     once = max(shape_split.part_edges) * values * 4 * (p - 1) if strategy == "a2a" else 0
     return (terms.bytes_sent + (terms.forward_bytes if checkpointed else 0.0)) * LAYERS + once

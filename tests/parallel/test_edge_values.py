@@ -8,7 +8,7 @@ import torch
 
 import dsgraph.parallel.a2a as a2a
 from dsgraph.comm import GraphParallelGroup, RowSplit
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel import StrategyContext
 from tests.distributed import run

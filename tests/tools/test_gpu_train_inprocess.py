@@ -36,7 +36,7 @@ def test_settings_are_the_command_lines(tmp_path, name, mode, strategy):
     if strategy:
         assert cfg.strategy == strategy
     if strategy == "auto":
-        assert cfg.agp_profile.endswith("dgx_h100_8gpu_bf16_profile.json")
+        assert cfg.agp.profile.endswith("dgx_h100_8gpu_bf16_profile.json")
 
 
 def test_a_run_past_its_time_limit_raises():

@@ -10,7 +10,7 @@ from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.models.options import GAT, TRANSFORMER, ModelOptions
 from dsgraph.parallel import get_strategy, strategy_names
-from dsgraph.modes.full.mode import rank_attention
+from dsgraph.modes.ranks import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.train.helpers import dump_losses, load, write_random_graph

@@ -25,7 +25,7 @@ def test_unknown_key_is_named_with_the_valid_keys(tmp_path):
         ({"hidden": 100, "heads": 8}, r"'hidden' \(100\) must be divisible by 'heads' \(8\)"),
         ({"dropout": 1.5}, r"'dropout' must be in \[0, 1\)"),
         ({"checkpoint_nested": True}, r"'checkpoint_nested' needs 'checkpoint_activations': true"),
-        ({"regather_kv": True, "checkpoint_activations": True}, r"'regather_kv' does nothing with 'checkpoint_activations'"),
+        ({"regather_kv": True, "checkpoint_activations": True}, r"'parallel.regather_kv' does nothing with"),
     ],
 )
 def test_bad_values(section, message):

@@ -29,7 +29,8 @@ from dsgraph.models import GraphTransformer
 from dsgraph.modes.sampled import (
     BatchBuilder, FeatureStore, NeighborSampler, Prefetcher, epoch_batches, in_degree_scores, sampling_frequency_scores,
 )  # fmt: skip
-from dsgraph.modes.sampled.mode import batch_graph, local_attention
+from dsgraph.modes.ranks import local_attention
+from dsgraph.modes.sampled.mode import batch_graph
 
 
 def bench_dedup(builder: BatchBuilder, batches: list[np.ndarray], count: int) -> None:

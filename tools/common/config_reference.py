@@ -1,8 +1,9 @@
 """The configuration reference, generated from the config dataclasses (so it cannot drift).
 
-Every key of ``DsgraphConfig`` and of its nested sections (``model``: ``ModelOptions``, ``sampled``:
-``SampledConfig``, ``isolated``: ``IsolatedConfig``) with its type, default, allowed values (where
-the code lists them), the mode it belongs to and the docstring written under the field. The
+Every key of ``DsgraphConfig`` and of its nested sections (``model``: ``ModelOptions``, and every
+section of ``dsgraph.train.config.SECTIONS``: the modes' ``sampled`` and ``isolated``, the link
+task's ``link``, the strategies' ``parallel``, AGP's ``agp``) with its type, default, allowed values
+(where the code lists them), the mode it belongs to and the docstring written under the field. The
 docstrings are read from the source with ``ast`` (a dataclass keeps no field docstrings at run time).
 
     python -m tools.common.config_reference                                # print the Markdown page
@@ -55,16 +56,17 @@ def field_docstrings(cls) -> dict[str, str]:
 def sections() -> list[tuple[str, type, str]]:
     """(prefix, dataclass, mode) for the top-level section and each nested one."""
     from dsgraph.models.options import ModelOptions
+    from dsgraph.modes.registry import mode_names
     from dsgraph.train.config import SECTIONS, DsgraphConfig
 
     task_sections = {"link": "full"}  # a task's section: the mode it trains in
-    return [("", DsgraphConfig, "all"), ("model", ModelOptions, "all")] + [(name, cls, task_sections.get(name, name))
-                                                                         for name, cls in SECTIONS.items()]  # fmt: skip
+    mode_of = {name: name if name in mode_names() else task_sections.get(name, "all") for name in SECTIONS}
+    nested = [(name, cls, mode_of[name]) for name, cls in SECTIONS.items()]
+    return [("", DsgraphConfig, "all"), ("model", ModelOptions, "all"), *nested]
 
 
 def allowed_values() -> dict[str, tuple[str, ...]]:
     """Key path -> the values the code accepts, taken from the code's own lists."""
-    import dsgraph.agp  # noqa: F401 (registers the 'auto' strategy)
     from dsgraph import ops
     from dsgraph.comm.compress import CODECS
     from dsgraph.graph.partition import METHODS
@@ -83,9 +85,9 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
         "mode": tuple(mode_names()),
         "task": TASKS,
         "link.decoder": DECODERS,
-        "comm_dtype": tuple(CODECS),
-        "comm_grad_dtype": tuple(CODECS),
-        "partition_method": tuple(METHODS),
+        "parallel.comm_dtype": tuple(CODECS),
+        "parallel.comm_grad_dtype": tuple(CODECS),
+        "parallel.partition_method": tuple(METHODS),
         "model.block": options.BLOCKS,
         "model.norm": options.NORMS,
         "model.residual": options.RESIDUALS,

@@ -102,20 +102,14 @@ def join_world(device: str) -> "object":
 def run_settings(spec: RunSpec, folder: Path, device: str):
     """(ds_config, DsgraphConfig) of one run, as launch/train.py would build them from train_check's
     command line."""
-    import dataclasses
-
-    from dsgraph.parallel import strategy_names
-    from dsgraph.train.config import DsgraphConfig, load_ds_config
-    from dsgraph.train.main import parse_args
+    from dsgraph.train.config import load_ds_config
+    from dsgraph.train.main import parse_args, with_options
 
     metrics = folder / f"{spec.name}.jsonl"
     cmd = train_check.command(spec, train_check.write_config(spec, folder), metrics, device, 0)
     args = parse_args(cmd[cmd.index(str(ROOT / "launch/train.py")) + 1 :])
     ds_config, cfg = load_ds_config(args.config)
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DsgraphConfig) if getattr(args, f.name, None) is not None}
-    if args.strategy in strategy_names() and args.mode is None:
-        overrides["mode"] = "full"
-    return ds_config, DsgraphConfig.from_dict({**cfg.to_dict(), **overrides}, source="command line")
+    return ds_config, with_options(cfg, args)
 
 
 def reset_seeds(seed: int = 0) -> None:

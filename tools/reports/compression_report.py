@@ -29,7 +29,7 @@ SETTINGS = {  # name: (comm_dtype, comm_grad_dtype)
 
 
 def variant(config: str, strategy: str, comm_dtype: str, grad_dtype: str, out_dir: str) -> str:
-    keys = {"strategy": strategy, "comm_dtype": comm_dtype, "comm_grad_dtype": grad_dtype}
+    keys = {"strategy": strategy, "parallel": {"comm_dtype": comm_dtype, "comm_grad_dtype": grad_dtype}}
     return write_variant(config, out_dir, f"{strategy}_{comm_dtype}_{grad_dtype}", keys)
 
 

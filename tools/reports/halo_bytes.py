@@ -37,7 +37,7 @@ def _rank(rank: int, args, port: int, out_dir: str) -> None:
 
     from dsgraph.comm import GraphParallelGroup, RowSplit
     from dsgraph.parallel import StrategyContext, auto_candidates, get_strategy
-    from dsgraph.modes.full.mode import rank_attention
+    from dsgraph.modes.ranks import rank_attention
     from dsgraph.train.trainer import init_distributed
 
     torch.set_num_threads(1)

@@ -5,7 +5,8 @@ checkpointing, on one R-MAT graph; a JSON of every run and a plot.
     python -m tools.reports.memory_report --dataset rmat:15 --json-out runs/memory/report.json --plot runs/memory/report.png
     python -m tools.reports.memory_report --dataset rmat:18 --strategies ag,ag_ring --ranks 1,4 --layers 2 --checkpointing off
     python -m tools.reports.memory_report --merge a.json,b.json --json-out all.json --plot all.png   # one table and plot of earlier runs
-    python -m tools.reports.memory_report --dataset rmat:18 --strategies ag --ranks 1,4 --layers 2 --checkpointing off --set '{"regather_kv": true, "comm_chunks": 8}'
+    python -m tools.reports.memory_report --dataset rmat:18 --strategies ag --ranks 1,4 --checkpointing off \\
+        --layers 2 --set '{"parallel": {"regather_kv": true, "comm_chunks": 8}}'
 
 Each run is the training command (``python -m deepspeed.launcher.runner --num_accelerators P
 launch/train.py``, CPU ranks, fp32, ZeRO-2, hidden 128, 8 heads by default, dropout 0.1) for
@@ -49,7 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--epochs", type=int, default=2, help="training epochs per run (default 2)")
     p.add_argument("--set", dest="settings", default="{}", metavar="JSON",
-                   help='more "dsgraph" settings for every run, a JSON object, e.g. \'{"regather_kv": true, "comm_chunks": 8}\'')
+                   help='more "dsgraph" settings for every run, a JSON object, e.g. '
+                   '\'{"parallel": {"regather_kv": true, "comm_chunks": 8}}\'')
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run (default 900)")
     p.add_argument("--port", type=int, default=29690, help="master port of the runs")
     p.add_argument("--json-out", default="runs/memory/report.json")

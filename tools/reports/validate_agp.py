@@ -81,7 +81,7 @@ def _rank_sweep(rank, p, cfgs, reps, backend):
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.models.graph_transformer import TransformerBlock
     from dsgraph.parallel import StrategyContext, get_strategy
-    from dsgraph.modes.full.mode import rank_attention
+    from dsgraph.modes.ranks import rank_attention
     from dsgraph.train.trainer import init_distributed
 
     warnings.filterwarnings("ignore")

@@ -1,22 +1,22 @@
 """Isolated (Grappa-style) training, mode 'isolated': every rank trains on its chunks' local
 subgraph (plus a halo cache) with one-rank attention, so a training step moves no activations.
-The chunks rotate round-robin every ``repart_every`` epochs (a super-epoch; see
+The chunks rotate round-robin every ``isolated.repart_every`` epochs (a super-epoch; see
 ``dsgraph.modes.isolated.chunks``); the next super-epoch is loaded ahead by a background thread and its
 halo features arrive at the switch.
 
-Each epoch is a pass over the rank's training nodes in ``isolated_batch_size`` mini-batches (the
+Each epoch is a pass over the rank's training nodes in ``isolated.batch_size`` mini-batches (the
 same number of batches on every rank), each one optimizer step on the whole local subgraph with the
 loss on the batch: ``sum_i c_i * loss_i / |B|`` (the seed's batch-level correction, c from
-``isolated_correction``).
+``isolated.correction``).
 
-- ``isolated_sync: "super_epoch"`` (the default, Grappa's): the steps are local (no collective) and
+- ``isolated.sync: "super_epoch"`` (the default, Grappa's): the steps are local (no collective) and
   the ranks average their parameters after the last step of each super-epoch (``sync.LocalSteps``:
-  weighted by training nodes, the change since the last boundary sent in ``isolated_comm_dtype``).
+  weighted by training nodes, the change since the last boundary sent in ``isolated.comm_dtype``).
   Adam's moments are not averaged: each rank keeps its own (they describe its own gradients), so a
   boundary sends the parameters once and nothing else. Gradient clipping uses the rank's own norm.
   This needs ZeRO stage 0 in fp32 (the rank holds the whole optimizer state); other engines are
   refused with a message naming the fix.
-- ``isolated_sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
+- ``isolated.sync: "step"``: DeepSpeed reduces the gradients in every step; the loss is then
   ``sum_i c_i * loss_i * W / sum_r |B_r|``, the mean over the global batch.
 
 Global attention (model option ``global_attention``) spans the rank's local subgraph (its chunks and
@@ -45,10 +45,10 @@ from dsgraph.modes.isolated.chunks import (
 from dsgraph.modes.isolated.chunk_store import (
     COMM_DTYPES, ChunkLoader, ChunkPrefetcher, LoadSettings, SuperEpochData, exchange_halo, write_chunk_store,
 )  # fmt: skip
-from dsgraph.modes.full.mode import GraphOnRanks
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.modes.base import Mode, Step
-from dsgraph.modes.sampled.mode import edge_features, local_attention
+from dsgraph.modes.isolated.config import IsolatedConfig
+from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,17 @@ class Isolated(Mode):
     """``switch_times`` lists (super-epoch, stall seconds, load seconds) of every switch."""
 
     name = "isolated"
+    section, Config = "isolated", IsolatedConfig
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        isolated = cfg.isolated
+        isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+
+    @classmethod
+    def can_checkpoint(cls, cfg, epoch: int) -> bool:
+        """With super-epoch sync only at super-epoch boundaries (the ranks' parameters differ between them)."""
+        return cfg.isolated.sync != "super_epoch" or (epoch + 1) % cfg.isolated.repart_every == 0
 
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
@@ -97,7 +108,7 @@ class Isolated(Mode):
             f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}")  # fmt: skip
 
     def _write_store(self, graph) -> str:
-        """Rank 0 chooses the chunks; with ``isolated_store`` rank 0 writes the store there, otherwise
+        """Rank 0 chooses the chunks; with ``isolated.store`` rank 0 writes the store there, otherwise
         every rank writes its own copy in a temporary folder (removed at exit)."""
         cfg, rank = self.cfg, self.pg.rank
         num_chunks = self.schedule.num_chunks

@@ -22,38 +22,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dsgraph.comm import GlobalNodes, GraphParallelGroup
-from dsgraph.graph import Graph, encodings, load_dataset
+from dsgraph.comm import GlobalNodes
+from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
-from dsgraph.parallel import StrategyContext, get_strategy
 from dsgraph.modes.sampled import (
     FEATURE_DTYPES, BatchBuilder, FeatureStore, MiniBatch, NeighborSampler, Prefetcher, epoch_batches,
     sampling_frequency_scores,
 )  # fmt: skip
 from dsgraph.modes.base import EvalBatch, Mode, Step
-
-LOCAL_STRATEGY = "ag"  # a graph held whole by one rank: the plain op (every strategy reduces to it on one rank)
-
-
-def local_attention(graph: RankGraph, backend: str, global_nodes: GlobalNodes | None = None):
-    """The attention of a graph held whole by this rank (already on its device). ``global_nodes``:
-    what global attention spans (default: this graph's nodes, no collective)."""
-    pg = GraphParallelGroup.single(graph.num_nodes)
-    attention = get_strategy(LOCAL_STRATEGY).build(graph, pg, StrategyContext(heads=1, backend=backend))
-    attention.global_nodes = global_nodes
-    return attention
-
-
-def edge_features(graph: Graph, reads_edges: bool, dataset: str) -> Graph:
-    """``graph`` as a mode that holds it whole needs it: its edge features kept when the model reads
-    them (a ValueError when it has none), dropped otherwise."""
-    if reads_edges and graph.edge_attr is None:
-        raise ValueError(f"dataset '{dataset}': the model reads edge features (model.edge_features), but the graph has no "
-                         "edge_attr; use a dataset with edge features, or set model.edge_features to \"none\"")  # fmt: skip
-    if not reads_edges:
-        graph.edge_attr = graph.added_loops = None
-    return graph
-
+from dsgraph.modes.sampled.config import SampledConfig
+from dsgraph.modes.ranks import edge_features, local_attention
 
 def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
     """The features of a sampled subgraph's edges (added self loops: zero rows, marked)."""
@@ -84,6 +62,12 @@ class Sampled(Mode):
     """One epoch is a pass over the training nodes in global batches."""
 
     name = "sampled"
+    section, Config = "sampled", SampledConfig
+    uses_strategy = False  # batches and evaluation run the plain op on a graph this rank holds whole
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
 
     def __init__(self, cfg, pg, control, log, heartbeat):
         self.cfg, self.pg, self.log = cfg, pg, log

@@ -16,7 +16,7 @@ from dsgraph.graph import load_npz
 from dsgraph.graph.rank_graph import whole_graph
 from dsgraph.modes.isolated.chunks import RotationSchedule
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.modes.sampled.mode import local_attention
+from dsgraph.modes.ranks import local_attention
 from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, write_random_graph
