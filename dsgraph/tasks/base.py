@@ -147,7 +147,7 @@ class Task(ABC):
         """The node pairs ``dsgraph predict --edges FILE`` asks to score; only a task that scores
         pairs takes them."""
         if path is not None:
-            raise ValueError("--edges scores node pairs; it needs a link task (\"task\": \"link\" in the config)")
+            raise ValueError('--edges scores node pairs; it needs a link task ("task": "link" in the config)')
         return None
 
     @property

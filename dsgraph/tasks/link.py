@@ -35,8 +35,8 @@ def hits_k(metric: str) -> int | None:
 
 
 class LinkTask(Task):
-    metrics = METRICS
     name = "link"
+    metrics = METRICS
     section = "link"
     Config = LinkConfig
 
@@ -100,7 +100,9 @@ class LinkTask(Task):
         """The encoder (output width: the embedding width) with its decoder; ``num_outputs`` is not read."""
         link = self.cfg.link
         encoder = transformer(self.cfg, in_dim, link.embedding_dim, encoding_widths, edge_dim)
-        return LinkPredictor(encoder, make_decoder(link.decoder, link.embedding_dim, link.decoder_hidden or link.embedding_dim))
+        return LinkPredictor(
+            encoder, make_decoder(link.decoder, link.embedding_dim, link.decoder_hidden or link.embedding_dim)
+        )
 
     def losses(self, scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Scores [m] of pairs, labels 1/0 [m]: BCE per pair, pairs on the right side of 0, pairs."""
@@ -115,7 +117,10 @@ class LinkTask(Task):
         [m] (logits; sigmoid gives the probability), each rank scoring those whose first node it owns."""
         z = model(batch.x, batch.attention, batch.node_ids, 0, batch.enc)
         n = data.ranks.graph.num_nodes
-        out = Export({"embeddings": ((n, z.shape[1]), "float32")}, [(batch.node_ids.cpu().numpy(), {"embeddings": z.float().cpu().numpy()})])
+        out = Export(
+            {"embeddings": ((n, z.shape[1]), "float32")},
+            [(batch.node_ids.cpu().numpy(), {"embeddings": z.float().cpu().numpy()})],
+        )
         out.described = f"embeddings [{n}, {z.shape[1]}]"
         if pairs is None:
             return out

@@ -25,8 +25,8 @@ METRICS = ("accuracy", "rocauc", "ap", "f1_micro", "f1_macro")
 
 
 class NodeTask(Task):
-    metrics = METRICS
     name = "node"
+    metrics = METRICS
 
     @classmethod
     def check_metric(cls, metric: str | None) -> None:

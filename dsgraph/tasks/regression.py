@@ -46,23 +46,27 @@ def regression_values(sums: torch.Tensor, deviations: torch.Tensor) -> list[dict
     for (rows, _, sse, sae), sst in zip(sums.cpu().tolist(), deviations.cpu().tolist()):
         n = rows[0] * len(rows)
         r2 = [1.0 - e / s if s > 0 else float("nan") for e, s in zip(sse, sst)]
-        out.append({
-            "mse": sum(sse) / n if n else float("nan"),
-            "mae": sum(sae) / n if n else float("nan"),
-            "r2": sum(r2) / len(r2) if rows[0] else float("nan"),
-        })  # fmt: skip
+        out.append(
+            {
+                "mse": sum(sse) / n if n else float("nan"),
+                "mae": sum(sae) / n if n else float("nan"),
+                "r2": sum(r2) / len(r2) if rows[0] else float("nan"),
+            }
+        )
     return out
 
 
 class RegressionTask(Task):
-    metrics = METRICS
     name = "regression"
+    metrics = METRICS
     continuous_target = True
 
     @classmethod
     def check_metric(cls, metric: str | None) -> None:
         if metric is not None and metric not in METRICS:
-            raise ValueError(f"'metric' of a regression task must be one of {', '.join(METRICS)} (or null: mse); got '{metric}'")
+            raise ValueError(
+                f"'metric' of a regression task must be one of {', '.join(METRICS)} (or null: mse); got '{metric}'"
+            )
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -72,8 +76,9 @@ class RegressionTask(Task):
         if cfg.mode != "full":
             raise ValueError(f"'task': 'regression' trains in mode 'full' (every strategy), not mode '{cfg.mode}'")
         if cfg.partitions is not None:
-            raise ValueError("'task': 'regression' reads its targets from the dataset file, not a partition store; "
-                             "drop 'partitions'")  # fmt: skip
+            raise ValueError(
+                "'task': 'regression' reads its targets from the dataset file, not a partition store; drop 'partitions'"
+            )
 
     @property
     def default_metric(self) -> str:
@@ -94,9 +99,9 @@ class RegressionTask(Task):
         if batch.reduce:
             all_reduce(sums)
         mean = sums[:, 1] / sums[:, 0].clamp_min(1.0)  # [S, T]
-        deviations = torch.stack([
-            ((_as_columns(batch.y[m]).double() - mean[i]) ** 2).sum(0) for i, m in enumerate(batch.masks)
-        ])  # fmt: skip
+        deviations = torch.stack(
+            [((_as_columns(batch.y[m]).double() - mean[i]) ** 2).sum(0) for i, m in enumerate(batch.masks)]
+        )
         if batch.reduce:
             all_reduce(deviations)
         out = {"loss": float("nan")}
