@@ -65,3 +65,12 @@ def test_model_selection_direction_is_the_tasks():
     assert regression.higher_is_better("r2")
     node = get_task("node")(DsgraphConfig())
     assert node.higher_is_better("accuracy")
+
+
+def test_model_selection_keeps_the_lowest_value_when_lower_is_better():
+    from dsgraph.train.trainer import improves, new_best, upgrade_best
+
+    best = new_best("mse", higher_is_better=False)
+    assert best["val"] == float("inf") and improves(0.5, best["val"], False) and not improves(0.6, 0.5, False)
+    assert not improves(float("nan"), best["val"], False) and not improves(float("nan"), float("-inf"), True)
+    assert improves(0.7, 0.6, True) and upgrade_best({"metric": "r2", "val": 0.9}, "mse", False)["val"] == float("inf")
