@@ -26,8 +26,9 @@ class Inference:
         self.pg = self.mode.pg
         self.task.set_data(self.mode.num_classes, self.mode.multilabel)
         dtype = torch.bfloat16 if bf16 else torch.float32
-        mode = self.mode
-        self.model = self.task.build_model(mode.num_features, mode.num_classes, mode.encoding_widths, mode.num_edge_features)
+        self.model = self.task.build_model(
+            self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths, self.mode.num_edge_features
+        )
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "

@@ -79,7 +79,8 @@ def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
 def new_best(metric: str, higher_is_better: bool = True) -> dict:
     """The model-selection state: the best validation value of ``metric`` (the highest, or the
     lowest when lower is better), its epoch's test value."""
-    return {"metric": metric, "val": float("-inf") if higher_is_better else float("inf"), "test": float("nan"), "epoch": -1}
+    worst = float("-inf") if higher_is_better else float("inf")
+    return {"metric": metric, "val": worst, "test": float("nan"), "epoch": -1}
 
 
 def upgrade_best(best: dict, metric: str, higher_is_better: bool = True) -> dict:
@@ -205,7 +206,8 @@ class Trainer:
         self.heartbeat("loading the latest checkpoint")
         self.resumed = checkpoint.load_latest(self.engine, self.cfg, heartbeat=self.heartbeat)
         state = self.resumed.client_state
-        self.start_epoch, self.best = state["epoch"] + 1, upgrade_best(state["best"], self.metric, self.higher_is_better)
+        self.start_epoch = state["epoch"] + 1
+        self.best = upgrade_best(state["best"], self.metric, self.higher_is_better)
 
     def _write_events(self, metrics: MetricsWriter) -> None:
         attention = self.mode.train_attention
