@@ -1,6 +1,8 @@
 """Node regression's metrics equal scikit-learn's, from sums over ranks (here: split into parts and
 summed, as the all-reduce does), for targets [N] and [N, T]; float targets load only for it."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -31,7 +33,7 @@ def test_mse_mae_r2_equal_sklearn_summed_over_ranks(targets, ranks):
     masks = [split < 0.5, (split >= 0.5) & (split < 0.7), split >= 0.7]
     task = RegressionTask()
     bounds = np.linspace(0, n, ranks + 1).astype(int)  # each "rank" holds a contiguous share of the rows
-    rank_rows = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    rank_rows = [slice(a, b) for a, b in itertools.pairwise(bounds)]
     per_rank = []
     for rows in rank_rows:
         out = torch.from_numpy(pred[rows]).reshape(-1, targets or 1).float()

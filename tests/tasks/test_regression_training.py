@@ -16,7 +16,7 @@ from tests.train.helpers import ds_config, dump, load, make_trainer
 pytestmark = pytest.mark.slow
 
 STRATEGIES = ("ag", "a2a", "halo", "ag_ring", "auto")
-SETTINGS = dict(task="regression", epochs=3, eval_every=1, dropout=0.0, input_dropout=0.0)
+SETTINGS = {"task": "regression", "epochs": 3, "eval_every": 1, "dropout": 0.0, "input_dropout": 0.0}
 
 
 def regression_graph(targets: int = 0) -> Graph:
@@ -30,7 +30,7 @@ def regression_graph(targets: int = 0) -> Graph:
     deg = np.maximum(np.bincount(dst, minlength=g.num_nodes), 1)[:, None]
     y = s + np.stack([np.bincount(dst, weights=s[src, t], minlength=g.num_nodes) for t in range(s.shape[1])], 1) / deg
     y = (y if targets else y[:, 0]).astype(np.float32)
-    masks = dict(train_mask=g.train_mask.numpy(), val_mask=g.val_mask.numpy(), test_mask=g.test_mask.numpy())
+    masks = {"train_mask": g.train_mask.numpy(), "val_mask": g.val_mask.numpy(), "test_mask": g.test_mask.numpy()}
     return Graph.from_edges(src, dst, x=g.x.numpy(), y=y, **masks, num_nodes=g.num_nodes, continuous=True)
 
 
@@ -91,7 +91,7 @@ def _settings(tmp):
 
 
 def _predict(rank, world, tmp, strategy):
-    settings = dict(hidden=32, heads=4, layers=2, self_loops=False, seed=3)
+    settings = {"hidden": 32, "heads": 4, "layers": 2, "self_loops": False, "seed": 3}
     cfg = DsgraphConfig.from_dict({**settings, **_settings(tmp), "strategy": strategy})
     inference = Inference(cfg, torch.device("cpu"), cfg.checkpoint_dir, None, log=lambda line: None)
     described = inference.write(f"{tmp}/pred{world}_{strategy}.npz")
