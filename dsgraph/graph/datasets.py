@@ -13,7 +13,15 @@ from importlib import resources
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.graph.npz import load_npz, save_npz
-from dsgraph.graph.rmat import GENERATOR_VERSION, parse_rmat_spec, rmat_edge_types, rmat_graph, rmat_labels, rmat_structural
+from dsgraph.graph.rmat import (
+    GENERATOR_VERSION,
+    parse_rmat_spec,
+    rmat_edge_types,
+    rmat_graph,
+    rmat_labels,
+    rmat_regression,
+    rmat_structural,
+)
 
 BUNDLED = ("cora",)
 
@@ -35,8 +43,10 @@ def load_dataset(spec: str, seed: int = 0, choice: SplitChoice | None = None) ->
 
 
 def _unknown(spec: str) -> ValueError:
-    return ValueError(f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, "
-                      "rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural] or a path to a .npz file")
+    return ValueError(
+        f"dataset '{spec}': expected one of {', '.join(BUNDLED)}, "
+        "rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural|:regression] or a path to a .npz file"
+    )
 
 
 def cache_dir() -> str:
@@ -52,6 +62,7 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
         scale, edge_factor = parse_rmat_spec(spec)
         labels = f"_labels{rmat_labels(spec)}" if rmat_labels(spec) else "_structural" if rmat_structural(spec) else ""
         labels += f"_etypes{rmat_edge_types(spec)}" if rmat_edge_types(spec) else ""
+        labels += "_regression" if rmat_regression(spec) else ""
         path = os.path.join(cache_dir(), f"rmat_s{scale}_ef{edge_factor}{labels}_seed{seed}_v{GENERATOR_VERSION}.npz")
         return path, os.path.isfile(path)
     if spec.endswith(".npz") or os.path.exists(spec):
@@ -63,7 +74,7 @@ def dataset_file(spec: str, seed: int = 0) -> tuple[str, bool]:
 
 def cached_dataset(spec: str, seed: int = 0) -> str:
     """The .npz of ``spec`` (``dataset_file``), a synthetic graph generated into the cache first if
-    it is not there yet; for one process (a job's ranks go through ``train/file_source.py``)."""
+    it is not there yet; for one process (a job's ranks go through ``graph/file_loading.py``)."""
     path, exists = dataset_file(spec, seed)
     if not exists:
         write_synthetic(spec, seed, path)

@@ -41,7 +41,8 @@ class Graph(CsrSizes):
     rowptr: torch.Tensor  # int64 [N+1]
     col: torch.Tensor  # int32 [E], source node of each in-edge, sorted by destination
     x: torch.Tensor  # float32 [N, F]
-    y: torch.Tensor  # int64 [N], -1 marks an unlabelled node; or float32 [N, T] multi-label, NaN = missing
+    y: torch.Tensor  # int64 [N], -1 marks an unlabelled node; float32 [N, T] multi-label, NaN = missing; or a
+    # continuous target (task 'regression'), float32 [N] or [N, T]
     train_mask: torch.Tensor  # bool [N]
     val_mask: torch.Tensor  # bool [N]
     test_mask: torch.Tensor  # bool [N]
@@ -75,9 +76,12 @@ class Graph(CsrSizes):
 
     @property
     def num_classes(self) -> int:
-        """Classes of a single-label task, labels T of a multi-label one."""
+        """Classes of a single-label task, labels T of a multi-label one, targets of a continuous one
+        (1 for a float [N] target)."""
         if self.multilabel:
             return int(self.y.shape[1])
+        if self.y.is_floating_point():
+            return 1
         return int(self.y.max().item()) + 1 if self.num_nodes else 0
 
     @classmethod
@@ -95,13 +99,14 @@ class Graph(CsrSizes):
         name: str = "graph",
         source: str = "input",
         edge_attr=None,
+        continuous: bool = False,
     ) -> "Graph":
         """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
         ``enc`` holds the counted encodings of these edges (``encodings.counted``).
 
         ``edge_attr``: None or [E, F_e] numeric, row e the features of edge src[e] -> dst[e]; it is
         reordered with the edges. ``source`` names where the arrays came from; it prefixes every
-        error message.
+        error message. ``continuous``: ``y`` is a continuous target (float32 [N] or [N, T], as given).
         """
         src = np.asarray(src)
         dst = np.asarray(dst)
@@ -117,7 +122,7 @@ class Graph(CsrSizes):
             rowptr=torch.from_numpy(rowptr),
             col=torch.from_numpy(src[order].astype(np.int32)),
             x=_as_features(x, source),
-            y=_as_labels(np.asarray(y)),
+            y=torch.from_numpy(np.asarray(y, dtype=np.float32)) if continuous else _as_labels(np.asarray(y)),
             train_mask=torch.from_numpy(np.asarray(train_mask).astype(bool)),
             val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
@@ -149,8 +154,8 @@ class Graph(CsrSizes):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0, 0])
             raise ValueError(f"{source}: features 'x' contain NaN or Inf (first at node {bad})")
         check_edge_features(self.edge_attr, self.added_loops, self.num_edges, source)
-        if self.multilabel:
-            return  # missing labels are NaN; label_checks.py checked the values
+        if self.multilabel or self.y.is_floating_point():
+            return  # missing labels are NaN, a continuous target is any float; label_checks.py checked the values
         if n and int(self.y.min()) < -1:
             raise ValueError(f"{source}: labels 'y' must be class ids >= 0 (or -1 for unlabelled)")
         for name in ("train_mask", "val_mask", "test_mask"):

@@ -1,8 +1,10 @@
 """Labels and split masks checked for the task before anything trains on them.
 
 - Class labels must be integers: a float ``y`` [N] holding non-integer values (0.5, 1.5) is refused
-  rather than cast (dsgraph trains no regression task). A float ``y`` [N, T] is a multi-label
+  rather than cast (a continuous target is for task 'regression'). A float ``y`` [N, T] is a multi-label
   target: 0/1 per (node, label), -1 or NaN for a missing label.
+- A continuous target (``SplitChoice.continuous``, task 'regression') is numeric [N] or [N, T], kept
+  as float32; every node in train/val/test must have finite values (``check_targets``).
 - Masks [S, N] hold S fixed splits; ``split`` picks one (0-based), [N] masks are split 0.
 - A node in two of train/val/test is refused (the counts are in the message) unless the run allows
   overlapping splits.
@@ -19,10 +21,12 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class SplitChoice:
-    """Which of a file's fixed splits a run uses, and whether its sets may overlap."""
+    """Which of a file's fixed splits a run uses, whether its sets may overlap, and how it reads 'y'."""
 
     split: int = 0
     allow_overlap: bool = False
+    continuous: bool = False
+    """'y' is a continuous target (task 'regression'): float [N] or [N, T], not class ids."""
 
 
 def select_split(path: str, name: str, mask: np.ndarray, num_nodes: int, split: int) -> np.ndarray:
@@ -62,8 +66,16 @@ def check_overlap(path: str, masks: dict[str, np.ndarray], names: dict[str, str]
                          "\"allow_overlapping_splits\": true if the overlap is intended")  # fmt: skip
 
 
-def check_labels(path: str, name: str, y: np.ndarray) -> bool:
-    """Checks the labels array; returns whether it is a multi-label target ([N, T] float)."""
+def check_labels(path: str, name: str, y: np.ndarray, continuous: bool = False) -> bool:
+    """Checks the labels array; returns whether it is a multi-label target ([N, T] float).
+    ``continuous``: a regression target, numeric [N] or [N, T] (never multi-label)."""
+    if continuous:
+        if y.ndim not in (1, 2) or not np.issubdtype(y.dtype, np.number):
+            raise ValueError(
+                f"{path}: the regression target '{name}' must be numeric [N] or [N, T], got {y.dtype} of shape "
+                f"{y.shape}"
+            )
+        return False
     if y.ndim == 2:
         if not np.issubdtype(y.dtype, np.number) and y.dtype != np.bool_:
             raise ValueError(f"{path}: multi-label array '{name}' must be numeric, got {y.dtype}")
@@ -72,7 +84,8 @@ def check_labels(path: str, name: str, y: np.ndarray) -> bool:
         if not ok.all():
             node, label = (int(i[0]) for i in np.nonzero(~ok))
             raise ValueError(f"{path}: multi-label array '{name}' [N, T] must hold 0 or 1 (-1 or NaN: missing); "
-                             f"node {node}, label {label} holds {values[node, label]}")  # fmt: skip
+                             f"node {node}, label {label} holds {values[node, label]} (a continuous target trains "
+                             "with \"task\": \"regression\")")  # fmt: skip
         return True
     if y.ndim != 1:
         raise ValueError(f"{path}: labels '{name}' must be [N] class ids or [N, T] multi-label, got shape {y.shape}")
@@ -81,7 +94,21 @@ def check_labels(path: str, name: str, y: np.ndarray) -> bool:
         bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)))
         if bad.size:
             raise ValueError(f"{path}: labels '{name}' are {y.dtype} and node {int(bad[0])} holds {values[bad[0]]}, which is "
-                             "not a class id; class labels must be integers (dsgraph trains no regression task)")  # fmt: skip
+                             "not a class id; class labels must be integers (a continuous target trains with "
+                             "\"task\": \"regression\")")  # fmt: skip
     elif not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"{path}: labels '{name}' must be integer class ids, got {y.dtype}")
     return False
+
+
+def check_targets(path: str, name: str, y: np.ndarray, masks: dict[str, np.ndarray]) -> None:
+    """A continuous target must be finite at every node of train/val/test (NaN elsewhere is fine)."""
+    for mask_name, mask in masks.items():
+        values = np.asarray(y[np.asarray(mask, bool)], dtype=np.float64)
+        bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)
+        if bad.any():
+            node = int(np.flatnonzero(np.asarray(mask, bool))[np.flatnonzero(bad)[0]])
+            raise ValueError(
+                f"{path}: the regression target '{name}' is NaN or Inf at node {node}, which is in "
+                f"'{mask_name}'; every node of train/val/test needs a finite target"
+            )

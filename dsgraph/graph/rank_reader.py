@@ -18,7 +18,7 @@ import torch
 
 from dsgraph.graph import encodings, layout
 from dsgraph.graph.graph import Graph
-from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, num_splits, select_split
+from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, check_targets, num_splits, select_split
 from dsgraph.graph.npz_map import open_arrays
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData
 
@@ -51,11 +51,14 @@ class DatasetFile:
             raise ValueError(f"{path}: features '{self.names['x']}' must be 2-D [N, F], got shape {a['x'].shape}")
         if a["y"].shape[0] != self.num_nodes:
             raise ValueError(f"{path}: array '{self.names['y']}' has {a['y'].shape[0]} rows but the graph has {self.num_nodes} nodes")
-        self.multilabel = check_labels(path, self.names["y"], a["y"])
+        self.continuous = choice.continuous
+        self.multilabel = check_labels(path, self.names["y"], a["y"], self.continuous)
         self.splits = num_splits(a["train_mask"])
         for name in layout.MASKS:
             a[name] = select_split(path, self.names[name], a[name], self.num_nodes, choice.split)
         check_overlap(path, {k: a[k] for k in layout.MASKS}, self.names, choice.allow_overlap)
+        if self.continuous:
+            check_targets(path, self.names["y"], a["y"], {self.names[k]: a[k] for k in layout.MASKS})
 
     def _check_src_dst(self) -> None:
         a, path = self.arrays, self.path
@@ -177,8 +180,10 @@ class DatasetFile:
 
     def num_classes(self) -> int:
         y = self.arrays["y"]
-        if self.multilabel:
+        if self.multilabel or (self.continuous and y.ndim == 2):
             return int(y.shape[1])
+        if self.continuous:
+            return 1
         return int(np.max(y)) + 1 if y.size else 0
 
     def rows(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None) -> Csr:
@@ -223,8 +228,11 @@ class DatasetFile:
         return csr, EdgeData(attr=torch.from_numpy(attr), added_loop=torch.from_numpy(added))
 
     def _labels(self, ids: np.ndarray) -> np.ndarray:
-        """int64 class ids [n], or float32 [n, T] multi-label targets with NaN for missing labels."""
+        """int64 class ids [n], float32 [n, T] multi-label targets with NaN for missing labels, or a
+        continuous target float32 [n] or [n, T] as stored."""
         y = np.asarray(self.arrays["y"][ids])
+        if self.continuous:
+            return y.astype(np.float32)
         if self.multilabel:
             y = y.astype(np.float32)
             y[y == -1] = np.nan
@@ -247,7 +255,7 @@ class DatasetFile:
         nodes = self.node_data(ids, ids)
         graph = Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
                                  val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
-                                 name=name, source=self.path, edge_attr=attr)  # fmt: skip
+                                 name=name, source=self.path, edge_attr=attr, continuous=self.continuous)  # fmt: skip
         graph.enc.update(self.node_encodings(ids, self.stored))  # the counted ones came with the edges
         return graph
 
@@ -270,7 +278,7 @@ class DatasetFile:
         y = self._labels(ids)
         masks = {name: np.asarray(a[name][ids]).astype(bool) for name in layout.MASKS}
         for name, mask in masks.items():
-            if not self.multilabel and (mask & (y < 0)).any():
+            if not (self.multilabel or self.continuous) and (mask & (y < 0)).any():
                 raise ValueError(f"{path}: '{self.names[name]}' selects a node whose label is -1 (unlabelled)")
         t = torch.from_numpy
         return NodeData(node_ids=t(np.asarray(node_ids, dtype=np.int64)), x=t(x), y=t(y), **{k: t(v) for k, v in masks.items()},

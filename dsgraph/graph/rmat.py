@@ -24,6 +24,13 @@ edges stay among themselves more often than chance) and ``NUM_STRUCTURAL`` dense
 features per node that carry no label directly (``structural_features``: log degrees, statistics
 of the neighbours' degrees, reciprocity). The class shows in degrees only in part; a model does
 better by looking at whom a node is linked to.
+
+``rmat:SCALE[:EF]:regression`` plants a continuous target (task 'regression') on the default graph
+and features: a fixed random direction w [NUM_FEATURES] (from the seed) scores every node,
+s_i = <x_i, w> / sqrt(NUM_FEATURES), and the target is y_i = s_i + the mean of s_j over the
+in-neighbours j of i (0 without in-neighbours), standardised to mean 0 and variance 1 over all
+nodes (float32 [N]). Deterministic and noise-free: a node's features explain part of it, its
+neighbourhood the rest, so attention over the in-edges is needed for R2 near 1 (``planted_target``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ LABEL_MISSING = 0.1
 TYPE_DOMINANCE = 0.5  # edge_types: chance that an in-edge has its destination's dominant type
 OPTIONS = ("labels", "edge_types")  # the spec's optional last part: NAME=T
 STRUCTURAL = "structural"  # or the last part 'structural': 'rmat:SCALE[:EF]:structural'
+REGRESSION = "regression"  # or the last part 'regression': 'rmat:SCALE[:EF]:regression'
 MINORITY_SHARE = 0.2  # structural: class 1's share of the nodes
 NUM_STRUCTURAL = 7
 
@@ -76,13 +84,18 @@ def rmat_structural(spec: str) -> bool:
     return spec.split(":")[-1] == STRUCTURAL
 
 
+def rmat_regression(spec: str) -> bool:
+    """Whether ``spec`` is 'rmat:SCALE[:EF]:regression' (a continuous target, ``planted_target``)."""
+    return spec.split(":")[-1] == REGRESSION
+
+
 def parse_rmat_spec(spec: str) -> tuple[int, int]:
-    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural]`` -> (scale, edge_factor)."""
+    """``rmat:SCALE[:EDGE_FACTOR][:labels=T|:edge_types=T|:structural|:regression]`` -> (scale, edge_factor)."""
     parts = spec.split(":")
     if any(parts[-1].startswith(f"{name}=") for name in OPTIONS):
         rmat_labels(spec), rmat_edge_types(spec)
         parts = parts[:-1]
-    elif parts[-1] == STRUCTURAL:
+    elif parts[-1] in (STRUCTURAL, REGRESSION):
         parts = parts[:-1]
     if parts[0] != "rmat" or len(parts) not in (2, 3):
         raise ValueError(f"dataset '{spec}': expected rmat:SCALE[:EDGE_FACTOR], for example rmat:12:16")
@@ -134,6 +147,17 @@ def planted_edge_types(dst: np.ndarray, n: int, types: int, rng: np.random.Gener
     top = counts.max(axis=1)
     y = np.where((top > 0) & ((counts == top[:, None]).sum(axis=1) == 1), counts.argmax(axis=1), -1)
     return np.eye(types, dtype=np.float32)[edge_type], y.astype(np.int64)
+def planted_target(x: np.ndarray, src: np.ndarray, dst: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """float32 [n]: the continuous target of 'rmat:...:regression' (module docstring) from the
+    features [n, F] and the edges src -> dst."""
+    n, f = x.shape
+    w = rng.standard_normal(f)
+    s = x.astype(np.float64) @ w / np.sqrt(f)
+    degree = np.bincount(dst, minlength=n)
+    y = s + np.bincount(dst, weights=s[src], minlength=n) / np.maximum(degree, 1)
+    return ((y - y.mean()) / y.std()).astype(np.float32)
+
+
 def structural_features(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     """float32 [n, NUM_STRUCTURAL] of edges src -> dst: log(1 + in-degree), log(1 + out-degree), the
     mean and the max of log(1 + in-degree) over a node's in-neighbours, its mean over the
@@ -181,8 +205,10 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
         y = np.zeros(n, dtype=np.int64)
         y[perm[: round(MINORITY_SHARE * n)]] = 1  # the first MINORITY_SHARE of the pre-permutation ids
         x = structural_features(src, dst, n)
+    if rmat_regression(spec):
+        y = planted_target(x, src, dst, rng)
     split = rng.random(n)
-    labelled = y >= 0 if y.ndim == 1 else np.ones(n, dtype=bool)
+    labelled = y >= 0 if y.ndim == 1 and not rmat_regression(spec) else np.ones(n, dtype=bool)
     return Graph.from_edges(
         src,
         dst,
@@ -195,4 +221,5 @@ def rmat_graph(spec: str, seed: int = 0) -> Graph:
         name=spec,
         source=spec,
         edge_attr=edge_attr,
+        continuous=rmat_regression(spec),
     )

@@ -20,8 +20,9 @@ def mode_names() -> list[str]:
     return list(MODES)
 
 
-def make_mode(cfg, pg, control, log, heartbeat):
-    """The configured mode, with this rank's data loaded (on the CPU)."""
+def make_mode(cfg, pg, control, log, heartbeat, task):
+    """The configured mode, with this rank's data loaded (on the CPU); ``task``: the run's task
+    object (``dsgraph.tasks``), which a mode asks for what depends on the task."""
     if cfg.mode not in MODES:
         raise ValueError(f"unknown mode '{cfg.mode}'; choose from {', '.join(MODES)}")
-    return MODES[cfg.mode](cfg, pg, control, log, heartbeat)
+    return MODES[cfg.mode](cfg, pg, control, log, heartbeat, task)

@@ -15,12 +15,12 @@ from dsgraph.agp.config import AgpConfig
 from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.models.options import ModelOptions
 from dsgraph.ops.dispatch import backend_names
-from dsgraph.modes.full.link_config import LinkConfig
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import DEFAULT_MODE, MODES, mode_names
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.parallel import Needs, ParallelConfig, get_strategy, strategy_names
-from dsgraph.train.task import TASKS, check_metric
+from dsgraph.tasks import TASKS, get_task, task_names
+from dsgraph.tasks.link_config import LinkConfig
 
 DEFAULT_STRATEGY = "ag"
 
@@ -52,14 +52,20 @@ class DsgraphConfig:
     """Accept nodes that are in two of train/val/test; by default such masks are refused with the
     counts (a test set equal to the training set reports training accuracy as test accuracy)."""
     task: str = "node"
-    """'node' (node classification, from the labels: multi-class, binary or multi-label) or 'link'
-    (link prediction on the dataset's edges, mode 'full', every strategy; the 'link' section)."""
+    """What the run learns, one of ``dsgraph.tasks.task_names()`` (``dsgraph/tasks/``): 'node' (node
+    classification, from the labels: multi-class, binary or multi-label), 'link' (link prediction on
+    the dataset's edges, mode 'full', every strategy; the 'link' section) or 'regression' (node
+    regression of a continuous target 'y' float [N] or [N, T] with MSE, mode 'full', every strategy;
+    docs/guides/regression.md)."""
     metric: str | None = None
     """The evaluation metric that eval rows report as val_<metric>/test_<metric> and that picks the
-    best epoch: 'accuracy', 'rocauc', 'ap', 'f1_micro' or 'f1_macro' (``dsgraph/train/task.py``),
-    computed exactly over all ranks' rows. null: accuracy for multi-class tasks, ROC-AUC for binary
-    and multi-label ones. Accuracy is reported as val_acc/test_acc whatever the metric. A link task:
-    'rocauc' (its default), 'ap', 'mrr' or 'hits@K' (any integer K), OGB's conventions."""
+    best epoch (the best validation value, higher or lower as the metric improves), computed exactly
+    over all ranks' rows; the task checks it. Node classification: 'accuracy', 'rocauc', 'ap',
+    'f1_micro' or 'f1_macro'; null: accuracy for multi-class tasks, ROC-AUC for binary and multi-label
+    ones; accuracy is reported as val_acc/test_acc whatever the metric. A link task: 'rocauc' (its
+    default), 'ap', 'mrr' or 'hits@K' (any integer K), OGB's conventions. Regression: 'mse' (its
+    default, lower is better), 'mae' (lower is better) or 'r2' (higher is better); all three are
+    reported."""
     early_stop_patience: int = 0
     """Stop training when this many evaluations in a row have not improved the best validation value
     of 'metric' (0: never stop early). The best evaluation stays the model selection."""
@@ -130,7 +136,7 @@ class DsgraphConfig:
     store. The older top-level spellings (isolated_chunks, repart_every, isolated_sync, ...) are
     still accepted."""
     link: LinkConfig = dataclasses.field(default_factory=LinkConfig)
-    """'task': 'link': its settings, a JSON object (``dsgraph/modes/full/link_config.py``):
+    """'task': 'link': its settings, a JSON object (``dsgraph/tasks/link_config.py``):
     val_fraction, test_fraction, split_seed, negatives, decoder, decoder_hidden, embedding_dim,
     hits_at (docs/guides/link-prediction.md)."""
     agp: AgpConfig = dataclasses.field(default_factory=AgpConfig)
@@ -178,12 +184,7 @@ class DsgraphConfig:
         _check_strategy_and_mode(self)
         if self.split < 0:
             raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
-        if self.task not in TASKS:
-            raise ValueError(f"dsgraph config: 'task' must be one of {', '.join(TASKS)}; got '{self.task}'")
-        try:
-            check_metric(self.task, self.metric)
-        except ValueError as err:
-            raise ValueError(f"dsgraph config: {err}") from None
+        _check_task(self)
         if self.backend != "auto" and self.backend not in backend_names():
             raise ValueError(f"dsgraph config: 'backend' must be one of auto, {', '.join(backend_names())}; got '{self.backend}'")
         if self.trace_steps is not None:
@@ -221,8 +222,9 @@ class DsgraphConfig:
             raise ValueError(f"{source}: {err}") from None
 
     def split_choice(self) -> SplitChoice:
-        """The dataset split this run reads (``dsgraph/graph/label_checks.py``)."""
-        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits)
+        """The dataset split this run reads, and how it reads the labels (``dsgraph/graph/label_checks.py``)."""
+        continuous = get_task(self.task).continuous_target
+        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits, continuous=continuous)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -230,7 +232,7 @@ class DsgraphConfig:
 
 SECTIONS = {  # config section -> its dataclass, from the code that owns it (each is a field of DsgraphConfig)
     **{mode.section: mode.Config for mode in MODES.values() if mode.section is not None},
-    "link": LinkConfig,
+    **{task.section: task.Config for task in TASKS.values() if task.section is not None},
     "parallel": ParallelConfig,
     "agp": AgpConfig,
 }
@@ -293,11 +295,19 @@ def _section(cls, data: dict, name: str):
 
 
 def _check_mode_sections(cfg: DsgraphConfig) -> None:
-    """What the run's mode (its ``check_config``) and task need of the rest of the run."""
+    """What the run's mode (its ``check_config``) needs of the rest of the run."""
     try:
         MODES[cfg.mode].check_config(cfg)
-        if cfg.task == "link":
-            cfg.link.check_run(mode=cfg.mode, partitions=cfg.partitions, encodings=cfg.model.encodings)
+    except ValueError as err:
+        raise ValueError(f"dsgraph config: {err}") from None
+
+
+def _check_task(cfg: DsgraphConfig) -> None:
+    """A registered task, and what it needs of the run (``Task.check_config``: metric, mode, ...)."""
+    if cfg.task not in task_names():
+        raise ValueError(f"dsgraph config: 'task' must be one of {', '.join(task_names())}; got '{cfg.task}'")
+    try:
+        get_task(cfg.task).check_config(cfg)
     except ValueError as err:
         raise ValueError(f"dsgraph config: {err}") from None
 
@@ -329,13 +339,9 @@ def _check_strategy_and_mode(cfg: DsgraphConfig) -> None:
 
 
 def _check_edge_values(cfg: DsgraphConfig) -> None:
-    """Edge features are read by node tasks (a link task's message graph is rebuilt from its
-    training pairs, without them); edge-conditioned values run where the attention takes per-edge
-    values: the strategies that say so, and modes whose attention runs no strategy (sampled: a
-    batch's attention is local, GP-AG's), on every backend."""
-    if cfg.model.reads_edges and cfg.task == "link":
-        raise ValueError("dsgraph config: task 'link' does not read edge features (its message graph is rebuilt from the "
-                         "training pairs, without them); set model.edge_features to \"none\"")  # fmt: skip
+    """Edge-conditioned values run where the attention takes per-edge values: the strategies that
+    say so, and modes whose attention runs no strategy (sampled: a batch's attention is local,
+    GP-AG's), on every backend (whether the task reads edge features at all is its own check)."""
     if cfg.model.edge_features != "bias_value":
         return
     takes = [n for n in strategy_names() if get_strategy(n).edge_values]

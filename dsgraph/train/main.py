@@ -16,8 +16,9 @@ import threading
 from dsgraph.graph.partition import METHODS
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
+from dsgraph.tasks import TASKS
+from dsgraph.tasks.base import metrics_help
 from dsgraph.train.config import SECTIONS, DsgraphConfig, load_ds_config, with_overrides
-from dsgraph.train.task import METRICS
 from dsgraph.modes.registry import DEFAULT_MODE, mode_names
 from dsgraph.runtime.watchdog import Watchdog
 
@@ -51,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", choices=["auto", *backend_names()], help="sparse attention kernel (default auto: the fastest "
                    "that runs the inputs)")
     p.add_argument("--split", type=int, help="which of the dataset's fixed splits (masks [S, N]) to train on, 0-based")
-    p.add_argument("--metric", choices=METRICS, help="evaluation metric and model selection (default: accuracy for "
-                   "multi-class, rocauc for binary and multi-label tasks)")
+    p.add_argument("--metric", help=f"evaluation metric and model selection, by task: {metrics_help(TASKS)} (default: "
+                   "accuracy for multi-class, rocauc for binary, multi-label and link tasks, mse for regression)")
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
     p.add_argument("--eval-every", type=int, dest="eval_every", help="evaluate every this many epochs")

@@ -7,7 +7,9 @@ saved it (``weights.py``), splits the graph over this run's ranks with any strat
 the dataset's own node order ``logits`` [N, C], ``embeddings`` [N, d] (the input of the output
 layer) and ``train_mask``/``val_mask``/``test_mask`` [N] of the run's split
 (``prediction_files.py``); for a link task ``embeddings`` [N, d] and, with ``--edges FILE``, the
-pairs and their ``scores``. ``--eval-only`` prints the checkpoint's metrics instead.
+pairs and their ``scores``; for a regression task ``predictions`` [N] (or [N, T]) instead of
+``logits``. The run's task says what it exports (``Task.export``, ``dsgraph/tasks``).
+``--eval-only`` prints the checkpoint's metrics instead.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import sys
 import numpy as np
 import torch
 
-from dsgraph.graph.link_data import edge_file
 from dsgraph.parallel import strategy_names
+from dsgraph.tasks import TASKS, get_task
+from dsgraph.tasks.base import metrics_help
 from dsgraph.train.config import DsgraphConfig, load_ds_config
 from dsgraph.train.run_name import with_run_name
-from dsgraph.train.task import LINK_METRICS, METRICS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,8 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)")
     p.add_argument("--dataset", help="dataset (default: the config's)")
     p.add_argument("--split", type=int, help="which fixed split's masks to write and evaluate")
-    p.add_argument("--metric", help=f"metric for --eval-only: {', '.join(METRICS)}; a link task's: {', '.join(LINK_METRICS)} "
-                   "(default: the config's, or per task)")
+    p.add_argument("--metric", help=f"metric for --eval-only, by task: {metrics_help(TASKS)} (default: the config's, "
+                   "or the task's)")
     p.add_argument("--edges", help="link task: node pairs to score, a .npy [m, 2] or a .npz with 'edges' [m, 2] of dataset "
                    "ids; --out then also holds 'edges' and their 'scores' [m] (logits)")
     p.add_argument("--bf16", action="store_true", help="run the model in bfloat16 (outputs are still float32)")
@@ -95,15 +97,11 @@ def run_prediction(cfg: DsgraphConfig, args: argparse.Namespace, device: torch.d
     """On every rank: the metrics (``--eval-only``) or a description of what was written."""
     from dsgraph.train.inference import Inference
 
-    edges = None
-    if args.edges:
-        if cfg.task != "link":
-            raise ValueError("--edges scores node pairs; it needs a link task (\"task\": \"link\" in the config)")
-        edges = edge_file(args.edges)
+    pairs = get_task(cfg.task).pairs_to_score(args.edges)
     inference = Inference(cfg, device, args.checkpoint_dir or cfg.checkpoint_dir, args.tag, bf16=args.bf16)
     if args.eval_only:
         return inference.metrics()
-    return inference.write(args.out, edges)
+    return inference.write(args.out, pairs)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Every rank holds the same parameters (DeepSpeed's data-parallel group is the whole job) and its own
 rows. The loss on rank r is ``sum(w_i * loss_i) * W / global_count``: ZeRO averages gradients over
 the W ranks, so the update equals the single-process full-graph (or global-batch) update; a mode
-whose steps are local (isolated training) brings its own synchronisation (``sync.py``). The mode
-(``modes.py``) makes the steps; the loop runs them, evaluates, logs, traces and checkpoints.
+whose steps are local (isolated training) brings its own synchronisation (``modes/sync.py``). The
+task (``dsgraph/tasks``) builds the model and computes losses and metrics; the mode
+(``dsgraph/modes``) makes the steps; the loop runs them, evaluates, logs, traces and checkpoints.
 """
 
 from __future__ import annotations
@@ -19,18 +20,15 @@ import torch
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
-from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
-from dsgraph.models.link import LinkPredictor, make_decoder
-from dsgraph.train import checkpoint, run_name
-from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.evaluation import evaluate_splits
-from dsgraph.train.link_evaluation import evaluate_links
-from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
+from dsgraph.tasks import get_task
+from dsgraph.tasks.base import metric_key
+from dsgraph.train import checkpoint, run_name
+from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.train.preemption import Preempted, Preemption
-from dsgraph.train.task import Task, hits_k, metric_key
 from dsgraph.train.trace import StepTracer
 
 
@@ -55,21 +53,11 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
 
 
 def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None,
-                edge_dim: int = 0) -> GraphTransformer | LinkPredictor:  # fmt: skip
-    """The node task's GraphTransformer, or a link task's encoder (output width: the embedding
-    width) with its decoder; ``encoding_widths``: the widths of the encoding arrays the data carries;
-    ``edge_dim``: F_e of the dataset's edge features (0: none)."""
-    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    link = cfg.task == "link"
-    outputs = cfg.link.embedding_dim if link else num_classes
-    encoder = GraphTransformer(
-        in_dim, outputs, hidden=cfg.hidden, heads=cfg.heads, layers=cfg.layers, ffn_mult=cfg.ffn_mult,
-        dropout=cfg.dropout, input_dropout=cfg.input_dropout, attention_dropout=cfg.attention_dropout, seed=cfg.seed,
-        options=cfg.model, encoding_widths=encoding_widths, edge_dim=edge_dim,
-    )  # fmt: skip
-    if not link:
-        return encoder
-    return LinkPredictor(encoder, make_decoder(cfg.link.decoder, outputs, cfg.link.decoder_hidden or outputs))
+                edge_dim: int = 0) -> torch.nn.Module:  # fmt: skip
+    """The model of the run's task (``Task.build_model``): ``num_classes`` outputs per node (a link
+    task's encoder has the embedding width instead, and a decoder); ``encoding_widths``: the widths
+    of the encoding arrays the data carries; ``edge_dim``: F_e of the dataset's edge features (0: none)."""
+    return get_task(cfg.task)(cfg).build_model(in_dim, num_classes, encoding_widths, edge_dim)
 
 
 def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelGroup) -> list[float]:
@@ -88,23 +76,24 @@ def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
     return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
 
 
-def new_best(metric: str) -> dict:
-    """The model-selection state: the best validation value of ``metric``, its epoch's test value."""
-    return {"metric": metric, "val": float("-inf"), "test": float("nan"), "epoch": -1}
+def new_best(metric: str, higher_is_better: bool = True) -> dict:
+    """The model-selection state: the best validation value of ``metric`` (the highest, or the
+    lowest when lower is better), its epoch's test value."""
+    worst = float("-inf") if higher_is_better else float("inf")
+    return {"metric": metric, "val": worst, "test": float("nan"), "epoch": -1}
 
 
-def upgrade_best(best: dict, metric: str) -> dict:
+def upgrade_best(best: dict, metric: str, higher_is_better: bool = True) -> dict:
     """A checkpoint's model-selection state for this run's metric (checkpoints from before the
     metric key held val_acc/test_acc); another metric's state starts over."""
     if "val_acc" in best and "metric" not in best:
         best = {"metric": "accuracy", "val": best["val_acc"], "test": best["test_acc"], "epoch": best["epoch"]}
-    return best if best.get("metric") == metric else {**new_best(metric), "epoch": -1}
+    return best if best.get("metric") == metric else new_best(metric, higher_is_better)
 
 
-def link_hits(cfg: DsgraphConfig, metric: str) -> list[int]:
-    """The K of the Hits@K columns: the link section's, and the metric's own."""
-    k = hits_k(metric)
-    return sorted(set(cfg.link.hits_at) | ({k} if k else set()))
+def improves(value: float, best: float, higher_is_better: bool) -> bool:
+    """Whether ``value`` beats ``best`` (NaN, a one-class val split, never does)."""
+    return value > best if higher_is_better else value < best
 
 
 class Trainer:
@@ -117,12 +106,15 @@ class Trainer:
         control = make_control_plane(rank_log if pg.rank == 0 else None)
         self.cfg, self.device = _named(cfg, control), device
         cfg = self.cfg
-        self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat)
+        self.task = get_task(cfg.task)(cfg)
+        self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat, self.task)
+        self.task.set_data(self.mode.num_classes, self.mode.multilabel)
         self.pg = self.mode.pg
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
         rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
-        model = build_model(cfg, self.mode.num_features, self.mode.num_classes, self.mode.encoding_widths, self.mode.num_edge_features)
+        mode = self.mode
+        model = self.task.build_model(mode.num_features, mode.num_classes, mode.encoding_widths, mode.num_edge_features)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
@@ -133,10 +125,10 @@ class Trainer:
         self.mode.attach(device, torch.bfloat16 if self.engine.bfloat16_enabled() else torch.float32)
         self.world = self.pg.world_size
         self.start_epoch = 0
-        self.task = Task.link() if cfg.task == "link" else Task.of(self.mode.num_classes, multilabel=getattr(self.mode, "multilabel", False))
         self.metric = self.task.metric(cfg.metric)
-        rank_log(f"task: {self.task.kind} ({self.task.num_outputs} outputs); model selection by {self.metric}")
-        self.best = new_best(self.metric)
+        self.higher_is_better = self.task.higher_is_better(self.metric)
+        rank_log(f"{self.task.describe()}; model selection by {self.metric}")
+        self.best = new_best(self.metric, self.higher_is_better)
         self.stopped_early_at: int | None = None
 
     # --- one optimizer step, one evaluation ----------------------------------------------------
@@ -182,19 +174,15 @@ class Trainer:
         batch: EvalBatch = self.mode.eval_batch()
         start = time.perf_counter()
         dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
-        pairs = () if batch.pairs is None else (batch.pairs,)
-        logits = engine(batch.x, batch.attention, batch.node_ids, dropout_step, batch.enc, *pairs).float()
+        outputs = self.task.outputs(engine, batch, dropout_step)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
         all_reduce = (lambda t: dist.all_reduce(t)) if self.world > 1 else (lambda t: None)
-        if batch.pairs is None:
-            values = evaluate_splits(self.task, self.metric, logits, batch.y, batch.masks, batch.reduce, all_reduce)
-        else:
-            values = evaluate_links(logits, batch.pair_sets, link_hits(self.cfg, self.metric), batch.reduce)
+        values = self.task.evaluate(outputs, batch, self.metric, all_reduce)
         key = metric_key(self.metric)
         val, test = values[f"val_{key}"], values[f"test_{key}"]
-        if val > self.best["val"]:  # NaN (a one-class val split) never improves
+        if improves(val, self.best["val"], self.higher_is_better):
             tests = {k: v for k, v in values.items() if k.startswith("test_")}  # every test column at the best epoch
             self.best = {**self.best, "val": val, "test": test, "epoch": epoch, "tests": tests}
         best = {f"best_val_{key}": self.best["val"], f"test_{key}_at_best_val": self.best["test"], "metric": self.metric}
@@ -218,7 +206,8 @@ class Trainer:
         self.heartbeat("loading the latest checkpoint")
         self.resumed = checkpoint.load_latest(self.engine, self.cfg, heartbeat=self.heartbeat)
         state = self.resumed.client_state
-        self.start_epoch, self.best = state["epoch"] + 1, upgrade_best(state["best"], self.metric)
+        self.start_epoch = state["epoch"] + 1
+        self.best = upgrade_best(state["best"], self.metric, self.higher_is_better)
 
     def _write_events(self, metrics: MetricsWriter) -> None:
         attention = self.mode.train_attention

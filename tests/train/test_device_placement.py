@@ -18,6 +18,7 @@ from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.parallel import auto_candidates, strategy_names
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.modes.registry import make_mode
+from dsgraph.tasks import get_task
 from tests.train.helpers import write_random_graph
 
 META = torch.device("meta")
@@ -64,7 +65,8 @@ def recording():
 def _mode(tmp_path, **settings):
     settings = dict(dict(dataset=write_random_graph(str(tmp_path))), **settings)
     cfg = DsgraphConfig.from_dict(dict(hidden=HEADS * DIM, heads=HEADS, layers=1, backend="recording", seed=1, **settings))
-    mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None)
+    task = get_task(cfg.task)(cfg)
+    mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None, task)
     mode.attach(META, torch.float32)
     return mode
 

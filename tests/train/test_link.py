@@ -55,7 +55,7 @@ def test_one_two_and_four_ranks_take_the_same_link_steps(tmp_path, decoder):
 
 
 def _held_out_keys(trainer) -> tuple[np.ndarray, int]:
-    split = trainer.mode.link.split
+    split = trainer.mode.data.split
     n = split.num_nodes
     return np.concatenate([pair_keys(split.positives[s], n) for s in ("val", "test")]), n
 
@@ -76,11 +76,11 @@ def _leakage(rank, world, tmp):
     for strategy in STRATEGIES:
         trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, model={"encodings": ["degree"]}, **LINK)
         graph = trainer.mode.ranks.graph
-        perm = np.argsort(trainer.mode.link.row_of)  # global row -> dataset id
+        perm = np.argsort(trainer.mode.data.row_of)  # global row -> dataset id
         held, n = _held_out_keys(trainer)
         assert held.size > 10
         seen = np.concatenate([pair_keys(p, n) for p in _encoder_pairs(graph, perm, trainer.pg.rows[0])])
-        train_pairs = trainer.mode.link.split.positives["train"]
+        train_pairs = trainer.mode.data.split.positives["train"]
         train = pair_keys(train_pairs, n)
         degree = np.bincount(train_pairs.reshape(-1), minlength=n)  # an undirected training edge: in and out of both ends
         found[strategy] = {"leaked": int(np.isin(held, seen).sum()), "train_seen": int(np.isin(train, seen).sum()),
@@ -164,7 +164,7 @@ def _train_and_score(rank, world, tmp):
     last = trainer.fit(log=lambda line: None)["last"]
     trainer.engine.eval()
     batch = trainer.mode.eval_batch()
-    pairs, index = trainer.mode.link.pairs_of(_edges())
+    pairs, index = trainer.mode.data.pairs_of(_edges())
     with torch.no_grad():
         scores = trainer.engine(batch.x, batch.attention, batch.node_ids, 0, batch.enc, pairs).float()
     np.savez(f"{tmp}/ref_rank{rank}.npz", index=index, scores=scores.numpy())

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from dsgraph.train import scores
-from dsgraph.train.link_evaluation import assemble, link_values
+from dsgraph.tasks import scores
+from dsgraph.tasks.link_metrics import assemble, link_values
 
 
 def _ogb_hits(pos, neg, k):

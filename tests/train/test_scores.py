@@ -4,11 +4,17 @@ import numpy as np
 import pytest
 import torch
 
-from dsgraph.train import scores
-from dsgraph.train.evaluation import evaluate_splits, ranking_inputs
-from dsgraph.train.task import Task
+from dsgraph.tasks import scores
+from dsgraph.tasks.node import NodeTask
+from dsgraph.tasks.node_metrics import evaluate_splits, ranking_inputs
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
+
+
+def node_task(num_classes: int) -> NodeTask:
+    task = NodeTask()
+    task.set_data(num_classes, multilabel=False)
+    return task
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -64,7 +70,7 @@ def test_f1_and_accuracy_equal_sklearn(seed):
     y = torch.from_numpy(labels)
     for metric, want in (("f1_micro", sklearn_metrics.f1_score(labels, pred, average="micro")),
                          ("f1_macro", sklearn_metrics.f1_score(labels, pred, average="macro", zero_division=0))):
-        got = evaluate_splits(Task.of(c), metric, logits, y, masks, reduce=False, all_reduce=None)
+        got = evaluate_splits(node_task(c), metric, logits, y, masks, reduce=False, all_reduce=None)
         assert got[f"test_{metric}"] == pytest.approx(want, abs=1e-12)
         assert got["test_acc"] == pytest.approx(sklearn_metrics.accuracy_score(labels, pred), abs=1e-12)
 
@@ -74,11 +80,11 @@ def test_multiclass_and_binary_rocauc_from_logits_equal_sklearn():
     n = 120
     logits = torch.from_numpy(rng.standard_normal((n, 4)))
     y = torch.from_numpy(np.r_[np.arange(4), rng.integers(0, 4, n - 4)])
-    s, l = ranking_inputs(Task.of(4), logits, y)
+    s, l = ranking_inputs(node_task(4), logits, y)
     want = sklearn_metrics.roc_auc_score(y.numpy(), torch.softmax(logits, 1).numpy(), multi_class="ovr")
     assert scores.mean_over_labels(scores.roc_auc, s, l) == pytest.approx(want, abs=1e-12)
     yb = y % 2
     masks = [torch.ones(n, dtype=torch.bool)] * 3
-    got = evaluate_splits(Task.of(2), "rocauc", logits[:, :2], yb, masks, reduce=False, all_reduce=None)
+    got = evaluate_splits(node_task(2), "rocauc", logits[:, :2], yb, masks, reduce=False, all_reduce=None)
     probs = torch.softmax(logits[:, :2], 1)[:, 1].numpy()
     assert got["val_rocauc"] == pytest.approx(sklearn_metrics.roc_auc_score(yb.numpy(), probs), abs=1e-12)

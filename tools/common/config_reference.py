@@ -77,13 +77,13 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
     from dsgraph.models.link import DECODERS
     from dsgraph.modes.sampled.config import FEATURE_DTYPE_NAMES
     from dsgraph.parallel import strategy_names
-    from dsgraph.train.task import TASKS
+    from dsgraph.tasks import task_names
 
     return {
         "strategy": tuple(strategy_names()),
         "backend": ("auto", *ops.backend_names()),
         "mode": tuple(mode_names()),
-        "task": TASKS,
+        "task": tuple(task_names()),
         "link.decoder": DECODERS,
         "parallel.comm_dtype": tuple(CODECS),
         "parallel.comm_grad_dtype": tuple(CODECS),
@@ -145,7 +145,7 @@ def markdown() -> str:
         "spellings (for example `isolated_chunks` for `isolated.chunks`).",
         "",
         "This page is generated from the config dataclasses (`dsgraph/train/config.py`, `dsgraph/models/options.py`,",
-        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`, `dsgraph/modes/full/link_config.py`) by",
+        "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`, `dsgraph/tasks/link_config.py`) by",
         "`python -m tools.common.config_reference`, again at every build of the site: the description of each",
         "key is the docstring under its field. \"Mode\" says which training mode reads it (`all`: every mode; see",
         "[Training modes](../concepts/modes.md)).",

@@ -4,23 +4,21 @@ by the configured graph-parallel strategy."""
 from __future__ import annotations
 
 from dsgraph.graph.encodings import widths
-from dsgraph.modes.base import Mode, Step
-from dsgraph.modes.full.link import LinkOnRanks
+from dsgraph.modes.base import EvalBatch, Mode, Step
 from dsgraph.modes.ranks import GraphOnRanks
 
 
 class FullGraph(Mode):
     name = "full"
 
-    def __init__(self, cfg, pg, control, log, heartbeat):
-        self.cfg, self.link = cfg, None
+    def __init__(self, cfg, pg, control, log, heartbeat, task):
+        """``task``: the run's task object; it brings this rank's data (``task.rank_data``: node rows
+        or node pairs) over the graph this mode splits."""
+        self.cfg = cfg
         heartbeat("start-up: loading the graph")
-        if getattr(cfg, "task", "node") == "link":
-            on_ranks = lambda graph, outputs: GraphOnRanks(cfg, pg, control, log, graph, heartbeat, outputs)  # noqa: E731
-            self.link = LinkOnRanks(cfg, pg, control, log, heartbeat, on_ranks)
-            self.ranks = self.link.ranks
-        else:
-            self.ranks = GraphOnRanks(cfg, pg, control, log, heartbeat=heartbeat)
+        on_ranks = lambda graph, outputs: GraphOnRanks(cfg, pg, control, log, graph, heartbeat, outputs)  # noqa: E731
+        self.data = task.rank_data(cfg, pg, control, log, heartbeat, on_ranks)
+        self.ranks = self.data.ranks
         self.pg = self.ranks.pg
         self.num_features, self.num_classes = self.ranks.graph.num_features, self.ranks.graph.num_classes
         self.num_edge_features = self.ranks.graph.num_edge_features
@@ -43,12 +41,7 @@ class FullGraph(Mode):
             yield self.step(epoch)
 
     def step(self, epoch: int) -> Step:
-        if self.link is not None:
-            return self.link.step(epoch)
-        nodes = self.ranks.graph.nodes
-        return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids,
-                    loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=self.ranks.train_count,
-                    dropout_step=epoch, enc=nodes.enc)  # fmt: skip
+        return self.data.step(epoch)
 
-    def eval_batch(self):
-        return self.ranks.eval_batch() if self.link is None else self.link.eval_batch()
+    def eval_batch(self) -> EvalBatch:
+        return self.data.eval_batch()

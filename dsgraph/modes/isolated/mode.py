@@ -81,7 +81,8 @@ class Isolated(Mode):
         """With super-epoch sync only at super-epoch boundaries (the ranks' parameters differ between them)."""
         return cfg.isolated.sync != "super_epoch" or (epoch + 1) % cfg.isolated.repart_every == 0
 
-    def __init__(self, cfg, pg, control, log, heartbeat):
+    def __init__(self, cfg, pg, control, log, heartbeat, task=None):
+        """``task`` is not read: the isolated mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")

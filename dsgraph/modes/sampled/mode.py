@@ -69,7 +69,8 @@ class Sampled(Mode):
     def check_config(cls, cfg) -> None:
         cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
 
-    def __init__(self, cfg, pg, control, log, heartbeat):
+    def __init__(self, cfg, pg, control, log, heartbeat, task=None):
+        """``task`` is not read: the sampled mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
         graph = edge_features(load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset)

@@ -1,6 +1,6 @@
 """A link task's evaluation: every split's pairs scored once, the metrics computed exactly on rank 0.
 
-Each rank scores the evaluation pairs whose first node it owns (``dsgraph/modes/full/link.py``)
+Each rank scores the evaluation pairs whose first node it owns (``link_pairs.py``)
 and sends the set, position and score of each to rank 0 (``evaluation.on_root``), which puts
 every set back in the dataset's order, computes the metrics once (``scores.py``) and broadcasts
 them: no per-rank value is ever averaged. Rank 0 then holds one float per evaluation pair.
@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from dsgraph.graph.link_split import SPLITS
-from dsgraph.modes.full.link import EVAL_SETS, PairSets
-from dsgraph.train import scores
-from dsgraph.train.evaluation import on_root
+from dsgraph.tasks import scores
+from dsgraph.tasks.base import on_root
+from dsgraph.tasks.link_pairs import EVAL_SETS, PairSets
 
 
 def assemble(parts: list, sizes: dict) -> dict[tuple[str, str], np.ndarray]:

@@ -1,4 +1,5 @@
-"""Full-graph link prediction: the encoder's graph over the ranks, this rank's pairs, the negatives.
+"""A link task's batch in the full-graph mode: the encoder's graph over the ranks, this rank's pairs,
+the negatives.
 
 Start-up (every rank, the same result): the dataset's edges are split (``graph/link_split.py``);
 the encoder's graph holds the training edges only, in both directions, and is split over the

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dsgraph.graph.encodings import get_encoding
 from dsgraph.models.link import DECODERS
 
 
@@ -47,19 +46,3 @@ class LinkConfig:
             raise ValueError(f"'decoder' must be one of {', '.join(DECODERS)}; got {self.decoder!r}")
         if not self.hits_at or any(k < 1 for k in self.hits_at):
             raise ValueError(f"'hits_at' must be a non-empty list of integers >= 1, got {self.hits_at}")
-
-    def check_run(self, *, mode: str, partitions: str | None, encodings=()) -> None:
-        """What a link task needs of the rest of the run (checked when 'task' is 'link');
-        ``encodings``: the model's."""
-        if mode != "full":
-            raise ValueError(f"'task': 'link' trains in mode 'full' (every strategy); mode '{mode}' samples or isolates "
-                             "node rows, not edges, and is not supported for link prediction")  # fmt: skip
-        if partitions is not None:
-            raise ValueError("'task': 'link' splits the dataset's edges at start-up, so it reads the dataset file, not "
-                             "a partition store; drop 'partitions'")  # fmt: skip
-        stored = [name for name in encodings if get_encoding(name).stored]
-        if stored:
-            raise ValueError(f"'task': 'link' cannot read the stored encodings {', '.join(map(repr, stored))}: "
-                             "`dsgraph encode` computes them over every edge, the held-out ones included, which "
-                             "would leak them to the encoder; drop them from 'model.encodings' ('degree' counts "
-                             "the training edges only and may stay)")  # fmt: skip

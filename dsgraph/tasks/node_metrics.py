@@ -1,4 +1,4 @@
-"""A whole-graph evaluation's metrics, computed exactly over every rank's rows.
+"""A node classification's metrics on the whole graph, computed exactly over every rank's rows.
 
 Counting metrics (accuracy, F1) sum per-class counts over the ranks. Ranking metrics (ROC-AUC,
 average precision) need every row's score: each rank sends the scores and labels of its split rows
@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.distributed as tdist
 import torch.nn.functional as F
 
-from dsgraph.train import scores
-from dsgraph.train.task import RANKING_METRICS, Task, metric_key
+from dsgraph.tasks import scores
+from dsgraph.tasks.base import SPLITS, metric_key, on_root
 
-SPLITS = ("train", "val", "test")
+RANKING_METRICS = ("rocauc", "ap")  # need every row's score (gathered), not sums of counts
 
 
-def _one_hot_parts(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _one_hot_parts(task, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(predicted, true, present) as bool [m, K] for per-class counts (K = C or T)."""
     if task.kind == "multilabel":
         present = ~torch.isnan(labels)
@@ -31,7 +30,7 @@ def _one_hot_parts(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> tu
     return pred, true, torch.ones_like(pred)
 
 
-def _split_sums(task: Task, logits, labels, want_counts: bool) -> torch.Tensor:
+def _split_sums(task, logits, labels, want_counts: bool) -> torch.Tensor:
     """float64 [3 + 3K]: loss sum, correct, counted, then tp, fp, fn per class (with ``want_counts``)."""
     losses, correct, counted = task.losses(logits, labels)
     head = torch.stack([losses.sum().double(), correct.double(), counted.double()])
@@ -42,7 +41,7 @@ def _split_sums(task: Task, logits, labels, want_counts: bool) -> torch.Tensor:
     return torch.cat([head, tp.double(), fp.double(), fn.double()])
 
 
-def ranking_inputs(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def ranking_inputs(task, logits: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """(scores, labels) float64 [m, K] for ROC-AUC/AP: logit_1 - logit_0 of a binary task, softmax
     probabilities one-vs-rest of a multi-class task, the logits of a multi-label task (NaN labels
     stay missing)."""
@@ -62,27 +61,14 @@ def ranking_metric(metric: str, scores_nk: np.ndarray, labels_nk: np.ndarray) ->
     return scores.mean_over_labels(fn, scores_nk, labels_nk)
 
 
-def on_root(part, compute, reduce: bool = True):
-    """``compute([every rank's part])``, computed once on rank 0 from the parts gathered there and
-    broadcast to every rank (``reduce`` False or one process: ``compute([part])`` here)."""
-    if reduce and tdist.is_initialized() and tdist.get_world_size() > 1:
-        rank = tdist.get_rank()
-        everyone = [None] * tdist.get_world_size() if rank == 0 else None
-        tdist.gather_object(part, everyone, dst=0)
-        out = [compute(everyone) if rank == 0 else None]
-        tdist.broadcast_object_list(out, src=0)
-        return out[0]
-    return compute([part])
-
-
-def _gathered_ranking(metric: str, task: Task, parts: list, reduce: bool) -> list[float]:
+def _gathered_ranking(metric: str, task, parts: list, reduce: bool) -> list[float]:
     """The ranking metric of each split, from every rank's (scores, labels) of that split."""
     return on_root(parts, lambda everyone: [
         ranking_metric(metric, np.concatenate([p[i][0] for p in everyone]), np.concatenate([p[i][1] for p in everyone]))
         for i in range(len(parts))], reduce)  # fmt: skip
 
 
-def evaluate_splits(task: Task, metric: str, logits: torch.Tensor, y: torch.Tensor, masks, reduce: bool, all_reduce) -> dict:
+def evaluate_splits(task, metric: str, logits: torch.Tensor, y: torch.Tensor, masks, reduce: bool, all_reduce) -> dict:
     """The eval row's numbers: ``loss`` (train rows), ``<split>_acc`` and, for another metric,
     ``<split>_<metric>`` for train, val and test. ``all_reduce(tensor)`` sums over ranks in place."""
     want_counts = metric.startswith("f1")
