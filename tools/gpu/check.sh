@@ -138,7 +138,10 @@ sanitizer_line() {
 }
 
 # the graphs the warm-up writes (GPU run | rehearsal: scaled to the CPU)
-graph_small() { if [ -n "$REHEARSE" ]; then echo rmat:14; elif [ "$MODE" = quick ]; then echo rmat:18; else echo rmat:20; fi; }
+graph_small() {
+  if [ "$MODE" = quick ]; then [ -n "$REHEARSE" ] && echo rmat:13 || echo rmat:18
+  else [ -n "$REHEARSE" ] && echo rmat:14 || echo rmat:20; fi
+}
 graph_large() { if [ -n "$REHEARSE" ]; then echo rmat:16; else echo rmat:22; fi; }
 
 # the command of a step on the GPU (run by `bash -c` with T = its timeout in seconds)
@@ -173,7 +176,8 @@ rehearsal_command() {
     smoke) echo '"$PY" -m tools.gpu.smoke --emulate' ;;
     environment) echo '"$PY" -m tools.gpu.results --environment "$WORK/environment.json" --rehearsal' ;;
     memcheck|racecheck) echo "$emu -k 'every_bin_matches_reference'" ;;
-    bench_kernels) echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $small --dtype fp32 --dtype bf16 --backends reference,cpu --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
+    bench_kernels) local dtypes='--dtype fp32 --dtype bf16 --backends reference,cpu'; [ "$MODE" = quick ] && dtypes='--dtype bf16 --backends cpu'
+      echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $small $dtypes --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     bench_kernels_rmat22) echo "wait_graph $large && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $large --dtype bf16 --backends cpu --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     train_strategies) echo "$train --group strategies --out \"\$LOG_DIR/train_strategies.json\"" ;;
     train_rest) local rest; rest=$("$PY" -m tools.gpu.train_inprocess --device cpu --group rest --list | grep -v '^rmat' | paste -sd,)
@@ -316,7 +320,7 @@ SCALE=1; [ -n "$REHEARSE" ] && SCALE=$FACTOR
 DEADLINE=$(( STARTED + DEADLINE_RUN * SCALE ))
 : > "$WORK/steps.tsv"
 export PYTHONUNBUFFERED=1 PY WORK LOG_DIR PACK REF SITE ROOT MODE REHEARSE OPTIONAL_STEPS
-export CUPY_CACHE_DIR=$WORK/cupy-cache DSGRAPH_CACHE=$WORK/graphs DSGRAPH_CUDA_EMULATOR_CACHE=$WORK/emulator-cache
+export CUPY_CACHE_DIR=$WORK/cupy-cache DSGRAPH_CACHE=$WORK/graphs
 export -f wait_graph
 gpu_run 2>&1 | tee "$LOG_DIR/gpu_check.log"
 status=${PIPESTATUS[0]}
