@@ -180,10 +180,10 @@ rehearsal_command() {
       echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $small $dtypes --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     bench_kernels_rmat22) echo "wait_graph $large && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $large --dtype bf16 --backends cpu --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     train_strategies) echo "$train --group strategies --out \"\$LOG_DIR/train_strategies.json\"" ;;
-    train_rest) local rest; rest=$("$PY" -m tools.gpu.train_inprocess --device cpu --group rest --list | grep -v '^rmat' | paste -sd,)
+    train_rest) local rest='$("$PY" -m tools.gpu.train_inprocess --device cpu --group rest --list | grep -v ^rmat | paste -sd,)'
       echo "wait_graph $small && $train --group rest --only $rest --out \"\$LOG_DIR/train_rest.json\"" ;;
     kernel_tests) echo "$emu -k 'every_head_dim_and_schedule and not score_bias'" ;;
-    bench_models_rmat22) echo "wait_graph $large && \"\$PY\" -m tools.benchmarks.bench_models --device cpu --threads 2 --dtype bf16 --dataset $large --steps 2 --timeout \$(( T * 3 / 5 )) --json-out \"\$LOG_DIR/models_rmat22.json\"" ;;
+    bench_models_rmat22) echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_models --device cpu --threads 2 --dtype bf16 --dataset $small --steps 2 --timeout \$(( T * 3 / 5 )) --json-out \"\$LOG_DIR/models_rmat22.json\"" ;;
     profile) echo '"$PY" -m dsgraph profile --backend cpu --dtype bfloat16 --reps 1 --threads 2 --max-ranks 1 --collectives-from docs/agp/dgx_h100_8gpu_bf16_profile.json --out "$LOG_DIR/agp_profile_cuda_bf16.json"' ;;
   esac
 }
@@ -274,6 +274,7 @@ rehearsal_verdict() {
     elif [ "$rc" != 0 ]; then echo "rehearsal: step $s failed with exit $rc"; bad=1
     fi
   done
+  printf '%-22s %8s %11s %8s %14s\n' results "$(cap results)" "$RESULTS_S" "$(gpu_cap results)" "$(expected results)"
   echo "rehearsal: total $(( $(date +%s) - STARTED )) s of $(( (DEADLINE_RUN + $(gpu_cap results)) * FACTOR )) s (factor $FACTOR)"
   [ "$bad" = 0 ] && echo "rehearsal: PASSED" || echo "rehearsal: FAILED"
   return "$bad"
@@ -292,7 +293,9 @@ gpu_run() {
     if [ "$s" = smoke ] && [ "$rc" != 0 ]; then stopped=1; echo "== smoke failed: the run stops here (its traceback is in the results)"; fi
   done
   stop_warmup
+  local began; began=$(date +%s)
   write_results; local status=$?
+  RESULTS_S=$(( $(date +%s) - began ))
   if [ -n "$REHEARSE" ]; then rehearsal_verdict || status=1; fi
   return "$status"
 }
