@@ -136,3 +136,17 @@ def test_a_planted_slow_step_fails_the_rehearsal_naming_it(tmp_path):
     steps.pop("CHECK_CMD_bench_kernels")
     steps.update(CHECK_CMD_bench_kernels="true")
     assert _check("--rehearse", "--quick", str(tmp_path), **steps).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_wait_for_a_graph_ends_when_its_generator_dies(tmp_path):
+    (tmp_path / "warm").mkdir()
+    script = """source <(sed -n '/^wait_graph()/,/^}/p' tools/gpu/check.sh)
+        (echo 'MemoryError'; exit 1) > "$WORK/warm/rmat_22.txt" & echo $! > "$WORK/warm/rmat_22.pid"
+        (sleep 1; touch "$WORK/warm/rmat_20.done") & echo $! > "$WORK/warm/rmat_20.pid"
+        wait_graph rmat:20 && echo "rmat:20 ready"; wait_graph rmat:22; echo "rmat:22 exit $?"; wait_graph rmat:9"""
+    env = dict(os.environ, WORK=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert "rmat:20 ready" in proc.stdout and "rmat:22 exit 3" in proc.stdout and proc.returncode == 3
+    assert "the generator of rmat:22 ended without writing it" in proc.stdout and "MemoryError" in proc.stdout
+    assert "the warm-up does not generate rmat:9" in proc.stdout

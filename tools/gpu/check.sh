@@ -195,10 +195,11 @@ command_of() {
 
 # wait_graph SPEC: until the warm-up has written SPEC; exit 3 at once if its generator ended without it
 wait_graph() {
-  local tag=${1//:/_}
+  local tag=${1//:/_} pid
+  pid=$(cat "$WORK/warm/$tag.pid" 2> /dev/null) || { echo "wait_graph: the warm-up does not generate $1"; return 3; }
   until [ -f "$WORK/warm/$tag.done" ]; do
-    if ! kill -0 "$(cat "$WORK/warm/$tag.pid" 2> /dev/null || echo 0)" 2> /dev/null && [ ! -f "$WORK/warm/$tag.done" ]; then
-      echo "wait_graph: the generator of $1 ended without writing it (its log: warmup_$tag.txt)"; tail -5 "$WORK/warm/$tag.txt"
+    if ! kill -0 "$pid" 2> /dev/null && [ ! -f "$WORK/warm/$tag.done" ]; then
+      echo "wait_graph: the generator of $1 ended without writing it; its output ends:"; tail -5 "$WORK/warm/$tag.txt"
       return 3
     fi
     sleep 0.5
@@ -313,6 +314,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -n "${PRINT_PLAN:-}" ]; then print_plan; exit 0; fi
+[ -n "$REHEARSE" ] && [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=$ROOT/.venv/bin/python  # the CPU machine's
 LOG_DIR=${1:-${OUT:-gpu_check_logs}}
 mkdir -p "$LOG_DIR" && LOG_DIR=$(cd "$LOG_DIR" && pwd)
 WORK=$(mktemp -d /tmp/dsgraph-gpu-check.XXXXXX)
