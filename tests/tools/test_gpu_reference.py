@@ -61,4 +61,4 @@ def test_a_kernel_change_makes_the_reference_stale_naming_the_file(tmp_path):
     kernel = tmp_path / "cuda" / "sparse_attention_fwd.cu"
     kernel.write_text(kernel.read_text() + "\n// a change\n")
     stale = reference.staleness(ref, tmp_path)
-    assert "changed since: cuda/sparse_attention_fwd.cu;" in stale and "check.sh --prepare" in stale
+    assert "(changed since: cuda/sparse_attention_fwd.cu);" in stale and "check.sh --prepare" in stale
