@@ -180,7 +180,7 @@ rehearsal_command() {
       echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $small $dtypes --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     bench_kernels_rmat22) echo "wait_graph $large && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $large --dtype bf16 --backends cpu --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     train_strategies) echo "$train --group strategies --out \"\$LOG_DIR/train_strategies.json\"" ;;
-    train_rest) local rest='$("$PY" -m tools.gpu.train_inprocess --device cpu --group rest --list | grep -v ^rmat | paste -sd,)'
+    train_rest) local rest='$("$PY" -m tools.gpu.train_inprocess --device cpu --out /dev/null --group rest --list | grep -v ^rmat | paste -sd,)'
       echo "wait_graph $small && $train --group rest --only $rest --out \"\$LOG_DIR/train_rest.json\"" ;;
     kernel_tests) echo "$emu -k 'every_head_dim_and_schedule and not score_bias'" ;;
     bench_models_rmat22) echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_models --device cpu --threads 2 --dtype bf16 --dataset $small --steps 2 --timeout \$(( T * 3 / 5 )) --json-out \"\$LOG_DIR/models_rmat22.json\"" ;;
