@@ -4,7 +4,8 @@
 #   bash tools/gpu/check.sh --prepare   on the CPU machine (network, ./.venv): .gpu_pack/wheels (git-ignored: the
 #                                       wheels the GPU machine lacks, tools/gpu/pack.py) and, if the committed
 #                                       tools/gpu/reference_losses.json is not from these sources (fingerprint),
-#                                       the CPU losses of the training runs, accepted only if every run passed
+#                                       the CPU losses of the training runs, accepted only if every run passed;
+#                                       and the CUDA emulator's builds of every kernel variant (for --rehearse)
 #   bash tools/gpu/check.sh [LOG_DIR]             on the GPU machine, .gpu_pack carried: the full plan
 #   bash tools/gpu/check.sh --quick [LOG_DIR]     the quick plan (the most informative steps only)
 #   bash tools/gpu/check.sh --rehearse [--quick]  the same step list on this CPU machine: caps x REHEARSAL_FACTOR,
@@ -76,6 +77,8 @@ prepare() {
   mkdir -p "$PACK"
   echo "== wheels for the GPU machine"
   .venv/bin/python -m tools.gpu.pack --dir "$PACK/wheels" --max-mib 59
+  echo "== the CUDA emulator's builds of every kernel variant, for the rehearsal (about 150 s cold on 2 cores, 1 s warm)"
+  .venv/bin/python -m tools.gpu.warmup --kernels --emulate --workers 2
   if .venv/bin/python -m tools.gpu.reference --check "$REF" && [ -z "${PREPARE_FORCE:-}" ]; then
     echo "== $REF is from these sources and every run passed: kept (PREPARE_FORCE=1 makes it again)"
   else
