@@ -182,9 +182,8 @@ rehearsal_command() {
     bench_kernels) local dtypes='--dtype fp32 --dtype bf16 --backends reference,cpu'; [ "$MODE" = quick ] && dtypes='--dtype bf16 --backends cpu'
       echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $small $dtypes --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
     bench_kernels_rmat22) echo "wait_graph $large && \"\$PY\" -m tools.benchmarks.bench_kernels --device cpu --threads 2 --graph $large --dtype bf16 --backends cpu --repeats 3 --json-out \"\$LOG_DIR/kernels.json\" --append" ;;
-    train_strategies) echo "$train --group strategies --out \"\$LOG_DIR/train_strategies.json\"" ;;
-    train_rest) local rest='$("$PY" -m tools.gpu.train_inprocess --device cpu --out /dev/null --group rest --list | grep -v ^rmat | paste -sd,)'
-      echo "wait_graph $small && $train --group rest --only $rest --out \"\$LOG_DIR/train_rest.json\"" ;;
+    train_strategies|train_rest) local runs='$("$PY" -m tools.gpu.train_inprocess --device cpu --out /dev/null --group '"${1#train_}"' --list | grep -v "^rmat\|-auto$" | paste -sd,)'
+      echo "wait_graph $small && $train --group ${1#train_} --only $runs --out \"\$LOG_DIR/$1.json\"" ;;
     kernel_tests) echo "$emu -k 'every_head_dim_and_schedule and not score_bias'" ;;
     bench_models_rmat22) echo "wait_graph $small && \"\$PY\" -m tools.benchmarks.bench_models --device cpu --threads 2 --dtype bf16 --dataset $small --steps 2 --timeout \$(( T * 3 / 5 )) --json-out \"\$LOG_DIR/models_rmat22.json\"" ;;
     profile) echo '"$PY" -m dsgraph profile --backend cpu --dtype bfloat16 --reps 1 --threads 2 --max-ranks 1 --collectives-from docs/agp/dgx_h100_8gpu_bf16_profile.json --out "$LOG_DIR/agp_profile_cuda_bf16.json"' ;;
