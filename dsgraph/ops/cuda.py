@@ -195,11 +195,13 @@ class _on_torch_stream:
 
 
 def _external_stream(torch_stream, device_index):
-    """A CuPy view of a torch stream: CuPy 14's ``Stream.from_external`` (the CUDA stream protocol,
-    ``__cuda_stream__``), or ``ExternalStream`` on older CuPy (deprecated in 14)."""
-    if hasattr(cupy.cuda.Stream, "from_external"):
+    """A CuPy view of a torch stream: CuPy 14's ``Stream.from_external`` when the torch stream speaks
+    the CUDA stream protocol (``__cuda_stream__``; torch 2.11 has no such attribute, and CuPy 14 then
+    raises TypeError), else ``ExternalStream`` on the raw handle (older CuPy, or an older torch).
+    Off CUDA (the emulator) ``torch_stream`` is None and the stand-in gets no handle."""
+    if torch_stream is not None and hasattr(torch_stream, "__cuda_stream__") and hasattr(cupy.cuda.Stream, "from_external"):
         return cupy.cuda.Stream.from_external(torch_stream)
-    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, device_index)
+    return cupy.cuda.ExternalStream(None if torch_stream is None else torch_stream.cuda_stream, device_index)
 
 
 def _blocks(threads: int) -> int:

@@ -120,23 +120,29 @@ def test_ptxas_resource_figures():
             assert (f["smem"] > 0) == (f["barriers"] == 1) == name.endswith("_chunk"), (name, f)
 
 
-def test_torch_stream_reaches_cupy_through_the_api_of_its_version(monkeypatch):
-    """CuPy 14: Stream.from_external(torch_stream) (the CUDA stream protocol); older CuPy:
-    ExternalStream(handle, device), deprecated in 14."""
+def test_torch_stream_reaches_cupy_with_and_without_the_stream_protocol(monkeypatch):
+    """CuPy 14 with a torch stream that has ``__cuda_stream__`` (torch 2.13): Stream.from_external;
+    a torch stream without it (torch 2.11, the GPU image's): ExternalStream(handle, device), as on
+    older CuPy, where from_external would raise TypeError; the emulator's None: no handle."""
     from types import SimpleNamespace
 
     from dsgraph.ops import cuda
 
-    torch_stream = SimpleNamespace(cuda_stream=1234, __cuda_stream__=lambda: (0, 1234))
+    with_protocol = SimpleNamespace(cuda_stream=1234, __cuda_stream__=lambda: (0, 1234))
+    without_protocol = SimpleNamespace(cuda_stream=5678)
     external = lambda ptr, device: ("ExternalStream", ptr, device)  # noqa: E731
 
     class Stream14:
         @staticmethod
         def from_external(obj):
+            if not hasattr(obj, "__cuda_stream__"):
+                raise TypeError("the object does not support the CUDA stream protocol")  # what CuPy 14.2 does
             return ("from_external", obj)
 
     monkeypatch.setattr(cuda, "cupy", SimpleNamespace(cuda=SimpleNamespace(Stream=Stream14, ExternalStream=external)))
-    assert cuda._external_stream(torch_stream, 0) == ("from_external", torch_stream)
+    assert cuda._external_stream(with_protocol, 0) == ("from_external", with_protocol)
+    assert cuda._external_stream(without_protocol, 1) == ("ExternalStream", 5678, 1)
+    assert cuda._external_stream(None, None) == ("ExternalStream", None, None)
     monkeypatch.setattr(cuda, "cupy", SimpleNamespace(cuda=SimpleNamespace(Stream=object, ExternalStream=external)))
-    assert cuda._external_stream(torch_stream, 1) == ("ExternalStream", 1234, 1)
-    assert hasattr(torch.cuda.Stream, "__cuda_stream__")  # what from_external reads from torch's stream
+    assert cuda._external_stream(with_protocol, 1) == ("ExternalStream", 1234, 1)
+    assert cuda._external_stream(without_protocol, 2) == ("ExternalStream", 5678, 2)

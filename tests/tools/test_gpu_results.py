@@ -1,7 +1,9 @@
 """tools/gpu/results.py and tools/benchmarks/save_dataset.py on the CPU: verdicts and figures from pieces."""
 
 import json
+from pathlib import Path
 
+import pytest
 import torch
 
 from dsgraph.agp.profile import with_collectives_from
@@ -28,6 +30,7 @@ def _pieces(tmp_path, edges=60_000_000):
     (work / "steps.tsv").write_text("".join(f"{s}\t0\t12\n" for s in STEPS) + "bench_models_rmat20\tskip\t0\n")
     (work / "environment.json").write_text(json.dumps({"cuda_available": True, "missing": [], "gpu": "NVIDIA H200"}))
     (work / "kernel_tests.txt").write_text("...\n130 passed in 51.02s\n")
+    (work / "smoke.txt").write_text("smoke: cuda: float32: ...\nsmoke: PASSED in 9.8 s\n")
     (work / "memcheck.txt").write_text(SANITIZER.format("ERROR SUMMARY: 0 errors"))
     (work / "racecheck.txt").write_text(SANITIZER.format("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"))
     for name in ("train_strategies", "train_rest"):
@@ -109,3 +112,59 @@ def test_save_dataset_round_trip(tmp_path):
     assert save_dataset.main(["rmat:8", str(path)]) == 0
     a, b = load_dataset("rmat:8"), load_dataset(str(path))
     assert torch.equal(a.rowptr, b.rowptr) and torch.equal(a.col, b.col) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+
+
+def test_an_optional_step_never_fails_the_check_and_a_stopped_run_says_why(tmp_path):
+    log, work = _pieces(tmp_path)
+    (work / "steps.tsv").write_text((work / "steps.tsv").read_text().replace("profile\t0", "profile\t124"))
+    assert results.main(["--log-dir", str(log), "--work-dir", str(work), "--optional", "profile"]) == 0
+    checks = json.loads((log / "gpu_results.json").read_text())["checks"]
+    assert checks["profile"]["status"] == "FAILED" and checks["profile"]["optional"]
+    assert results.main(["--log-dir", str(log), "--work-dir", str(work), "--optional", ""]) == 1
+    (work / "steps.tsv").write_text("install\t0\t8\nsmoke\t1\t9\n" + "".join(f"{s}\tstop\t0\n" for s in STEPS[2:]))
+    assert results.main(["--log-dir", str(log), "--work-dir", str(work)]) == 1
+    checks = json.loads((log / "gpu_results.json").read_text())["checks"]
+    assert checks["smoke"]["status"] == "FAILED"
+    assert checks["kernel_tests"]["detail"].startswith("not run: the smoke step failed")
+
+
+def test_the_environment_records_the_versions_and_the_stream_protocol():
+    env = results.environment()
+    assert {"numba", "numpy", "torch", "cupy", "deepspeed"} <= set(env)
+    assert isinstance(env["torch_stream_has_cuda_stream"], bool)
+
+
+# written by results.py from this file's _pieces and a smoke step (a recorded file, not a GPU run's figures)
+RECORDED = Path(__file__).parent / "data" / "gpu_check_out"
+
+
+def _docs(tmp_path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "benchmarks").mkdir(parents=True), (docs / "agp").mkdir()
+    nav = "nav:\n  - Benchmarks:\n      - Overview: benchmarks/index.md\n      - 2026-12-03 X: x.md\n"
+    (tmp_path / "mkdocs.yml").write_text(nav)
+    return docs
+
+
+def test_a_page_from_a_recorded_results_file(tmp_path, capsys):
+    docs = _docs(tmp_path)
+    assert results.main(["--page", str(RECORDED), "--docs", str(docs)]) == 0
+    page = (docs / "benchmarks" / "2026-12-04-gpu-check.md").read_text()
+    assert page.startswith("# 2026-12-04: the GPU check") and "NVIDIA H200" in page and "cupy 14.2.0" in page
+    assert "60,000,000 edges, H = 8, D = 16): 10.00 ms, 42.0% of the no-reuse HBM roofline at 4,300 GB/s" in page
+    assert "| cora-bf16-ag | PASSED | 3.00e-03 |" in page and "| `profile` | PASSED (optional) | 0 | 12 |" in page
+    assert "- `racecheck`: PASSED: racecheck: RACECHECK SUMMARY: 0 hazards" in page
+    assert "[2026-12-04-h200_bf16_profile.json](../agp/2026-12-04-h200_bf16_profile.json)" in page
+    saved = docs / "agp" / "2026-12-04-h200_bf16_profile.json"
+    assert saved.read_bytes() == (RECORDED / "agp_profile_cuda_bf16.json").read_bytes()
+    nav = (tmp_path / "mkdocs.yml").read_text()
+    assert "- Overview: benchmarks/index.md\n      - 2026-12-04 The GPU check: benchmarks/2026-12-04-gpu-check.md\n" in nav
+
+
+def test_no_page_from_a_rehearsal(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    recorded = json.loads((RECORDED / "gpu_results.json").read_text())
+    (out / "gpu_results.json").write_text(json.dumps({**recorded, "rehearsal": True}))
+    with pytest.raises(SystemExit, match="a CPU rehearsal, not a GPU run's figures"):
+        results.main(["--page", str(out), "--docs", str(_docs(tmp_path))])

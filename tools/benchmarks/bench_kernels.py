@@ -16,7 +16,9 @@ tensor once (b = bytes per element):
 The same model bytes are used for every backend, so the column compares like with like.
 "fwd % roofline" is the forward's model bytes over its time, as a share of the no-reuse memory
 roofline: --peak-gbs, by default the copy bandwidth measured at the start of this run on this
-device (about 4.3 TB/s on an H200).
+device (about 4.3 TB/s on an H200; the best of 5 copies of 1 GiB). On a GPU every time is taken
+with CUDA events (``Clock``), not the host clock around a synchronisation, whose latency would
+lengthen a short copy or kernel and so misstate its bandwidth.
 
 "vs ref" and "vs pyg" are fwd+bwd speedups over the reference and PyG-style backends of the same
 run. The reference materialises several E x H x D tensors, so it never runs on graphs of
@@ -101,17 +103,40 @@ def model_bytes(n: int, e: int, heads: int, dim: int, elem: int) -> tuple[int, i
     return forward, backward
 
 
-def copy_bandwidth_gbs(device: torch.device, mbytes: int = 256) -> float:
-    """Copy bandwidth (bytes read + written per second) of a large tensor copy."""
+class Clock:
+    """Seconds between two marks: CUDA events on a GPU (the host clock around a synchronisation adds
+    the launch and synchronisation latency to every time), the host clock on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def copy_bandwidth_gbs(device: torch.device, mbytes: int | None = None) -> float:
+    """Copy bandwidth (bytes read + written per second) of a large tensor copy, the best of 5 (1 GiB
+    on a GPU, timed by CUDA events; 256 MiB on the CPU)."""
+    mbytes = mbytes or (1024 if device.type == "cuda" else 256)
     src = torch.ones(mbytes * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
-    times = []
+    clock, times = Clock(device), []
+    dst.copy_(src)  # warm-up: first touch of dst
     for _ in range(5):
         sync(device)
-        t0 = time.perf_counter()
+        t0 = clock.mark()
         dst.copy_(src)
-        sync(device)
-        times.append(time.perf_counter() - t0)
+        times.append(clock.seconds(t0, clock.mark()))
     return 2 * src.numel() * 4 / min(times) / 1e9
 
 
@@ -158,19 +183,18 @@ def _time_backend(run_fwd, q, k, v, dy, repeats: int) -> dict:
         return y
 
     fwd_bwd()  # warm-up: compilation, cached transposes and plans
-    fwd_times, bwd_times = [], []
+    fwd_times, bwd_times, clock = [], [], Clock(device)
     for _ in range(repeats):
         q.grad = k.grad = v.grad = None
         sync(device)
-        t0 = time.perf_counter()
+        t0 = clock.mark()
         y = run_fwd(q, k, v)
-        sync(device)
-        t1 = time.perf_counter()
+        t1 = clock.mark()
         torch.autograd.backward(y, dy)
+        t2 = clock.mark()
         sync(device)
-        t2 = time.perf_counter()
-        fwd_times.append(t1 - t0)
-        bwd_times.append(t2 - t1)
+        fwd_times.append(clock.seconds(t0, t1))
+        bwd_times.append(clock.seconds(t1, t2))
         del y
     q.grad = k.grad = v.grad = None
     peak = None

@@ -42,7 +42,7 @@ from tools.gpu import train_check
 from tools.gpu.train_check import ROOT, RunSpec
 
 FORMAT = "dsgraph-gpu-train-inprocess"
-FINGERPRINT_PATHS = (*train_check.FINGERPRINT_PATHS, "tools/gpu/train_inprocess.py")
+FINGERPRINT_PATHS = (*train_check.FINGERPRINT_PATHS, "cuda", "tools/gpu/train_inprocess.py")  # a kernel change: a new reference
 GROUPS = ("all", "strategies", "rest")
 
 
