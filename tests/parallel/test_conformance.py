@@ -117,6 +117,7 @@ def _check_strategy(rank, world, tmp, strategy, edges="none"):
     assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2, edges=edges), (strategy, "chunks", sent.item())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edges", ["none", "bias", "bias_value"], ids=["nodes", "edges", "edge-values"])
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("strategy", strategy_names())

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ("install", "memcheck", "racecheck", "bench_kernels", "train_strategies")
 
