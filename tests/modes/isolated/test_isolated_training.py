@@ -119,6 +119,7 @@ def _local_training(rank, world, tmp):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_local_steps_send_nothing_until_the_boundary(tmp_path):
     write_random_graph(str(tmp_path))
     run(_local_training, 2, tmp_path)
