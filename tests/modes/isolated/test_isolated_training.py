@@ -119,7 +119,6 @@ def _local_training(rank, world, tmp):
 
 
 @pytest.mark.slow
-@pytest.mark.smoke
 def test_local_steps_send_nothing_until_the_boundary(tmp_path):
     write_random_graph(str(tmp_path))
     run(_local_training, 2, tmp_path)
@@ -181,6 +180,7 @@ def _correction_gradient(rank, world, tmp):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_the_batch_level_correction_is_the_seeds_gradient(tmp_path):
     write_random_graph(str(tmp_path))
     run(_correction_gradient, 2, tmp_path)
