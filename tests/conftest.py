@@ -1,7 +1,10 @@
 """Test-wide settings: runs started by the tests write their default outputs (metrics.jsonl under
-runs/<run_name>/) into a temporary folder, never into the checkout."""
+runs/<run_name>/) into a temporary folder, never into the checkout; a test that starts processes
+must be marked ``slow`` (tests/process_guard.py); ``pytester`` runs pytest on planted test files."""
 
 import os
 import tempfile
 
 os.environ.setdefault("DSGRAPH_RUNS_DIR", tempfile.mkdtemp(prefix="dsgraph-test-runs-"))
+
+pytest_plugins = ("tests.process_guard", "pytester")

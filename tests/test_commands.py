@@ -53,6 +53,7 @@ def helps() -> dict[str, subprocess.CompletedProcess]:
         return dict(zip((" ".join(a) for a in COMMANDS), pool.map(_help, COMMANDS)))
 
 
+@pytest.mark.slow
 def test_every_documented_command_prints_help(helps):
     failed = [f"{name}: exit {d.returncode}\n{d.stderr[-2000:]}" for name, d in helps.items()
               if d.returncode != 0 or "usage" not in d.stdout.lower()]  # fmt: skip
@@ -92,6 +93,7 @@ def documented_command_lines() -> list[tuple[str, str]]:
     return lines
 
 
+@pytest.mark.slow
 def test_documented_options_exist(helps):
     """Every --option a documented command line passes is one its --help lists."""
     train = helps["launch/train.py --help"].stdout
@@ -112,6 +114,7 @@ def test_documented_options_exist(helps):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_gpu_check_prints_help():
     done = subprocess.run(["bash", "tools/gpu/check.sh", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--prepare" in done.stdout

@@ -59,6 +59,7 @@ def test_allowed_values_are_what_validation_accepts():
             DsgraphConfig.from_dict({section: {name: "no-such-value"}} if section else {name: "no-such-value"})
 
 
+@pytest.mark.slow
 def test_site_builds_in_strict_mode(tmp_path):
     """What CI runs: a broken link, a missing page or a docstring that fails to render fails it."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")

@@ -14,6 +14,8 @@ from dsgraph.parallel import auto_candidates, get_strategy
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 # all-gather / reduce-scatter and the uneven all-to-all made expensive: the model must pick a2a
 A2A_WINS = {"all_gather": 1e-4, "reduce_scatter": 1e-4, "all_to_all": 1e-9, "all_to_all_uneven": 1e-4}
 STEPS = 5

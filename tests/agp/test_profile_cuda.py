@@ -120,6 +120,7 @@ def test_more_ranks_than_gpus_without_a_collectives_file_is_refused(monkeypatch,
     assert "--max-ranks 4 needs 4 GPUs for the NCCL collectives, but this machine has 1; pass --collectives-from" in err
 
 
+@pytest.mark.slow
 def test_cpu_profile_still_measures_end_to_end(tmp_path, capsys):
     """The shared timing path (timed, interleaved_min, run_ranks on gloo) on one CPU rank."""
     out = tmp_path / "cpu.json"

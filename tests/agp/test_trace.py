@@ -16,6 +16,7 @@ def _traced(rank, world, tmp):
     trainer.fit(log=lambda line: None)
 
 
+@pytest.mark.slow
 def test_trace_has_named_regions_per_rank(tmp_path):
     write_random_graph(str(tmp_path))
     run(_traced, 2, tmp_path)

@@ -47,6 +47,7 @@ def _check_collectives(rank, world, tmp):
     torch.testing.assert_close(local.grad, expected, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_place_rank_encoded_rows(world, tmp_path):
     run(_check_collectives, world, tmp_path)
@@ -62,6 +63,7 @@ def _check_all_reduce(rank, world, tmp):
     assert pg.stats.calls == 2 and pg.stats.bytes_sent == 2 * all_reduce_bytes(H * D * 8, world)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_all_reduce_sum_adds_every_rank_forward_and_backward(world, tmp_path):
     run(_check_all_reduce, world, tmp_path)

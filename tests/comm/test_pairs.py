@@ -3,6 +3,7 @@ row is the right one (rows encode their global id), and the gradients of every r
 the single-process gradients, duplicates and pairs inside one rank included."""
 
 import numpy as np
+import pytest
 import torch
 
 from dsgraph.comm import GraphParallelGroup, RowSplit
@@ -48,6 +49,7 @@ def _check(rank, world, tmp):
     assert sum(pairs.plan.recv_counts) <= remote and (remote == 0) == (sum(pairs.plan.recv_counts) == 0)
 
 
+@pytest.mark.slow
 def test_pair_rows_on_two_and_four_ranks(tmp_path):
     for world in (2, 4):
         run(_check, world, tmp_path)

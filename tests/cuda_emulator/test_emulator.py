@@ -11,7 +11,10 @@ import torch
 import tests.cuda_emulator as emulator
 from tests.cuda_emulator import EmulatorError, fake_cupy
 
-pytestmark = pytest.mark.skipif(bool(emulator.unavailable()), reason=f"CUDA emulator: {emulator.unavailable()}")
+pytestmark = [  # the emulator runs each kernel module in a child process
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(emulator.unavailable()), reason=f"CUDA emulator: {emulator.unavailable()}"),
+]
 
 SOURCE = r"""
 extern "C" __global__ void collectives(const float* x, float* out, int width) {

@@ -150,6 +150,7 @@ def test_relabel_on_npz_is_refused(tmp_path, capsys):
     assert "apply to edge lists only" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_registered_in_the_cli(tmp_path):
     src = write(tmp_path / "g.txt", "0 1\n")
     assert cli_main(["convert", src, str(tmp_path / "g.npz")]) == 0

@@ -93,6 +93,7 @@ def test_bad_files_are_named(tmp_path):
         DatasetFile(_write(tmp_path, "missing.npz", {k: v for k, v in arrays.items() if k != "dst"}))
 
 
+@pytest.mark.slow
 def test_a_synthetic_graph_is_written_to_the_cache_once(tmp_path, monkeypatch):
     monkeypatch.setenv("DSGRAPH_CACHE", str(tmp_path / "cache"))
     control = RootFirstControl()

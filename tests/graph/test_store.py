@@ -172,6 +172,7 @@ def test_write_refuses_a_non_empty_folder(relabelled, tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_cli_partitions_cora_end_to_end(tmp_path):
     out, stats = tmp_path / "store", tmp_path / "stats.json"
     cmd = [sys.executable, "-m", "dsgraph", "partition", "--dataset", "cora", "--parts", "2",

@@ -97,6 +97,7 @@ def test_from_pyg_rejects_out_of_range_edges():
         from_pyg(tg_data.Data(edge_index=torch.tensor([[0], [3]]), num_nodes=3))
 
 
+@pytest.mark.slow
 def test_core_imports_neither_dgl_nor_pyg():
     code = (
         "import sys, dsgraph.graph, dsgraph.graph.interop, dsgraph.graph.convert, dsgraph.cli\n"

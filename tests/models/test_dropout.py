@@ -131,6 +131,7 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.slow  # long: a mask of a GPU-sized activation on the CPU
 def test_a_gpu_sized_mask_is_a_few_kernels(monkeypatch):
     """4M nodes x 128 features, on meta tensors (shapes, no memory) standing in for a GPU with 100 GiB
     free: the mask is a constant few tens of ops; the blocked hash before issue 27 was ~70k."""

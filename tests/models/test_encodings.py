@@ -104,6 +104,7 @@ def _check(rank, world, tmp):
                 assert (grad - ref_grads[name]).norm() <= 1e-5 * ref_grads[name].norm().clamp_min(1e-30), (combine, strategy, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_encodings_on_every_strategy_match_the_single_process_run(world, tmp_path):
     run(_check, world, tmp_path)

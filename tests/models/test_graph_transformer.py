@@ -145,6 +145,7 @@ def _check_ranks(rank, world, tmp):
                 torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=f"{strategy} {options} {name}")
 
 
+@pytest.mark.slow
 def test_every_architecture_gives_the_same_logits_and_gradients_on_two_ranks(tmp_path):
     run(_check_ranks, 2, tmp_path)
 

@@ -156,6 +156,7 @@ print(torch.get_num_threads(), numba.get_num_threads())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores: numba's pool is then larger than 1 thread")
 def test_kernels_keep_torch_thread_count():
     """The first kernel starts numba's OpenMP pool, which resets the process's OpenMP thread count

@@ -30,6 +30,8 @@ from dsgraph.ops.reference import reference_backward, reference_forward
 from tests.ops import cases
 from tests.ops.cases import TOLERANCE, assert_relative_close, check_against_reference, grads_of, public
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 NAME = "cuda-emulated"
 DTYPE = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 TINY_BINS = {"small_max": 2, "warp_max": 8, "chunk_edges": 5}

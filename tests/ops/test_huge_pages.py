@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from dsgraph.graph.rmat import rmat_graph
@@ -29,6 +30,7 @@ def test_copy_keeps_the_values():
     assert np.array_equal(huge_pages.copy(big[:3]), big[:3])  # below MIN_BYTES: numpy's copy, not numba's threads
 
 
+@pytest.mark.slow
 def test_import_dsgraph_asks_torch_for_huge_pages_and_keeps_a_users_choice():
     probe = "import dsgraph, torch; from dsgraph.ops.cpu import huge_pages; print(huge_pages.torch_allocates_huge_pages())"
     for setting, expected in ((None, "True"), ("0", "False")):

@@ -62,6 +62,7 @@ def _check(rank, world, tmp):
             assert sent.item() == declared(attention.name, graph, split, comm, grad), (strategy, comm, grad, sent.item())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_strategy_with_compressed_exchanges(world, tmp_path):
     run(_check, world, tmp_path)

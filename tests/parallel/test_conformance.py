@@ -7,6 +7,7 @@ where the strategy takes them, edge-conditioned values)."""
 
 import dataclasses
 import functools
+import itertools
 
 import pytest
 import torch
@@ -119,9 +120,19 @@ def _check_strategy(rank, world, tmp, strategy, edges="none"):
     assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2, edges=edges), (strategy, "chunks", sent.item())
 
 
-@pytest.mark.parametrize("edges", ["none", "bias", "bias_value"], ids=["nodes", "edges", "edge-values"])
-@pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("strategy", strategy_names())
+def _cases() -> list:
+    """Every strategy on 2 and 4 ranks, without and with edge features; the fast lane (``smoke``)
+    keeps each strategy's 2-rank run without them."""
+    edges = {"none": "nodes", "bias": "edges", "bias_value": "edge-values"}
+    smoke = {(2, "none"): pytest.mark.smoke}
+    return [
+        pytest.param(s, world, e, id=f"{s}-{world}-{edges[e]}", marks=smoke.get((world, e), ()))
+        for s, world, e in itertools.product(strategy_names(), (2, 4), edges)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy, world, edges", _cases())
 def test_strategy_matches_single_process_and_its_declared_bytes(strategy, world, edges, tmp_path):
     if get_strategy(strategy).infeasible(HEADS, world):
         pytest.skip(get_strategy(strategy).infeasible(HEADS, world))

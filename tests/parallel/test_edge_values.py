@@ -4,6 +4,7 @@ changed on all ranks, or on one rank only, is gathered again, and y and z equal 
 on the whole graph each time. (Outputs and gradients of whole models on 2 and 4 ranks, for every
 strategy: test_conformance.py.)"""
 
+import pytest
 import torch
 
 import dsgraph.parallel.a2a as a2a
@@ -13,6 +14,8 @@ from dsgraph.ops import sparse_attention
 from dsgraph.parallel import StrategyContext
 from tests.distributed import run
 from tests.graphs import random_graph
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 HEADS, DIM, CHANNELS = 4, 8, 3
 

@@ -21,6 +21,8 @@ from tests.distributed import run
 from tests.graphs import random_graph
 from tests.parallel.test_conformance import HEADS, HIDDEN, LAYERS, SPLITS, declared_bytes, forward_backward, rel_err
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 GPS = ModelOptions(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear")
 GAT_GLOBAL = dataclasses.replace(GAT, global_attention="linear")  # GAT-shaped blocks: the first one reads the features
 SHAPE = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, global_attention="linear")

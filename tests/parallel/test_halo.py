@@ -14,6 +14,8 @@ from tests.distributed import run
 from tests.graphs import random_graph
 from tests.parallel.test_conformance import forward_backward, rel_err
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def halo_test_graph(world: int) -> tuple[Graph, list[int]]:
     """random_graph relabelled by METIS into ``world`` parts, minus the edges that reach part 0 from

@@ -13,6 +13,8 @@ from tests.distributed import run
 from tests.graphs import random_graph
 from tests.parallel.test_conformance import SPLITS, declared_bytes, forward_backward
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def _bytes_max(pg) -> float:
     import deepspeed.comm as dist

@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _fresh(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_mmap_threshold_is_fixed_unless_the_user_set_one():
     """In fresh processes: fixing the threshold changes the allocator for the rest of the process."""
     code = "from dsgraph.runtime import host_memory; print(host_memory.fix_mmap_threshold())"
@@ -19,6 +22,7 @@ def test_mmap_threshold_is_fixed_unless_the_user_set_one():
     assert user_set.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_muon_module_imports_without_inductor():
     out = _fresh(
         "import sys; from dsgraph.runtime import host_memory; done = host_memory.defer_muon_compile(); "

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ("install", "smoke", "memcheck", "racecheck", "bench_kernels", "train_strategies")
 

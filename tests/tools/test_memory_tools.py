@@ -4,6 +4,7 @@ watcher sees a child's peak and enforces its cap; configs, ratios and the self l
 import json
 import sys
 
+import pytest
 import torch
 
 from dsgraph.graph import Graph
@@ -16,6 +17,7 @@ from tools.benchmarks import peer_memory as peers
 GROW = "import time; b = bytearray({mb} * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1.0)"
 
 
+@pytest.mark.slow
 def test_watcher_reports_the_peak_and_kills_above_the_cap(tmp_path):
     fine = watch.run_watched([sys.executable, "-c", GROW.format(mb=200)], log_path=str(tmp_path / "a.log"), cap_mb=2000)
     assert fine.returncode == 0 and not fine.over_cap and 200 < max(fine.peaks()) < 400

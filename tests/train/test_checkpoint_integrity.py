@@ -171,6 +171,7 @@ def _resumes(rank, world, tmp):
     dump(tmp, "integrity.json", results)
 
 
+@pytest.mark.slow
 def test_damaged_or_unfinished_newest_checkpoint_resumes_from_the_previous(tmp_path):
     write_random_graph(str(tmp_path))
     for fn in (_kill_before_manifest, _kill_mid_file):

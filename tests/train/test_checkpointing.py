@@ -34,6 +34,7 @@ def _steps(rank, world, tmp):
     dump_losses(rank, tmp, f"ckpt_{world}.json", runs, epochs=2)
 
 
+@pytest.mark.slow
 def test_checkpointed_training_takes_the_same_steps_on_1_2_and_4_ranks(tmp_path):
     """The default (GAT-shaped) block recomputed whole; the Transformer block nested (the block, then
     each sublayer inside it)."""

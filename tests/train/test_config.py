@@ -57,6 +57,7 @@ def test_shipped_configs_are_valid():
         assert ds["train_micro_batch_size_per_gpu"] == 1 and isinstance(cfg, DsgraphConfig)
 
 
+@pytest.mark.slow
 def test_training_command_reports_bad_config_without_traceback(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"dsgraph": {"epoch": 3}}))
@@ -65,6 +66,7 @@ def test_training_command_reports_bad_config_without_traceback(tmp_path):
     assert "unknown key(s) 'epoch'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
     path = tmp_path / "bad.npz"
     import numpy as np

@@ -9,6 +9,8 @@ from dsgraph.parallel import get_strategy, strategy_names
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, dump_losses, load, make_trainer, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 HEADS = 4  # make_trainer's model
 
 

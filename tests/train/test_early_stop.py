@@ -22,6 +22,7 @@ def _frozen(rank, world, tmp):
                                           "lines": lines})  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2])
 def test_training_stops_after_patience_evaluations_without_improvement(tmp_path, world):
     write_random_graph(str(tmp_path))

@@ -51,6 +51,7 @@ def _train(rank, world, tmp):
         dump(tmp, f"losses_{world}.json", losses)
 
 
+@pytest.mark.slow
 def test_one_two_and_four_ranks_take_the_same_steps_with_edge_features(tmp_path):
     edge_dataset(str(tmp_path))
     by_world = results_by_world(_train, tmp_path, "losses")
@@ -87,6 +88,7 @@ def _isolated(rank, world, tmp):
         dump(tmp, f"isolated_{world}.json", first)
 
 
+@pytest.mark.slow
 def test_isolated_mode_carries_the_edge_features_of_every_local_edge(tmp_path):
     edge_dataset(str(tmp_path))
     by_world = results_by_world(_isolated, tmp_path, "isolated")
@@ -106,6 +108,7 @@ def _refused(rank, world, tmp):
         DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=VALUE, strategy=strategy))
 
 
+@pytest.mark.slow
 def test_a_run_that_reads_edge_features_needs_a_dataset_and_strategy_that_have_them(tmp_path):
     run(_refused, 1, tmp_path)
 

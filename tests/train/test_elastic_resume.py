@@ -15,6 +15,8 @@ import pytest
 from tests.distributed import run
 from tests.train.helpers import dump, ds_config, load, make_trainer, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 STAGES = (1, 2, 3)
 EPOCHS, SAVED = 4, 2  # the checkpoint after epoch 1 is resumed for epochs 2 and 3
 MOVES = {1: [2], 2: [1, 4]}  # world size that wrote -> world sizes that resume

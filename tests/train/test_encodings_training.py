@@ -23,6 +23,8 @@ from tests.train.helpers import (
     assert_same_evaluation, assert_same_steps, dataset_with_stores, ds_config, dump, quiet_trainer, results_by_world, step_losses,
 )  # fmt: skip
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 HEADS = 4
 MODEL = {"encodings": ["rwse", "lappe", "degree"], "max_degree": 8}
 ADD = {**MODEL, "encoding_input": "add", "input_projection": True, "block": "transformer", "head": "linear", "norm": "pre"}

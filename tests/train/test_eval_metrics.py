@@ -1,11 +1,14 @@
 """The configured metric is computed exactly over every rank's rows: 1 and 2 ranks agree."""
 
 import numpy as np
+import pytest
 
 from dsgraph.graph import save_npz
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.train.helpers import ds_config, dump, load, make_trainer
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 
 CASES = (("rocauc", "binary.npz"), ("f1_macro", "five.npz"), (None, "five.npz"), ("ap", "binary.npz"), (None, "binary.npz"))

@@ -22,6 +22,8 @@ from dsgraph.graph.partition_cli import main as partition_main
 from dsgraph.comm.ports import free_port
 from tests.train.helpers import ds_config, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def _train_cmd(config: str, *extra: str) -> list[str]:
     return [sys.executable, "launch/train.py", "--deepspeed_config", config, *extra]

@@ -31,6 +31,8 @@ def _steps(rank, world, tmp, variants):
         dump(tmp, f"halo_{world}.json", results)
 
 
+@pytest.mark.slow
+@pytest.mark.smoke
 def test_halo_and_store_training_match_one_process(tmp_path):
     graph_path = write_random_graph(str(tmp_path))
     assert partition_main(["--dataset", graph_path, "--parts", "2", "--method", "metis", "--out", f"{tmp_path}/store2", "--quiet"]) == 0

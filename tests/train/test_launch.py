@@ -7,8 +7,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from dsgraph.comm.ports import free_port
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 LAUNCHER = os.path.join(os.path.dirname(sys.executable), "deepspeed")
 

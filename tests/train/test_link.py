@@ -33,6 +33,7 @@ def _train(rank, world, tmp, decoder):
         dump(tmp, f"link{world}_{decoder}.json", out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["dot", "mlp"])
 def test_one_two_and_four_ranks_take_the_same_link_steps(tmp_path, decoder):
     write_random_graph(str(tmp_path))
@@ -89,6 +90,7 @@ def _leakage(rank, world, tmp):
     dump(tmp, f"leak{world}_{rank}.json", found)
 
 
+@pytest.mark.slow
 def test_no_held_out_edge_reaches_the_encoder_on_any_rank(tmp_path):
     """Both directions of every val and test edge are absent from each rank's CSR block (and from
     the whole structure a2a keeps), for every strategy's split (halo relabels by METIS)."""
@@ -121,6 +123,7 @@ def _bytes(rank, world, tmp):
         dump(tmp, "bytes.json", counted.tolist())
 
 
+@pytest.mark.slow
 def test_pair_exchange_bytes_are_counted(tmp_path):
     write_random_graph(str(tmp_path))
     run(_bytes, 2, tmp_path)
@@ -184,6 +187,7 @@ def _predict(rank, world, tmp, strategy):
         dump(tmp, f"metrics{world}_{strategy}.json", metrics)
 
 
+@pytest.mark.slow
 def test_a_link_checkpoint_scores_an_edge_list_at_any_world_size(tmp_path):
     run(_train_and_score, 2, tmp_path)
     ref = np.zeros(40, np.float32)

@@ -7,9 +7,12 @@ parameters."""
 import glob
 import json
 
+import pytest
 import torch
 
 from tests.distributed import run
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 CONFIGS = sorted(glob.glob("ds_configs/*.json"))
 

@@ -12,6 +12,8 @@ import pytest
 from tests.train.helpers import ds_config, write_random_graph
 from tests.distributed import free_port
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 MPIEXEC = shutil.which("mpiexec", path=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
 
 

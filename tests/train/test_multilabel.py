@@ -2,6 +2,7 @@
 ROC-AUC; the loss on 2 ranks equals 1 rank for every strategy (the loss divides by present pairs)."""
 
 import numpy as np
+import pytest
 
 from dsgraph.graph import rmat_graph, save_npz
 from tests.distributed import run
@@ -22,6 +23,7 @@ def _train(rank, world, tmp):
         dump(tmp, f"ml{world}.json", out)
 
 
+@pytest.mark.slow
 def test_multilabel_trains_on_every_strategy_like_one_rank(tmp_path):
     save_npz(rmat_graph("rmat:8:8:labels=16", seed=1), str(tmp_path / "ml.npz"))
     run(_train, 1, tmp_path)
@@ -43,6 +45,7 @@ def _sampled(rank, world, tmp):
         dump(tmp, f"sampled{world}.json", {"loss": [r["loss"] for r in rows], "before": before, "after": trainer.evaluate(2)})
 
 
+@pytest.mark.slow
 def test_multilabel_trains_in_sampled_mode_like_one_rank(tmp_path):
     """The loss divides by the present pairs of the whole global batch, so 2 ranks equal 1."""
     save_npz(rmat_graph("rmat:8:8:labels=16", seed=1), str(tmp_path / "ml.npz"))

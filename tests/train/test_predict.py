@@ -2,12 +2,15 @@
 ZeRO-2 and ZeRO-3 checkpoints; --eval-only reports the trainer's metrics."""
 
 import numpy as np
+import pytest
 import torch
 
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.inference import Inference
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 SETTINGS = dict(hidden=32, heads=4, layers=2, self_loops=False, seed=3, epochs=3, eval_every=3, checkpoint_every=3)
 

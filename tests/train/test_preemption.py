@@ -50,6 +50,7 @@ def _losses(path) -> dict[int, float]:
         return {row["epoch"]: row["loss"] for row in map(json.loads, f) if row["kind"] == "step"}
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     tmp = str(tmp_path)
     config = _config(tmp)

@@ -12,6 +12,8 @@ from dsgraph.train.metrics import STEP_KEYS
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def _losses(path):
     with open(path) as f:

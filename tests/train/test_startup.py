@@ -91,6 +91,7 @@ with Watchdog(None, 0.5, poll_s=0.05, diagnose=lambda: cause, on_exit=lambda: op
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cause", ["", "waiting for the build lock /x/lock"])
 def test_watchdog_names_the_phase_and_cleans_up_before_it_ends_the_process(cause, tmp_path):
     marker = str(tmp_path / "cleaned")
@@ -106,6 +107,7 @@ def test_watchdog_names_the_phase_and_cleans_up_before_it_ends_the_process(cause
         assert proc.returncode == 3 and "another rank died or did not answer within 0.5 s" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_stale_build_locks_do_not_stop_a_cpu_run(tmp_path):
     """No build is attempted: the run finishes although every op's lock is stale (a build would
     wait on it until the watchdog stopped the run), and the extensions folder is untouched."""
@@ -127,6 +129,7 @@ def test_stale_build_locks_do_not_stop_a_cpu_run(tmp_path):
     assert _our_shm([port]) == []
 
 
+@pytest.mark.slow
 def test_stale_build_lock_stops_start_up_within_the_timeout_and_names_it(tmp_path):
     ext_dir = str(tmp_path / "ext")
     lock = _plant_stale_locks(ext_dir)[1]  # fused_adam's
@@ -145,6 +148,7 @@ def test_stale_build_lock_stops_start_up_within_the_timeout_and_names_it(tmp_pat
     assert TIMEOUT_S - 1 <= elapsed < TIMEOUT_S + 60, elapsed  # the start of python and torch is included
 
 
+@pytest.mark.slow
 def test_runs_leave_no_shared_memory(tmp_path):
     """Two 2-rank runs, one ending normally and one whose rank 1 is killed mid-run."""
     config = _write_config(str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=3, timeout_s=TIMEOUT_S)
@@ -188,6 +192,7 @@ def _hold(path: str, size: int = 1 << 20):
     return fd, mmap.mmap(fd, size)
 
 
+@pytest.mark.slow
 def test_rank_removes_its_buffer_on_a_peer_failure_and_sweeps_dead_ones_at_start_up(tmp_path):
     """The buffers DeepSpeed would create for this job exist (held by this test, as live ranks
     would hold them); a dead run's buffer lies next to them. Rank 0 sweeps the dead one at start-up
@@ -217,6 +222,7 @@ def test_rank_removes_its_buffer_on_a_peer_failure_and_sweeps_dead_ones_at_start
                 os.unlink(path)
 
 
+@pytest.mark.slow
 def test_sweep_removes_only_buffers_no_live_process_uses(tmp_path):
     shm_dir = str(tmp_path)
     names = {key: os.path.join(shm_dir, f"{shm.BUFFER_PREFIX}{os.getuid()}_127.0.0.1_1_{i}")
@@ -243,6 +249,7 @@ def test_sweep_removes_only_buffers_no_live_process_uses(tmp_path):
     assert shm.sweep_dead_buffers(shm_dir).files == 2  # once nobody holds them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "stop"])
 def test_a_rank_lost_during_set_up_stops_the_others_within_the_timeout(fault, tmp_path):
     """Rank 1 is killed (or frozen) right after the process group exists, while both ranks load

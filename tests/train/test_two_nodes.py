@@ -22,6 +22,8 @@ import pytest
 from dsgraph.comm.ports import free_port
 from tests.train.helpers import ds_config, write_random_graph
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 BIN = os.path.dirname(sys.executable)
 DEEPSPEED = os.path.join(BIN, "deepspeed")
 MPIEXEC = shutil.which("mpiexec", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")

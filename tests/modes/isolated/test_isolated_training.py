@@ -118,6 +118,7 @@ def _local_training(rank, world, tmp):
             dump(tmp, "prefetch_off.json", [row["loss"] for row in map(json.loads, f) if row["kind"] == "step"])
 
 
+@pytest.mark.slow
 def test_local_steps_send_nothing_until_the_boundary(tmp_path):
     write_random_graph(str(tmp_path))
     run(_local_training, 2, tmp_path)
@@ -178,6 +179,8 @@ def _correction_gradient(rank, world, tmp):
     trainer.close()
 
 
+@pytest.mark.slow
+@pytest.mark.smoke
 def test_the_batch_level_correction_is_the_seeds_gradient(tmp_path):
     write_random_graph(str(tmp_path))
     run(_correction_gradient, 2, tmp_path)
@@ -209,6 +212,7 @@ def _counted_sync_bytes(rank, world, tmp):
         _trainer(tmp, ds_config(stage=2))
 
 
+@pytest.mark.slow
 def test_sync_bytes_are_what_deepspeed_reduces(tmp_path):
     write_random_graph(str(tmp_path))
     run(_counted_sync_bytes, 2, tmp_path)
@@ -258,5 +262,6 @@ def _global_local_steps(rank, world, tmp):
     trainer.close()
 
 
+@pytest.mark.slow
 def test_global_attention_in_isolated_steps_spans_the_ranks_subgraph(tmp_path):
     run(_global_local_steps, 2, tmp_path)

@@ -31,7 +31,11 @@ def _fit(rank, world, tmp, model=None):
         dump(tmp, f"result_{world}.json", result)
 
 
-@pytest.mark.parametrize("model", [None, GLOBAL_MODEL], ids=["default", "global-attention"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model",
+    [pytest.param(None, id="default", marks=pytest.mark.smoke), pytest.param(GLOBAL_MODEL, id="global-attention")],
+)
 def test_sampled_training_on_one_and_two_ranks_takes_the_same_steps(tmp_path, model):
     """With global attention too: it spans the global batch's seeds, whose sums are all-reduced."""
     write_random_graph(str(tmp_path))
