@@ -11,13 +11,19 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
     "train": ("dsgraph.train.launcher", "launch training with the deepspeed launcher"),
-    "predict": ("dsgraph.train.predict_launcher", "logits and embeddings of a checkpoint (any ranks, any ZeRO stage) into a .npz"),
+    "predict": (
+        "dsgraph.train.predict_launcher",
+        "logits and embeddings of a checkpoint (any ranks, any ZeRO stage) into a .npz",
+    ),
     "partition": ("dsgraph.graph.partition_cli", "split a graph into a partition store (one part per rank)"),
     "convert": ("dsgraph.graph.convert", "convert an OGB folder, edge list or .npz into a .npz or partition store"),
     "encode": ("dsgraph.graph.encode.cli", "compute RWSE / LapPE encodings once and store them beside the features"),
     "profile": ("dsgraph.agp.profile_cli", "measure alpha and beta of this system into an AGP profile JSON"),
     "plan": ("dsgraph.agp.plan_cli", "predict time and memory per (strategy, ranks) for a graph and pick one"),
-    "checkpoint": ("dsgraph.train.checkpoint_cli", "verify checkpoints, convert one to universal (any world size), export fp32"),
+    "checkpoint": (
+        "dsgraph.train.checkpoint_cli",
+        "verify checkpoints, convert one to universal (any world size), export fp32",
+    ),
 }
 
 

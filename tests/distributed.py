@@ -13,12 +13,15 @@ import torch.multiprocessing as mp
 from dsgraph.comm.ports import free_port
 
 
-
 def _entry(rank, world_size, port, tmp_path, fn, args):
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     import deepspeed.comm as dist
     import torch
 
@@ -34,4 +37,6 @@ def _entry(rank, world_size, port, tmp_path, fn, args):
 
 
 def run(fn, world_size: int, tmp_path, *args) -> None:
-    mp.start_processes(_entry, args=(world_size, free_port(), str(tmp_path), fn, args), nprocs=world_size, start_method="spawn")
+    mp.start_processes(
+        _entry, args=(world_size, free_port(), str(tmp_path), fn, args), nprocs=world_size, start_method="spawn"
+    )

@@ -7,8 +7,14 @@ import numpy as np
 from dsgraph.graph import Graph
 
 
-def random_graph(num_nodes: int = 103, num_edges: int = 600, num_features: int = 12, num_classes: int = 5, seed: int = 0,
-                 edge_features: int = 0) -> Graph:  # fmt: skip
+def random_graph(
+    num_nodes: int = 103,
+    num_edges: int = 600,
+    num_features: int = 12,
+    num_classes: int = 5,
+    seed: int = 0,
+    edge_features: int = 0,
+) -> Graph:
     """A directed random graph where nodes 0, 7 and the last node have no in-edges and node 5 is a hub;
     ``edge_features``: that many standard normal features per edge (edge_attr)."""
     rng = np.random.default_rng(seed)
@@ -23,8 +29,14 @@ def random_graph(num_nodes: int = 103, num_edges: int = 600, num_features: int =
     split = rng.random(num_nodes)
     edge_attr = rng.standard_normal((src.size, edge_features)).astype(np.float32) if edge_features else None
     return Graph.from_edges(
-        src, dst,
+        src,
+        dst,
         x=rng.standard_normal((num_nodes, num_features)).astype(np.float32),
-        y=y, train_mask=split < 0.5, val_mask=(split >= 0.5) & (split < 0.75), test_mask=split >= 0.75,
-        num_nodes=num_nodes, name="random", edge_attr=edge_attr,
-    )  # fmt: skip
+        y=y,
+        train_mask=split < 0.5,
+        val_mask=(split >= 0.5) & (split < 0.75),
+        test_mask=split >= 0.75,
+        num_nodes=num_nodes,
+        name="random",
+        edge_attr=edge_attr,
+    )

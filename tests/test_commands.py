@@ -32,8 +32,12 @@ def documented_tools() -> list[str]:
     return sorted(m for m in found if os.path.isfile(os.path.join(ROOT, *m.split(".")) + ".py"))
 
 
-COMMANDS = [["-m", "dsgraph", "--help"], *(["-m", "dsgraph", sub, "--help"] for sub in ("train", "partition", "convert", "encode", "profile", "plan")),
-            ["launch/train.py", "--help"], *(["-m", module, "--help"] for module in documented_tools())]  # fmt: skip
+COMMANDS = [
+    ["-m", "dsgraph", "--help"],
+    *(["-m", "dsgraph", sub, "--help"] for sub in ("train", "partition", "convert", "encode", "profile", "plan")),
+    ["launch/train.py", "--help"],
+    *(["-m", module, "--help"] for module in documented_tools()),
+]
 
 
 def test_the_documentation_names_tools():
@@ -55,8 +59,11 @@ def helps() -> dict[str, subprocess.CompletedProcess]:
 
 @pytest.mark.slow
 def test_every_documented_command_prints_help(helps):
-    failed = [f"{name}: exit {d.returncode}\n{d.stderr[-2000:]}" for name, d in helps.items()
-              if d.returncode != 0 or "usage" not in d.stdout.lower()]  # fmt: skip
+    failed = [
+        f"{name}: exit {d.returncode}\n{d.stderr[-2000:]}"
+        for name, d in helps.items()
+        if d.returncode != 0 or "usage" not in d.stdout.lower()
+    ]
     assert not failed, "\n".join(failed)
 
 
@@ -88,7 +95,11 @@ def documented_command_lines() -> list[tuple[str, str]]:
         for block in _shell_blocks(page):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split(" #")[0]
-                if re.search(r"(^|[ /])dsgraph (train|partition|convert|encode|profile|plan)\b|launch/train\.py|-m tools\.[a-z_]+\.[a-z_]+", line):
+                if re.search(
+                    r"(^|[ /])dsgraph (train|partition|convert|encode|profile|plan)\b"
+                    r"|launch/train\.py|-m tools\.[a-z_]+\.[a-z_]+",
+                    line,
+                ):
                     lines.append((os.path.relpath(page, ROOT), line))
     return lines
 
@@ -108,13 +119,18 @@ def test_documented_options_exist(helps):
             args = sub.group(2)
         else:
             known, args = train, line.split("launch/train.py", 1)[1]
-        wrong += [f"{page}: {flag} in `{line.strip()}`" for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", args)
-                  if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known)]  # fmt: skip
+        wrong += [
+            f"{page}: {flag} in `{line.strip()}`"
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", args)
+            if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known)
+        ]
     assert documented_command_lines(), "no documented command lines found"
     assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.slow
 def test_gpu_check_prints_help():
-    done = subprocess.run(["bash", "tools/gpu/check.sh", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "tools/gpu/check.sh", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "--prepare" in done.stdout

@@ -35,15 +35,16 @@ def test_the_reference_lists_every_key_with_its_default():
         for f in dataclasses.fields(cls):
             path = f"{prefix}.{f.name}" if prefix else f.name
             assert f"| `{path}` |" in page, path
-    assert "| `strategy` | `str` | `\"ag\"` | `ag`, `a2a`, `halo`, `ag_ring`, `auto` | all |" in page
-    assert "| `isolated.sync` | `str` | `\"super_epoch\"` | `super_epoch`, `step` | isolated |" in page
+    assert '| `strategy` | `str` | `"ag"` | `ag`, `a2a`, `halo`, `ag_ring`, `auto` | all |' in page
+    assert '| `isolated.sync` | `str` | `"super_epoch"` | `super_epoch`, `step` | isolated |' in page
 
 
 def test_the_committed_reference_is_up_to_date():
     with open(os.path.join(ROOT, config_reference.PAGE)) as f:
         committed = f.read()
     assert committed == config_reference.markdown(), (
-        f"{config_reference.PAGE} is out of date: python -m tools.common.config_reference --out {config_reference.PAGE}")
+        f"{config_reference.PAGE} is out of date: python -m tools.common.config_reference --out {config_reference.PAGE}"
+    )
 
 
 def test_allowed_values_are_what_validation_accepts():
@@ -63,7 +64,17 @@ def test_allowed_values_are_what_validation_accepts():
 def test_site_builds_in_strict_mode(tmp_path):
     """What CI runs: a broken link, a missing page or a docstring that fails to render fails it."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site"), "-f", "mkdocs.yml"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(tmp_path / "site"),
+        "-f",
+        "mkdocs.yml",
+    ]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "reference" / "config" / "index.html").is_file()
@@ -77,8 +88,11 @@ def _user_pages():
         yield from (os.path.join(folder, n) for n in names if n.endswith(".md"))
 
 
-HISTORY = [re.compile(r"\bissue\s*#?\d+", re.I), re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
-           re.compile(r"\b(rerun|measured) on main\b|\bafter (merging|the merges?)\b", re.I)]  # fmt: skip
+HISTORY = [
+    re.compile(r"\bissue\s*#?\d+", re.I),
+    re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
+    re.compile(r"\b(rerun|measured) on main\b|\bafter (merging|the merges?)\b", re.I),
+]
 
 
 @pytest.mark.parametrize("path", sorted(_user_pages()), ids=lambda p: os.path.relpath(p, ROOT))
@@ -99,6 +113,6 @@ def test_readme_model_table_lists_every_model_option():
 
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    table = text[text.index("## Models"):].split("\n## ", 1)[0]
+    table = text[text.index("## Models") :].split("\n## ", 1)[0]
     missing = [name for name in option_names() if f"`{name}`" not in table]
     assert not missing, f"README.md's model table lacks {missing}"

@@ -46,8 +46,12 @@ def test_packages_import_only_the_layers_below_them(capsys):
 
 
 def test_tools_import_each_other_without_sys_path_edits():
-    edits = [f"{p.relative_to(ROOT)}:{n}" for p in _python_files("tools") for n, line in enumerate(p.read_text().splitlines(), 1)
-             if "sys.path.insert" in line or "sys.path.append" in line]  # fmt: skip
+    edits = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in _python_files("tools")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "sys.path.insert" in line or "sys.path.append" in line
+    ]
     assert not edits, f"run tools as modules (python -m tools.<folder>.<name>) instead: {edits}"
 
 
@@ -55,8 +59,13 @@ def test_no_module_level_function_is_longer_than_60_lines():
     long = []
     for path in _python_files("dsgraph", "tools"):
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
-                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+            ):
+                long.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+                )
     assert not long, f"split these functions: {long}"
 
 

@@ -26,7 +26,7 @@ class _Shape:
 
     shape: object
 
-    def to(self, device) -> "_Shape":
+    def to(self, device) -> _Shape:
         return self
 
 
@@ -50,7 +50,9 @@ class AutoAttention(GraphAttention):
         return self._built[name]
 
     def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
-        return self.current(q_nHD, k_nHD, v_nHD, bias_eH, edge_values)  # edge values: only where every candidate takes them
+        return self.current(
+            q_nHD, k_nHD, v_nHD, bias_eH, edge_values
+        )  # edge values: only where every candidate takes them
 
     def after_step(self, step_s: float, comm_s: float) -> None:
         self.auto.after_step(step_s, comm_s)
@@ -91,8 +93,17 @@ class Auto(Strategy):
         if ctx.model is None:
             raise ValueError("strategy auto: the StrategyContext carries no model shape (StrategyContext.model)")
         agp = ctx.agp or AgpConfig()
-        auto = AutoStrategy(agp.profile, agp.recalibrate_after, graph.derived[SHAPE].shape, ctx.model, pg,
-                            ctx.control_plane(), resolve_backend(ctx.backend, graph.device), ctx.dtype, ctx.log)  # fmt: skip
+        auto = AutoStrategy(
+            agp.profile,
+            agp.recalibrate_after,
+            graph.derived[SHAPE].shape,
+            ctx.model,
+            pg,
+            ctx.control_plane(),
+            resolve_backend(ctx.backend, graph.device),
+            ctx.dtype,
+            ctx.log,
+        )
         return AutoAttention(graph, pg, ctx, auto)
 
     def cost(self, p, shape, model, dtype_bytes):

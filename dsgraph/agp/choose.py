@@ -42,9 +42,14 @@ def choose(predictions: list[Prediction], world_size: int | None = None) -> Choi
         why = "; ".join(f"{x.strategy}@{x.p}: {x.reason}" for x in rejected)
         raise ValueError(f"no feasible graph-parallel strategy: {why}")
     best = ranked[0]
-    reasons = [f"pick {best.strategy} on {best.p} ranks: predicted {_ms(best.time_s)} per iteration, {best.memory_bytes / 2**20:.1f} MiB per rank"]
+    reasons = [
+        f"pick {best.strategy} on {best.p} ranks: predicted {_ms(best.time_s)} per iteration, "
+        f"{best.memory_bytes / 2**20:.1f} MiB per rank"
+    ]
     for other in ranked[1:4]:
-        reasons.append(f"{other.strategy} on {other.p} ranks: {_ms(other.time_s)} ({(other.time_s / best.time_s - 1) * 100:+.0f}%)")
+        reasons.append(
+            f"{other.strategy} on {other.p} ranks: {_ms(other.time_s)} ({(other.time_s / best.time_s - 1) * 100:+.0f}%)"
+        )
     if best.comm_s > best.attention_s + best.rest_s:
         reasons.append("communication dominates the pick's time")
     for x in rejected:

@@ -50,16 +50,26 @@ class Decision:
         return f"{self.strategy} (auto: {self.reasons[0]})"
 
 
-def plan_decision(profile_path: str | None, shape: GraphShape, model: ModelShape, world: int, backend: str, dtype: str,
-                  calibration=Calibration(), measured=None) -> tuple[Decision, list[Prediction]]:  # fmt: skip
+def plan_decision(
+    profile_path: str | None,
+    shape: GraphShape,
+    model: ModelShape,
+    world: int,
+    backend: str,
+    dtype: str,
+    calibration=Calibration(),
+    measured=None,
+) -> tuple[Decision, list[Prediction]]:
     """Rank 0's decision at ``world`` ranks from the profile at ``profile_path``. Raises
     ValueError/FileNotFoundError on a missing or bad profile."""
     if not profile_path:
-        raise ValueError("\"strategy\": \"auto\" needs 'agp.profile' (a JSON from `dsgraph profile`)")
+        raise ValueError('"strategy": "auto" needs \'agp.profile\' (a JSON from `dsgraph profile`)')
     profile = load_profile(profile_path)
     profile.check_matches(backend, dtype)
     if world not in profile.ranks:
-        raise ValueError(f"{profile_path}: the profile covers rank counts {sorted(profile.ranks)}, not the world size {world}")
+        raise ValueError(
+            f"{profile_path}: the profile covers rank counts {sorted(profile.ranks)}, not the world size {world}"
+        )
     preds = [predict(s, world, shape, model, profile, calibration=calibration) for s in auto_candidates()]
     if measured:  # strategies already run: their measured time replaces the prediction
         preds = [_with_time(x, measured[x.strategy]) if x.strategy in measured and x.feasible else x for x in preds]
@@ -79,8 +89,18 @@ class AutoStrategy:
     Every method is collective (all ranks call it at the same step); ``events`` collects metrics
     rows (kind "agp") for the training loop to write."""
 
-    def __init__(self, profile_path: str | None, recalibrate_after: int, shape: GraphShape, model: ModelShape, pg, control,
-                 backend: str, dtype: str, log=print):  # fmt: skip
+    def __init__(
+        self,
+        profile_path: str | None,
+        recalibrate_after: int,
+        shape: GraphShape,
+        model: ModelShape,
+        pg,
+        control,
+        backend: str,
+        dtype: str,
+        log=print,
+    ):
         """``recalibrate_after``: measured steps (after a warm-up step) before rank 0 recalibrates
         the model and may switch (0: never)."""
         self.profile_path, self.recalibrate_after = profile_path, recalibrate_after
@@ -102,17 +122,34 @@ class AutoStrategy:
         return self.decision.strategy
 
     def _plan(self, calibration=Calibration(), measured=None):
-        return plan_decision(self.profile_path, self.shape, self.model, self.pg.world_size, self.backend, self.dtype, calibration, measured)
+        return plan_decision(
+            self.profile_path,
+            self.shape,
+            self.model,
+            self.pg.world_size,
+            self.backend,
+            self.dtype,
+            calibration,
+            measured,
+        )
 
     def _adopt(self, decision: Decision, event: str, measured_s: float | None = None) -> None:
         self.decision = decision
         self.samples = []
-        self.events.append({
-            "kind": "agp", "event": event, "step": None, "strategy": decision.strategy,
-            "predicted_step_time_s": decision.predicted_step_time_s, "measured_step_time_s": measured_s,
-            "fallback": decision.fallback, "agp_decision": decision.label(), "reasons": decision.reasons,
-            "table": decision.table,
-        })  # fmt: skip
+        self.events.append(
+            {
+                "kind": "agp",
+                "event": event,
+                "step": None,
+                "strategy": decision.strategy,
+                "predicted_step_time_s": decision.predicted_step_time_s,
+                "measured_step_time_s": measured_s,
+                "fallback": decision.fallback,
+                "agp_decision": decision.label(),
+                "reasons": decision.reasons,
+                "table": decision.table,
+            }
+        )
         if self.pg.rank == 0:
             self.log(f"agp: {event}: {decision.label()}")
 
@@ -136,9 +173,17 @@ class AutoStrategy:
         if verdict is not None:
             self._adopt(verdict, event="switch", measured_s=step_med)
         else:
-            self.events.append({"kind": "agp", "event": "recalibrated", "step": None, "strategy": self.current,
-                                "predicted_step_time_s": self.decision.predicted_step_time_s, "measured_step_time_s": step_med,
-                                "agp_decision": self.decision.label()})  # fmt: skip
+            self.events.append(
+                {
+                    "kind": "agp",
+                    "event": "recalibrated",
+                    "step": None,
+                    "strategy": self.current,
+                    "predicted_step_time_s": self.decision.predicted_step_time_s,
+                    "measured_step_time_s": step_med,
+                    "agp_decision": self.decision.label(),
+                }
+            )
 
     def _recalibrated(self, step_med: float, comm_med: float) -> Decision | None:
         """Rank 0: fit comm scale and overhead to the measured steps, re-predict; a Decision to
@@ -147,12 +192,17 @@ class AutoStrategy:
         now = next(x for x in base if x.strategy == self.current)
         comm_scale = comm_med / now.comm_s if now.comm_s > 0 and comm_med > 0 else 1.0
         overhead = (step_med - comm_med) - (now.time_s - now.comm_s)
-        decision, preds = self._plan(Calibration(comm_scale={self.current: comm_scale}, overhead_s=overhead), self.measured)
+        decision, preds = self._plan(
+            Calibration(comm_scale={self.current: comm_scale}, overhead_s=overhead), self.measured
+        )
         here = next(x for x in preds if x.strategy == self.current)
         best = min((x for x in preds if x.feasible), key=lambda x: x.time_s)
         if best.strategy != self.current and best.time_s <= (1.0 - SWITCH_GAIN) * here.time_s:
-            decision.reasons.insert(0, f"recalibrated (comm x{comm_scale:.2f}, overhead {overhead * 1e3:+.1f} ms): "
-                                       f"{best.strategy} {best.time_s * 1e3:.1f} ms vs {self.current} measured {step_med * 1e3:.1f} ms")  # fmt: skip
+            decision.reasons.insert(
+                0,
+                f"recalibrated (comm x{comm_scale:.2f}, overhead {overhead * 1e3:+.1f} ms): "
+                f"{best.strategy} {best.time_s * 1e3:.1f} ms vs {self.current} measured {step_med * 1e3:.1f} ms",
+            )
             return decision
         self.decision.predicted_step_time_s = here.time_s
         return None

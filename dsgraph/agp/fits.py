@@ -34,7 +34,7 @@ class LogLogFit:
         return {"log_a": self.log_a, "slope": self.slope, "r2": self.r2, "points": [list(p) for p in self.points]}
 
     @classmethod
-    def from_dict(cls, d: dict, where: str) -> "LogLogFit":
+    def from_dict(cls, d: dict, where: str) -> LogLogFit:
         """Reads a fit written by ``to_dict``; ``where`` names it in error messages."""
         if not isinstance(d, dict):
             raise ValueError(f"{where}: expected an object with log_a, slope, r2, got {type(d).__name__}")
@@ -42,12 +42,14 @@ class LogLogFit:
             log_a, slope, r2 = float(d["log_a"]), float(d["slope"]), float(d["r2"])
             points = tuple((float(x), float(t)) for x, t in d.get("points", []))
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{where}: malformed fit ({err!r}); expected log_a, slope, r2 and [[x, t], ...] points") from None
+            raise ValueError(
+                f"{where}: malformed fit ({err!r}); expected log_a, slope, r2 and [[x, t], ...] points"
+            ) from None
         if not all(math.isfinite(v) for v in (log_a, slope, r2)):
             raise ValueError(f"{where}: log_a, slope and r2 must be finite numbers")
         return cls(log_a, slope, r2, points)
 
-    def scaled(self, factor: float) -> "LogLogFit":
+    def scaled(self, factor: float) -> LogLogFit:
         """The same line with every time multiplied by ``factor`` (> 0)."""
         return LogLogFit(self.log_a + math.log(factor), self.slope, self.r2, self.points)
 

@@ -53,10 +53,20 @@ def node_then_rank_parts(graph, nodes: int, ranks_per_node: int, method: str = "
         counts = np.bincount(row[inside], minlength=m)
         sub_rowptr = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(counts, out=sub_rowptr[1:])
-        sub = Graph(rowptr=torch.from_numpy(sub_rowptr), col=torch.from_numpy((block[inside] - start).astype(np.int32)),
-                    x=torch.zeros(m, 1), y=torch.zeros(m, dtype=torch.int64), train_mask=torch.zeros(m, dtype=torch.bool),
-                    val_mask=torch.zeros(m, dtype=torch.bool), test_mask=torch.zeros(m, dtype=torch.bool))  # fmt: skip
-        local = partition_nodes(sub, min(ranks_per_node, max(m, 1)), method, seed=seed, metis_balance="edges") if m else np.zeros(0, np.int64)
+        sub = Graph(
+            rowptr=torch.from_numpy(sub_rowptr),
+            col=torch.from_numpy((block[inside] - start).astype(np.int32)),
+            x=torch.zeros(m, 1),
+            y=torch.zeros(m, dtype=torch.int64),
+            train_mask=torch.zeros(m, dtype=torch.bool),
+            val_mask=torch.zeros(m, dtype=torch.bool),
+            test_mask=torch.zeros(m, dtype=torch.bool),
+        )
+        local = (
+            partition_nodes(sub, min(ranks_per_node, max(m, 1)), method, seed=seed, metis_balance="edges")
+            if m
+            else np.zeros(0, np.int64)
+        )
         parts[perm[start:end]] = k * ranks_per_node + local
     return parts
 
@@ -72,6 +82,7 @@ def node_then_rank_split(graph, p: int, ranks_per_node: int, method: str = "meti
     relabelled, _, ranges = relabel(graph, parts, p)
     q = partition_quality(relabelled, ranges)
     rowptr, col = relabelled.rowptr.numpy(), relabelled.col.numpy()
+
     def remote(start: int, end: int, node_start: int, node_end: int) -> np.ndarray:
         block = col[rowptr[start] : rowptr[end]]
         return np.unique(block[(block < node_start) | (block >= node_end)])
@@ -79,14 +90,32 @@ def node_then_rank_split(graph, p: int, ranks_per_node: int, method: str = "meti
     inter, nodes = [], []
     for node in range(p // g):
         node_start, node_end = int(ranges[node * g, 0]), int(ranges[node * g + g - 1, 1])
-        inter += [int(remote(int(ranges[r, 0]), int(ranges[r, 1]), node_start, node_end).size) for r in range(node * g, node * g + g)]
+        inter += [
+            int(remote(int(ranges[r, 0]), int(ranges[r, 1]), node_start, node_end).size)
+            for r in range(node * g, node * g + g)
+        ]
         nodes.append(int(remote(node_start, node_end, node_start, node_end).size))
-    return NodeSplitShape(list(q.part_nodes), list(q.part_edges), list(q.halo_sizes), list(q.send_sizes), g, inter, nodes,
-                          f"measured: {method} into {p // g} node parts, then each into {g} ranks")  # fmt: skip
+    return NodeSplitShape(
+        list(q.part_nodes),
+        list(q.part_edges),
+        list(q.halo_sizes),
+        list(q.send_sizes),
+        g,
+        inter,
+        nodes,
+        f"measured: {method} into {p // g} node parts, then each into {g} ranks",
+    )
 
 
-def estimated_node_split(num_nodes: int, num_edges: int, p: int, ranks_per_node: int, halo_fraction: float,
-                         node_halo_fraction: float | None = None, cross_node_share: float | None = None) -> NodeSplitShape:  # fmt: skip
+def estimated_node_split(
+    num_nodes: int,
+    num_edges: int,
+    p: int,
+    ranks_per_node: int,
+    halo_fraction: float,
+    node_halo_fraction: float | None = None,
+    cross_node_share: float | None = None,
+) -> NodeSplitShape:
     """Even parts whose halo is ``halo_fraction`` of the remote nodes (``SplitShape.even``), with
     estimates of what lies on other nodes:
 
@@ -101,19 +130,41 @@ def estimated_node_split(num_nodes: int, num_edges: int, p: int, ranks_per_node:
     others = num_nodes - num_nodes / n  # graph nodes on other nodes
     share = (p - g) / (p - 1) if cross_node_share is None else cross_node_share
     if not 0.0 <= share <= 1.0 or not 0.0 <= (node_halo_fraction or 0.0) <= 1.0:
-        raise ValueError(f"cross-node share and node halo fraction must be in [0, 1], got {cross_node_share}, {node_halo_fraction}")
+        raise ValueError(
+            f"cross-node share and node halo fraction must be in [0, 1], got {cross_node_share}, {node_halo_fraction}"
+        )
     inter = [round(h * share) for h in even.halo_sizes]
-    node_halo = others * (1 - (1 - max(inter) / others) ** g) if node_halo_fraction is None else node_halo_fraction * others
-    source = (f"estimate from the graph's size: halo {halo_fraction:g} of the remote nodes per rank, "
-              + (f"{p - g}/{p - 1} of it on other nodes (spread evenly over the other ranks: an upper bound for a node-then-rank "
-                 "partition)" if cross_node_share is None else f"{cross_node_share:g} of it on other nodes (--cross-node-share)")
-              + ("" if node_halo_fraction is None else f"; a node's halo {node_halo_fraction:g} of the nodes on other nodes"))  # fmt: skip
-    return NodeSplitShape(even.part_nodes, even.part_edges, even.halo_sizes, even.send_sizes, g, inter, [round(node_halo)] * n, source)
+    node_halo = (
+        others * (1 - (1 - max(inter) / others) ** g) if node_halo_fraction is None else node_halo_fraction * others
+    )
+    source = (
+        f"estimate from the graph's size: halo {halo_fraction:g} of the remote nodes per rank, "
+        + (
+            f"{p - g}/{p - 1} of it on other nodes (spread evenly over the other ranks: an upper bound for a "
+            "node-then-rank "
+            "partition)"
+            if cross_node_share is None
+            else f"{cross_node_share:g} of it on other nodes (--cross-node-share)"
+        )
+        + ("" if node_halo_fraction is None else f"; a node's halo {node_halo_fraction:g} of the nodes on other nodes")
+    )
+    return NodeSplitShape(
+        even.part_nodes, even.part_edges, even.halo_sizes, even.send_sizes, g, inter, [round(node_halo)] * n, source
+    )
 
 
-def add_node_splits(shape: GraphShape, rank_counts, ranks_per_node: int, *, graph=None, method: str = "metis",
-                    halo_fraction: float | None = None, node_halo_fraction: float | None = None,
-                    cross_node_share: float | None = None, seed: int = 0) -> list[str]:  # fmt: skip
+def add_node_splits(
+    shape: GraphShape,
+    rank_counts,
+    ranks_per_node: int,
+    *,
+    graph=None,
+    method: str = "metis",
+    halo_fraction: float | None = None,
+    node_halo_fraction: float | None = None,
+    cross_node_share: float | None = None,
+    seed: int = 0,
+) -> list[str]:
     """Replaces ``shape.partitions[p]`` for every p in ``rank_counts`` that spans nodes by a split that
     knows its cross-node halo: measured on ``graph`` when given, else estimated (needs
     ``halo_fraction``). Returns one line per p saying which."""
@@ -126,10 +177,14 @@ def add_node_splits(shape: GraphShape, rank_counts, ranks_per_node: int, *, grap
                 continue
             split = node_then_rank_split(graph, p, ranks_per_node, method, seed)
         elif halo_fraction is not None:
-            split = estimated_node_split(shape.num_nodes, shape.num_edges, p, ranks_per_node, halo_fraction, node_halo_fraction,
-                                         cross_node_share)  # fmt: skip
+            split = estimated_node_split(
+                shape.num_nodes, shape.num_edges, p, ranks_per_node, halo_fraction, node_halo_fraction, cross_node_share
+            )
         else:
             continue
         shape.partitions[p] = split
-        notes.append(f"p={p}: halo across nodes {max(split.inter_halo_sizes):,} of {max(split.halo_sizes):,} rows (busiest rank); {split.source}")
+        notes.append(
+            f"p={p}: halo across nodes {max(split.inter_halo_sizes):,} of {max(split.halo_sizes):,} rows (busiest "
+            f"rank); {split.source}"
+        )
     return notes

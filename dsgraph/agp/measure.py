@@ -26,8 +26,8 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -191,7 +191,13 @@ def _collective_cases(rank, p, max_bytes, device) -> list:
             ("all_gather", float(m), lambda x=x, g=gathered: dist.all_gather_into_tensor(g, x)),
             ("reduce_scatter", float(m), lambda o=scattered, i=rs_in: dist.reduce_scatter_tensor(o, i)),
             ("all_to_all", float(m), lambda o=a2a_out, i=a2a_in: dist.all_to_all_single(o, i)),
-            ("all_to_all_uneven", float(m), lambda o=u_out, i=u_in, s=send, r=recv: dist.all_to_all_single(o, i, output_split_sizes=r, input_split_sizes=s)),
+            (
+                "all_to_all_uneven",
+                float(m),
+                lambda o=u_out, i=u_in, s=send, r=recv: dist.all_to_all_single(
+                    o, i, output_split_sizes=r, input_split_sizes=s
+                ),
+            ),
         ]
     return cases
 
@@ -250,19 +256,37 @@ def _cpu_name() -> str:
 def system_description(backend: str, threads: int) -> dict:
     """What was measured on: the CPU and gloo, or (backend cuda) the GPUs and NCCL."""
     cpu, host = _cpu_name(), socket.gethostname()
-    common = {"hostname": host, "cpu": cpu, "cores": os.cpu_count(), "threads_per_rank": threads, "torch": torch.__version__,
-              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    common = {
+        "hostname": host,
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads_per_rank": threads,
+        "torch": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     if backend != "cuda":
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return {"description": f"{host}: {os.cpu_count()} x {cpu}, gloo over shared memory / loopback TCP", "device": "cpu",
-                **common, "comm_backend": "gloo", "memory_capacity_bytes": total, "memory_shared_by_ranks": True}  # fmt: skip
+        return {
+            "description": f"{host}: {os.cpu_count()} x {cpu}, gloo over shared memory / loopback TCP",
+            "device": "cpu",
+            **common,
+            "comm_backend": "gloo",
+            "memory_capacity_bytes": total,
+            "memory_shared_by_ranks": True,
+        }
     props = torch.cuda.get_device_properties(0)
     gpus = torch.cuda.device_count()
     return {
         "description": f"{host}: {gpus} x {props.name} ({props.total_memory / 2**30:.0f} GiB), NCCL",
-        "device": "cuda", "gpu": props.name, "gpus": gpus, **common, "cuda": torch.version.cuda,
-        "comm_backend": "nccl", "memory_capacity_bytes": props.total_memory, "memory_shared_by_ranks": False,
-    }  # fmt: skip
+        "device": "cuda",
+        "gpu": props.name,
+        "gpus": gpus,
+        **common,
+        "cuda": torch.version.cuda,
+        "comm_backend": "nccl",
+        "memory_capacity_bytes": props.total_memory,
+        "memory_shared_by_ranks": False,
+    }
 
 
 def check_cuda_profile(backend: str, head_dim: int) -> int:
@@ -283,7 +307,8 @@ def check_cuda_profile(backend: str, head_dim: int) -> int:
             sparse_attention(rowptr, torch.zeros(1, dtype=torch.int32, device="cuda"), q, q, q, backend="cuda")
         except ValueError as err:
             raise ValueError(
-                f"--head-dim {head_dim}: the profile times head dims {head_dim} and {2 * head_dim} (for head_dim_knee), "
+                f"--head-dim {head_dim}: the profile times head dims {head_dim} and {2 * head_dim} (for "
+                "head_dim_knee), "
                 f"and the CUDA backend refuses {dim} ({err}); pick a head dim whose double it supports, e.g. 16"
             ) from None
     return torch.cuda.device_count()
@@ -330,7 +355,9 @@ def measure_profile(
     ranks = {}
     for p in range(1, ranks_here + 1):
         began = time.perf_counter()
-        raw = run_ranks(_measure_rank, p, heads, head_dim, ffn_mult, dtype, backend, max_bytes, reps, threads=threads, comm=comm)
+        raw = run_ranks(
+            _measure_rank, p, heads, head_dim, ffn_mult, dtype, backend, max_bytes, reps, threads=threads, comm=comm
+        )
         ranks[p] = RankFits(
             attention=fit_loglog(raw["attention"]),
             rest=fit_loglog(raw["rest"]),

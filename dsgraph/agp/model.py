@@ -72,22 +72,48 @@ class Prediction:
 
     def as_dict(self) -> dict:
         return {
-            "strategy": self.strategy, "p": self.p, "time_s": self.time_s, "attention_s": self.attention_s,
-            "comm_s": self.comm_s, "rest_s": self.rest_s, "memory_bytes": self.memory_bytes,
-            "comm_bytes": self.comm_bytes, "feasible": self.feasible, "reason": self.reason,
-            "memory_terms": dict(self.memory_terms), "time_terms": dict(self.time_terms),
-            "inter_node_bytes": self.inter_node_bytes, "nodes": self.nodes,
-        }  # fmt: skip
+            "strategy": self.strategy,
+            "p": self.p,
+            "time_s": self.time_s,
+            "attention_s": self.attention_s,
+            "comm_s": self.comm_s,
+            "rest_s": self.rest_s,
+            "memory_bytes": self.memory_bytes,
+            "comm_bytes": self.comm_bytes,
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "memory_terms": dict(self.memory_terms),
+            "time_terms": dict(self.time_terms),
+            "inter_node_bytes": self.inter_node_bytes,
+            "nodes": self.nodes,
+        }
 
 
-MEMORY_TERMS = ("optimizer states", "features", "graph", "K/V replicas", "halo", "activations", "checkpoints", "backward buffer")
+MEMORY_TERMS = (
+    "optimizer states",
+    "features",
+    "graph",
+    "K/V replicas",
+    "halo",
+    "activations",
+    "checkpoints",
+    "backward buffer",
+)
 """Per-rank memory by term: fp32 parameters with gradients and two Adam states; the rank's input
 features; the strategy's graph arrays (CSR, cached CSC, plans); K/V rows of other ranks held for
 attention (GP-AG's N x 2d replica, GP-A2A's head slice of all N rows); halo rows (GP-Halo); the other
 activations kept for backward (and a checkpointed layer's recomputed sublayer); what checkpointing
 keeps per checkpointed block; the largest short-lived buffer of the backward."""
-TIME_TERMS = ("attention", "attention recompute", "collectives", "collectives recompute", "overlap", "projections", "gradient sync",
-              "overhead")  # fmt: skip
+TIME_TERMS = (
+    "attention",
+    "attention recompute",
+    "collectives",
+    "collectives recompute",
+    "overlap",
+    "projections",
+    "gradient sync",
+    "overhead",
+)
 """Per-iteration time by term: the attention kernels (forward + backward) and the forwards that
 checkpointing runs again; the strategy's collectives and their recomputed forwards; what overlap of
 collectives with attention saves (<= 0); the projections, FFN, input projection and classifier;
@@ -158,7 +184,10 @@ def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
         kv, halo = kv + plain * terms.kv_replica_bytes, halo + plain * terms.halo_bytes
         checkpoints += kind.checkpointed * kept_rows * block_input
         if kind.checkpointed:  # nested: the FFN's input is recomputed too
-            for candidate in ((attention, terms.kv_replica_bytes, terms.halo_bytes), (ffn + block_input if nested else ffn, 0.0, 0.0)):
+            for candidate in (
+                (attention, terms.kv_replica_bytes, terms.halo_bytes),
+                (ffn + block_input if nested else ffn, 0.0, 0.0),
+            ):
                 recomputed = max(recomputed, candidate, key=lambda c: c[0])
     kv, halo = kv + recomputed[1], halo + recomputed[2]
     return {
@@ -195,18 +224,33 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
     forwards checkpointing recomputes; the global attention's all-reduces (``glob``, never
     overlapped); the share of the forward collectives that runs during attention (``hidden``); the
     projections' multiply-adds; the bytes across nodes and the bytes sent."""
-    keys = ("attention", "attention_recompute", "comm", "comm_recompute", "glob", "glob_recompute", "hidden", "macs", "inter", "sent")
+    keys = (
+        "attention",
+        "attention_recompute",
+        "comm",
+        "comm_recompute",
+        "glob",
+        "glob_recompute",
+        "hidden",
+        "macs",
+        "inter",
+        "sent",
+    )
     out = dict.fromkeys(keys, 0.0)
     for kind, terms in zip(kinds, all_terms):
         out["sent"] += terms.bytes_sent * kind.count + terms.forward_bytes * kind.attention_recomputes
         if kind.global_attention:
             g = GlobalAttentionCost.of(p, kind.shape)
             out["glob"] += kind.count * sum(_message_s(fits, m) for m in g.messages) * scale
-            out["glob_recompute"] += kind.attention_recomputes * sum(_message_s(fits, m) for m in g.forward_messages) * scale
+            out["glob_recompute"] += (
+                kind.attention_recomputes * sum(_message_s(fits, m) for m in g.forward_messages) * scale
+            )
             out["sent"] += g.bytes_sent * kind.count + g.forward_bytes * kind.attention_recomputes
             out["inter"] += kind.count * sum(_message_inter_bytes(fits, m) for m in g.messages)
             out["inter"] += kind.attention_recomputes * sum(_message_inter_bytes(fits, m) for m in g.forward_messages)
-        d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (fits.head_dim_knee + profile.head_dim)  # cost ~ knee + D
+        d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (
+            fits.head_dim_knee + profile.head_dim
+        )  # cost ~ knee + D
         one = fits.attention(terms.edge_heads * d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
@@ -218,8 +262,25 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         out["inter"] += kind.count * sum(_message_inter_bytes(fits, m) for m in terms.messages)
         out["inter"] += kind.attention_recomputes * sum(_message_inter_bytes(fits, m) for m in terms.forward_messages)
         out["macs"] += terms.rows * (kind.count + FORWARD_SHARE * kind.checkpointed) * kind.macs_per_node
-        out["macs"] += terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
+        out["macs"] += (
+            terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
+        )
     return out
+
+
+def _dense_and_sync_s(model: ModelShape, fits, rows: int, macs: float, p: int, step: bool) -> tuple[float, float]:
+    """(projections, rest): the time of the dense layers' ``macs`` (with ``step``, the input projection
+    and the classifier too, where the model has them), and that plus ZeRO's gradient sync."""
+    if step:  # the input projection and the classifier, where the model has them
+        projected = (model.in_dim if model.input_projection else 0) + (
+            model.num_classes if model.head == "linear" else 0
+        )
+        macs += rows * model.hidden * projected
+    projections = rest = fits.rest(macs)
+    if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
+        grads = 4.0 * model.num_params / p
+        rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
+    return projections, rest
 
 
 def predict(
@@ -243,18 +304,13 @@ def predict(
     reason = reason or next((t for t in all_terms if isinstance(t, str)), "")
     nodes = profile.nodes(p)
     if reason:
-        return Prediction(strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason, nodes=nodes)
+        return Prediction(
+            strategy, p, math.inf, math.inf, math.inf, math.inf, math.nan, math.nan, False, reason, nodes=nodes
+        )
     fits = profile.fits(p)
     t = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0), p)
     attention, comm = t["attention"] + t["attention_recompute"], t["comm"] + t["comm_recompute"]
-    rows, macs = all_terms[0].rows, t["macs"]
-    if step:  # the input projection and the classifier, where the model has them
-        projected = (model.in_dim if model.input_projection else 0) + (model.num_classes if model.head == "linear" else 0)
-        macs += rows * model.hidden * projected
-    projections = rest = fits.rest(macs)
-    if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
-        grads = 4.0 * model.num_params / p
-        rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
+    projections, rest = _dense_and_sync_s(model, fits, all_terms[0].rows, t["macs"], p, step)
     hidden = min(t["hidden"], FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     comm -= hidden
     glob = t["glob"] + t["glob_recompute"]
@@ -262,11 +318,15 @@ def predict(
     comm += glob
     total = layers + rest + calibration.overhead_s
     time_terms = {
-        "attention": t["attention"], "attention recompute": t["attention_recompute"],
-        "collectives": t["comm"] + t["glob"], "collectives recompute": t["comm_recompute"] + t["glob_recompute"],
-        "overlap": layers - attention - comm - hidden, "projections": projections, "gradient sync": rest - projections,
+        "attention": t["attention"],
+        "attention recompute": t["attention_recompute"],
+        "collectives": t["comm"] + t["glob"],
+        "collectives recompute": t["comm_recompute"] + t["glob_recompute"],
+        "overlap": layers - attention - comm - hidden,
+        "projections": projections,
+        "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,
-    }  # fmt: skip
+    }
     memory_terms = _memory(kinds, all_terms, model, profile.dtype_bytes)
     memory = sum(memory_terms.values())
     sent = t["sent"]

@@ -59,8 +59,12 @@ class _InNodeA2A:
         fwd = lambda values: model.wire_bytes(values, b)  # noqa: E731
         bwd = lambda values: model.wire_bytes(values, b, gradient=True)  # noqa: E731
         qkv, y = 3 * d // g, d // g
-        messages = (("intra:all_to_all", n * g * fwd(qkv), 1), ("intra:all_to_all", n * g * fwd(y), 1),
-                    ("intra:all_to_all", n * g * bwd(qkv), 1), ("intra:all_to_all", n * g * bwd(y), 1))  # fmt: skip
+        messages = (
+            ("intra:all_to_all", n * g * fwd(qkv), 1),
+            ("intra:all_to_all", n * g * fwd(y), 1),
+            ("intra:all_to_all", n * g * bwd(qkv), 1),
+            ("intra:all_to_all", n * g * bwd(y), 1),
+        )
         forward = n * (g - 1) * fwd(qkv) + (node_rows - n) * fwd(y)
         backward = n * (g - 1) * bwd(y) + (node_rows - n) * bwd(qkv)
         return messages, forward, backward
@@ -110,7 +114,10 @@ class A2AAllGather(_InNodeA2A):
         g, d, b, n_all = self.g, model.hidden, dtype_bytes, shape.num_nodes
         n, node_rows, node_edges, _ = self._node(p, shape)
         intra, forward, backward = self._in_node(n, node_rows, model, b)
-        kv, kv_grad = node_rows * model.wire_bytes(2 * d // g, b), node_rows * model.wire_bytes(2 * d // g, b, gradient=True)
+        kv, kv_grad = (
+            node_rows * model.wire_bytes(2 * d // g, b),
+            node_rows * model.wire_bytes(2 * d // g, b, gradient=True),
+        )
         inter = (("inter:all_gather", kv, 1), ("inter:reduce_scatter", kv_grad, 1))
         nodes = p // g
         return CostTerms(
@@ -139,5 +146,9 @@ def predict_variants(graph, model, profile, rank_counts, *, step: bool = True) -
     if profile.hierarchy is None:
         return []
     variants = placement_variants(profile.hierarchy.ranks_per_node)
-    return [predict(v.name, p, graph, model, profile, step=step, spec=v) for p in rank_counts if p > profile.hierarchy.ranks_per_node
-            for v in variants]  # fmt: skip
+    return [
+        predict(v.name, p, graph, model, profile, step=step, spec=v)
+        for p in rank_counts
+        if p > profile.hierarchy.ranks_per_node
+        for v in variants
+    ]

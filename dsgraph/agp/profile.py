@@ -124,29 +124,37 @@ class Profile:
             g = self.hierarchy.ranks_per_node
             base = self.ranks[g]
             collectives = ComposedCollectives(self.hierarchy, base.collectives, p // g)
-            return RankFits(attention=base.attention, rest=base.rest, collectives=collectives, head_dim_knee=base.head_dim_knee)
+            return RankFits(
+                attention=base.attention, rest=base.rest, collectives=collectives, head_dim_knee=base.head_dim_knee
+            )
         if p not in self.ranks:
             if self.hierarchy is not None:
                 g = self.hierarchy.ranks_per_node
-                raise ValueError(f"{self.source}: the profile covers rank counts {sorted(self.ranks)} and whole nodes of {g} "
-                                 f"ranks, not {p}; plan for a multiple of {g}")  # fmt: skip
+                raise ValueError(
+                    f"{self.source}: the profile covers rank counts {sorted(self.ranks)} and whole nodes of {g} "
+                    f"ranks, not {p}; plan for a multiple of {g}"
+                )
             raise ValueError(
                 f"{self.source}: the profile covers rank counts {sorted(self.ranks)}, not {p}; "
                 f"run `dsgraph profile --max-ranks {p}` on this system"
             )
         return self.ranks[p]
 
-    def with_ranks_per_node(self, g: int) -> "Profile":
+    def with_ranks_per_node(self, g: int) -> Profile:
         """The same system described as nodes of ``g`` ranks (the intra tier's fits must cover 1..g).
         ValueError for a single-tier profile (it has no inter-node tier to compose with)."""
         if self.hierarchy is None:
-            raise ValueError(f"{self.source}: the profile has one tier (no 'hierarchy' section with an inter-node link), "
-                             "so it cannot describe nodes; add one (see tools/agp_projection.py and docs/agp/plans.md)")  # fmt: skip
+            raise ValueError(
+                f"{self.source}: the profile has one tier (no 'hierarchy' section with an inter-node link), "
+                "so it cannot describe nodes; add one (see tools/agp_projection.py and docs/agp/plans.md)"
+            )
         if g == self.hierarchy.ranks_per_node:
             return self
         if not all(p in self.ranks for p in range(1, g + 1)):
-            raise ValueError(f"{self.source}: ranks per node {g} needs intra-node fits for p = 1..{g}, "
-                             f"but the profile has {sorted(self.ranks)}")  # fmt: skip
+            raise ValueError(
+                f"{self.source}: ranks per node {g} needs intra-node fits for p = 1..{g}, "
+                f"but the profile has {sorted(self.ranks)}"
+            )
         return dataclasses.replace(self, hierarchy=dataclasses.replace(self.hierarchy, ranks_per_node=g))
 
     def check_matches(self, backend: str | None = None, dtype: str | None = None) -> None:
@@ -190,8 +198,18 @@ class Profile:
             json.dump(self.to_dict(), f, indent=1)
             f.write("\n")
 
-    def replace_ranks(self, ranks: dict[int, RankFits]) -> "Profile":
-        return Profile(self.backend, self.dtype, self.heads, self.head_dim, self.ffn_mult, self.system, ranks, self.source, self.hierarchy)
+    def replace_ranks(self, ranks: dict[int, RankFits]) -> Profile:
+        return Profile(
+            self.backend,
+            self.dtype,
+            self.heads,
+            self.head_dim,
+            self.ffn_mult,
+            self.system,
+            ranks,
+            self.source,
+            self.hierarchy,
+        )
 
 
 def load_profile(path: str) -> Profile:
@@ -215,10 +233,20 @@ def _non_negative(value, where: str) -> float:
 def profile_from_dict(data, source: str = "<profile>") -> Profile:
     """Validates a parsed profile; every error names ``source`` and the offending key."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{source}: not a dsgraph AGP profile (expected \"format\": \"{FORMAT}\")")
+        raise ValueError(f'{source}: not a dsgraph AGP profile (expected "format": "{FORMAT}")')
     if data.get("version") != VERSION:
-        raise ValueError(f"{source}: profile version {data.get('version')!r} is not supported (this dsgraph reads version {VERSION})")
-    for key, kind in (("backend", str), ("dtype", str), ("heads", int), ("head_dim", int), ("ffn_mult", int), ("system", dict), ("ranks", dict)):
+        raise ValueError(
+            f"{source}: profile version {data.get('version')!r} is not supported (this dsgraph reads version {VERSION})"
+        )
+    for key, kind in (
+        ("backend", str),
+        ("dtype", str),
+        ("heads", int),
+        ("head_dim", int),
+        ("ffn_mult", int),
+        ("system", dict),
+        ("ranks", dict),
+    ):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             raise ValueError(f"{source}: key '{key}' must be a {kind.__name__}, got {data.get(key)!r}")
     if data["dtype"] not in DTYPE_BYTES:
@@ -238,7 +266,9 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
             given = entry.get("collectives")
             if not isinstance(given, dict) or any(c not in given for c in COLLECTIVES):
                 raise ValueError(f"{source}: ranks.{key}.collectives must hold fits for {', '.join(COLLECTIVES)}")
-            collectives = {c: LogLogFit.from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES}
+            collectives = {
+                c: LogLogFit.from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES
+            }
         ranks[p] = RankFits(
             attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
             rest=LogLogFit.from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
@@ -248,8 +278,17 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
     if 1 not in ranks:
         raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")
     hierarchy = hierarchy_from_dict(data["hierarchy"], ranks, f"{source}: hierarchy") if "hierarchy" in data else None
-    return Profile(data["backend"], data["dtype"], data["heads"], data["head_dim"], data["ffn_mult"], data["system"], ranks, source,
-                   hierarchy)  # fmt: skip
+    return Profile(
+        data["backend"],
+        data["dtype"],
+        data["heads"],
+        data["head_dim"],
+        data["ffn_mult"],
+        data["system"],
+        ranks,
+        source,
+        hierarchy,
+    )
 
 
 def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> Profile:
@@ -270,8 +309,12 @@ def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> 
     base = measured.ranks[1]
     ranks = dict(measured.ranks)
     for p in wanted:
-        ranks[p] = RankFits(attention=base.attention, rest=base.rest, collectives=dict(other.ranks[p].collectives),
-                            head_dim_knee=base.head_dim_knee)  # fmt: skip
+        ranks[p] = RankFits(
+            attention=base.attention,
+            rest=base.rest,
+            collectives=dict(other.ranks[p].collectives),
+            head_dim_knee=base.head_dim_knee,
+        )
     system = dict(measured.system)
     span = f"{wanted[0]}..{wanted[-1]}" if len(wanted) > 1 else str(wanted[0])
     system["description"] = f"{system.get('description', '')}; collectives for p = {span} from {other.source}"
@@ -280,13 +323,25 @@ def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> 
         "file": other.source,
         "description": other.system.get("description", ""),
         "ranks": wanted,
-        "note": f"rank counts {wanted}: collective fits from {other.source}; attention and rest from the p = 1 measurement",
+        "note": f"rank counts {wanted}: collective fits from {other.source}; "
+        "attention and rest from the p = 1 measurement",
     }
     hierarchy = measured.hierarchy or other.hierarchy  # nodes of g ranks need fits for p = 1..g
     if hierarchy is not None and not all(p in ranks for p in range(1, hierarchy.ranks_per_node + 1)):
         hierarchy = None
     if hierarchy is not None and measured.hierarchy is None:  # the compute is this measurement now
-        compute = Tier(measured.system.get("description", "") or measured.backend, "measured", f"{measured.source} (p = 1)")
+        compute = Tier(
+            measured.system.get("description", "") or measured.backend, "measured", f"{measured.source} (p = 1)"
+        )
         hierarchy = dataclasses.replace(hierarchy, compute=compute)
-    return Profile(measured.backend, measured.dtype, measured.heads, measured.head_dim, measured.ffn_mult, system, ranks, measured.source,
-                   hierarchy)  # fmt: skip
+    return Profile(
+        measured.backend,
+        measured.dtype,
+        measured.heads,
+        measured.head_dim,
+        measured.ffn_mult,
+        system,
+        ranks,
+        measured.source,
+        hierarchy,
+    )

@@ -14,28 +14,45 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsgraph profile",
         description="Measure fused attention time per edge-head and the rest of a layer per node (alpha), and "
         "all-gather, reduce-scatter, all-to-all and uneven all-to-all time per byte (beta) on 1..MAX_RANKS local "
-        "ranks; fit log-log lines and write a profile JSON for `dsgraph plan` and \"strategy\": \"auto\". "
+        'ranks; fit log-log lines and write a profile JSON for `dsgraph plan` and "strategy": "auto". '
         "The CPU backends run gloo ranks on this machine's cores; --backend cuda runs one rank per GPU on NCCL "
         "and times with CUDA events. On fewer GPUs than MAX_RANKS, --collectives-from supplies the collective "
         "fits of the rank counts that cannot be measured here.",
     )
     p.add_argument("--out", default="agp_profile.json", help="profile JSON to write (default: agp_profile.json)")
-    p.add_argument("--max-ranks", type=int, default=None,
-                   help="rank counts 1..MAX_RANKS (default: 4 on the CPU; on cuda the GPUs present, or all the rank "
-                   "counts of --collectives-from)")  # fmt: skip
+    p.add_argument(
+        "--max-ranks",
+        type=int,
+        default=None,
+        help="rank counts 1..MAX_RANKS (default: 4 on the CPU; on cuda the GPUs present, or all the rank "
+        "counts of --collectives-from)",
+    )
     p.add_argument("--heads", type=int, default=8, help="attention heads H of the measured layer (default 8)")
     p.add_argument("--head-dim", type=int, default=16, help="head dimension D (default 16)")
     p.add_argument("--ffn-mult", type=int, default=2, help="FFN width multiple (default 2)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--backend", choices=["auto", *backend_names()], default="auto",
-                   help="attention backend (default: auto, the CPU's fused kernel); cuda profiles the GPUs")  # fmt: skip
-    p.add_argument("--collectives-from", dest="collectives_from", metavar="PROFILE",
-                   help="AGP profile whose collective fits are used for the rank counts above those measured here "
-                   "(on one GPU: every p > 1), for example docs/agp/dgx_h100_8gpu_bf16_profile.json; the output's "
-                   "system section names it")  # fmt: skip
-    p.add_argument("--max-bytes", type=int, help="largest collective message in bytes (default: 4 MiB on the CPU, "
-                   "64 MiB on GPUs, or what memory allows)")  # fmt: skip
-    p.add_argument("--reps", type=int, default=3, help="round-robin repetitions per measurement; the minimum is kept (default 3)")
+    p.add_argument(
+        "--backend",
+        choices=["auto", *backend_names()],
+        default="auto",
+        help="attention backend (default: auto, the CPU's fused kernel); cuda profiles the GPUs",
+    )
+    p.add_argument(
+        "--collectives-from",
+        dest="collectives_from",
+        metavar="PROFILE",
+        help="AGP profile whose collective fits are used for the rank counts above those measured here "
+        "(on one GPU: every p > 1), for example docs/agp/dgx_h100_8gpu_bf16_profile.json; the output's "
+        "system section names it",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        help="largest collective message in bytes (default: 4 MiB on the CPU, 64 MiB on GPUs, or what memory allows)",
+    )
+    p.add_argument(
+        "--reps", type=int, default=3, help="round-robin repetitions per measurement; the minimum is kept (default 3)"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch and numba threads per rank (default 1)")
     return p
 
@@ -52,8 +69,10 @@ def format_fits(profile) -> str:
     lines.append(f"head_dim_knee (an (edge, head) costs in proportion to knee + D): {knees}")
     source = profile.system.get("collectives_source")
     if source:
-        lines.append(f"measured here: p = {profile.system.get('ranks_measured')}; {source['note']} "
-                     f"({source['description'] or 'no description'})")  # fmt: skip
+        lines.append(
+            f"measured here: p = {profile.system.get('ranks_measured')}; {source['note']} "
+            f"({source['description'] or 'no description'})"
+        )
     return "\n".join(lines)
 
 
@@ -86,9 +105,16 @@ def run(args):
             f"rank counts above {here}, or lower --max-ranks"
         )
     profile = measure_profile(
-        max_ranks=here, heads=args.heads, head_dim=args.head_dim, ffn_mult=args.ffn_mult, dtype=args.dtype,
-        backend=args.backend, max_bytes=args.max_bytes, reps=args.reps, threads=args.threads,
-    )  # fmt: skip
+        max_ranks=here,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        ffn_mult=args.ffn_mult,
+        dtype=args.dtype,
+        backend=args.backend,
+        max_bytes=args.max_bytes,
+        reps=args.reps,
+        threads=args.threads,
+    )
     if collectives is not None:
         profile = with_collectives_from(profile, collectives, max_ranks)
     return profile
@@ -104,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile.save(args.out)
     print(format_fits(profile))
-    print(f"wrote {args.out} ({profile.backend}, {profile.dtype}, p = 1..{profile.max_ranks}) in {time.perf_counter() - began:.0f} s")
+    print(
+        f"wrote {args.out} ({profile.backend}, {profile.dtype}, p = 1..{profile.max_ranks}) in "
+        f"{time.perf_counter() - began:.0f} s"
+    )
     return 0
 
 

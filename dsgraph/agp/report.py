@@ -5,7 +5,7 @@ model shape. Pure functions of predictions and a way to predict again (no printi
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from dsgraph.agp.model import MEMORY_TERMS, TIME_TERMS, ModelShape, Prediction
 
@@ -16,12 +16,18 @@ def memory_lines(x: Prediction) -> list[str]:
     """Per-rank memory of one prediction by term, largest first, with its share."""
     total = x.memory_bytes
     terms = sorted(((k, x.memory_terms.get(k, 0.0)) for k in MEMORY_TERMS), key=lambda kv: -kv[1])
-    return [f"{name:<18} {v / GIB:9.2f} GiB  {100 * v / total:5.1f}%" for name, v in terms if v > 0] + [f"{'total':<18} {total / GIB:9.2f} GiB"]
+    return [f"{name:<18} {v / GIB:9.2f} GiB  {100 * v / total:5.1f}%" for name, v in terms if v > 0] + [
+        f"{'total':<18} {total / GIB:9.2f} GiB"
+    ]
 
 
 def time_lines(x: Prediction) -> list[str]:
     """Predicted step time of one prediction by term (the terms sum to the total)."""
-    lines = [f"{name:<22} {x.time_terms.get(name, 0.0) * 1e3:10.2f} ms" for name in TIME_TERMS if abs(x.time_terms.get(name, 0.0)) > 1e-9]
+    lines = [
+        f"{name:<22} {x.time_terms.get(name, 0.0) * 1e3:10.2f} ms"
+        for name in TIME_TERMS
+        if abs(x.time_terms.get(name, 0.0)) > 1e-9
+    ]
     lines.append(f"{'total':<22} {x.time_s * 1e3:10.2f} ms")
     if x.nodes > 1:
         lines.append(f"across nodes: {x.inter_node_bytes / 2**20:,.1f} MiB per rank and step over the inter-node links")
@@ -39,9 +45,13 @@ def projected_inputs(profile, notes: list[str], halo_fraction: float | None) -> 
     else:
         source = profile.system.get("source", "")
         status = "projected" if "projected" in (source + profile.system.get("description", "")) else "measured"
-        lines.append(f"[{status}] {profile.system.get('description', profile.source)}" + (f": {source}" if source else ""))
+        lines.append(
+            f"[{status}] {profile.system.get('description', profile.source)}" + (f": {source}" if source else "")
+        )
     if halo_fraction is not None:
-        lines.append(f"[assumed] halo per rank: {halo_fraction:g} of the remote nodes (--halo-fraction; the graph is not loaded)")
+        lines.append(
+            f"[assumed] halo per rank: {halo_fraction:g} of the remote nodes (--halo-fraction; the graph is not loaded)"
+        )
     lines += [f"[{'estimated' if 'estimate' in n else 'measured'}] cross-node halo {n}" for n in notes]
     return lines
 
@@ -67,8 +77,13 @@ def next_smaller(predictions: list[Prediction], world_size: int) -> tuple[int | 
     return None, smallest
 
 
-def remedies(p: int, model: ModelShape, repredict: Callable[[ModelShape, float | None], list[Prediction]],
-             halo_fraction: float | None, capacity: float | None) -> list[Remedy]:  # fmt: skip
+def remedies(
+    p: int,
+    model: ModelShape,
+    repredict: Callable[[ModelShape, float | None], list[Prediction]],
+    halo_fraction: float | None,
+    capacity: float | None,
+) -> list[Remedy]:
     """Single changes that make something fit at p ranks: checkpointing, nested checkpointing, the
     linear head, a smaller halo (when it is an assumption). ``repredict(model, halo_fraction)``
     returns the feasible-or-not predictions at p."""
@@ -89,13 +104,19 @@ def remedies(p: int, model: ModelShape, repredict: Callable[[ModelShape, float |
             f = halo_fraction * k / 16
             fit = [x for x in repredict(model, f) if x.feasible]
             if fit:
-                out.append(Remedy(f"a halo of {f:.4g} of the remote nodes (a better partition) instead of {halo_fraction:g}",
-                                  min(fit, key=lambda x: x.time_s)))  # fmt: skip
+                out.append(
+                    Remedy(
+                        f"a halo of {f:.4g} of the remote nodes (a better partition) instead of {halo_fraction:g}",
+                        min(fit, key=lambda x: x.time_s),
+                    )
+                )
                 break
     return out
 
 
-def smaller_lines(p: int, at_p: list[Prediction], fixes: list[Remedy], capacity: float | None, smallest: int | None = None) -> list[str]:
+def smaller_lines(
+    p: int, at_p: list[Prediction], fixes: list[Remedy], capacity: float | None, smallest: int | None = None
+) -> list[str]:
     """What the configuration ``p`` (the next smaller than the smallest that fits, ``smallest``) needs."""
     lines = [f"the smallest rank count that fits as given is {smallest}"] if smallest is not None else []
     sized = [x for x in at_p if x.memory_bytes == x.memory_bytes]
@@ -103,12 +124,18 @@ def smaller_lines(p: int, at_p: list[Prediction], fixes: list[Remedy], capacity:
         low = min(sized, key=lambda x: x.memory_bytes)
         over = low.memory_bytes - (capacity or 0.0)
         big = sorted(low.memory_terms.items(), key=lambda kv: -kv[1])[:3]
-        lines.append(f"p={p} does not fit: the smallest is {low.strategy} at {low.memory_bytes / GIB:.1f} GiB per rank"
-                     + (f", {over / GIB:.1f} GiB over the {capacity / GIB:.1f} GiB" if capacity else "")
-                     + "; largest terms: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in big))  # fmt: skip
+        lines.append(
+            f"p={p} does not fit: the smallest is {low.strategy} at {low.memory_bytes / GIB:.1f} GiB per rank"
+            + (f", {over / GIB:.1f} GiB over the {capacity / GIB:.1f} GiB" if capacity else "")
+            + "; largest terms: "
+            + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in big)
+        )
     for fix in fixes:
         b = fix.best
-        lines.append(f"  with {fix.change}: {b.strategy}@{p} fits at {b.memory_bytes / GIB:.1f} GiB per rank, {b.time_s * 1e3:.0f} ms per step")
+        lines.append(
+            f"  with {fix.change}: {b.strategy}@{p} fits at {b.memory_bytes / GIB:.1f} GiB per rank, "
+            f"{b.time_s * 1e3:.0f} ms per step"
+        )
     if sized and not fixes:
         lines.append("  no single change of checkpointing, head or halo makes it fit; it needs more memory per rank")
     return lines
@@ -125,8 +152,11 @@ def shape_advice(model: ModelShape) -> list[str]:
         return []
     return [
         f"the output layer is an attention head (--head attention, GAT's output layer): it attends with H x pad(C) = "
-        f"{model.heads} x {padded_head_dim(model.num_classes)} = {width:,} values per node, {width / model.hidden:.1f}x the hidden "
-        f"width, and its activations and K/V dominate memory. For graphs with many classes use --head linear (a per-node "
-        f"classifier); the Transformer shape of docs/agp/plans.md is --block transformer --head linear --input-projection "
+        f"{model.heads} x {padded_head_dim(model.num_classes)} = {width:,} values per node, "
+        f"{width / model.hidden:.1f}x the hidden "
+        "width, and its activations and K/V dominate memory. For graphs with many classes use --head linear (a "
+        "per-node "
+        "classifier); the Transformer shape of docs/agp/plans.md is --block transformer --head linear "
+        "--input-projection "
         f'(in a config: "model": {{"block": "transformer", "head": "linear", "input_projection": true}}).'
     ]

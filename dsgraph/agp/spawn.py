@@ -27,7 +27,9 @@ COMMS = ("gloo", "nccl")
 
 
 def _entry(rank, p, port, threads, out_path, fn, args, comm="gloo"):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(p), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(p), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     import torch
     import torch.distributed as dist
 
@@ -66,7 +68,9 @@ def run_ranks(fn, p: int, *args, threads: int | None = None, comm: str = "gloo")
     threads = threads or default_threads(p)
     with tempfile.TemporaryDirectory(prefix="dsgraph-agp-") as tmp:
         out_path = os.path.join(tmp, "result.pt")
-        mp.start_processes(_entry, args=(p, free_port(), threads, out_path, fn, args, comm), nprocs=p, start_method="spawn")
+        mp.start_processes(
+            _entry, args=(p, free_port(), threads, out_path, fn, args, comm), nprocs=p, start_method="spawn"
+        )
         import torch
 
         return torch.load(out_path, weights_only=True)

@@ -43,8 +43,12 @@ def linear_profile(
         ranks[p] = RankFits(
             attention=linear_fit(attention_s_per_edge_head, compute_latency_s, 16, 36),
             rest=linear_fit(rest_s_per_mac, compute_latency_s, 20, 44),
-            collectives={} if p == 1 else {
+            collectives={}
+            if p == 1
+            else {
                 c: linear_fit(collective_s_per_byte[c] * scale(c, p), collective_latency_s, 10, 34) for c in COLLECTIVES
             },
-        )  # fmt: skip
-    return Profile(backend, dtype, heads, head_dim, ffn_mult, system or {"description": "synthetic"}, ranks, source="<synthetic>")
+        )
+    return Profile(
+        backend, dtype, heads, head_dim, ffn_mult, system or {"description": "synthetic"}, ranks, source="<synthetic>"
+    )

@@ -101,18 +101,32 @@ class Hierarchy:
 
     def to_dict(self) -> dict:
         def tier(t: Tier) -> dict:
-            return {"name": t.name, "status": t.status, "source": t.source, **({"figures": t.figures} if t.figures else {})}
+            return {
+                "name": t.name,
+                "status": t.status,
+                "source": t.source,
+                **({"figures": t.figures} if t.figures else {}),
+            }
 
-        out = {"ranks_per_node": self.ranks_per_node, "intra": tier(self.intra),
-               "inter": {**tier(self.inter), "links_per_node": self.inter.links_per_node, "link": self.inter.link.to_dict()}}  # fmt: skip
+        out = {
+            "ranks_per_node": self.ranks_per_node,
+            "intra": tier(self.intra),
+            "inter": {
+                **tier(self.inter),
+                "links_per_node": self.inter.links_per_node,
+                "link": self.inter.link.to_dict(),
+            },
+        }
         if self.compute is not None:
             out["compute"] = tier(self.compute)
         return out
 
     def labels(self) -> list[str]:
         """One line per tier: what it is, measured or projected, and the source."""
-        lines = [f"intra-node ({self.ranks_per_node} ranks): {self.intra.label()}",
-                 f"inter-node ({self.inter.links_per_node} links per node): {self.inter.label()}"]  # fmt: skip
+        lines = [
+            f"intra-node ({self.ranks_per_node} ranks): {self.intra.label()}",
+            f"inter-node ({self.inter.links_per_node} links per node): {self.inter.label()}",
+        ]
         if self.compute is not None:
             lines.insert(0, f"compute: {self.compute.label()}")
         return lines
@@ -140,8 +154,10 @@ def hierarchy_from_dict(d, covered_ranks, where: str) -> Hierarchy:
     if isinstance(g, bool) or not isinstance(g, int) or g < 1:
         raise ValueError(f"{where}.ranks_per_node must be a positive integer, got {g!r}")
     if g not in covered_ranks or (g > 1 and not all(p in covered_ranks for p in range(2, g + 1))):
-        raise ValueError(f"{where}.ranks_per_node is {g}, but the profile's fits cover rank counts {sorted(covered_ranks)}; "
-                         f"the intra-node tier needs fits for every p = 1..{g}")  # fmt: skip
+        raise ValueError(
+            f"{where}.ranks_per_node is {g}, but the profile's fits cover rank counts {sorted(covered_ranks)}; "
+            f"the intra-node tier needs fits for every p = 1..{g}"
+        )
     inter = d.get("inter")
     fields = _tier_fields(inter, f"{where}.inter")
     r = inter.get("links_per_node")
@@ -151,7 +167,12 @@ def hierarchy_from_dict(d, covered_ranks, where: str) -> Hierarchy:
         raise ValueError(f"{where}.inter has no 'link' fit (seconds against bytes through one link)")
     link = LogLogFit.from_dict(inter["link"], f"{where}.inter.link")
     compute = Tier(**_tier_fields(d["compute"], f"{where}.compute")) if "compute" in d else None
-    return Hierarchy(g, Tier(**_tier_fields(d.get("intra"), f"{where}.intra")), InterTier(**fields, links_per_node=r, link=link), compute)
+    return Hierarchy(
+        g,
+        Tier(**_tier_fields(d.get("intra"), f"{where}.intra")),
+        InterTier(**fields, links_per_node=r, link=link),
+        compute,
+    )
 
 
 # --- the composition (pure functions of the two tiers' fits) ------------------------------------------
@@ -233,7 +254,8 @@ class TieredCollective:
             return ring_time(self._intra(name), link, x, n, g, r)
         if name == "all_reduce":
             return ring_time(self._intra("reduce_scatter"), link, x / (n * g), n, g, r) + ring_time(
-                self._intra("all_gather"), link, x / (n * g), n, g, r)
+                self._intra("all_gather"), link, x / (n * g), n, g, r
+            )
         if name == "all_to_all":
             return all_to_all_time(self._intra(name), link, x, n, g, r)
         if name == "all_to_all_uneven":
@@ -254,7 +276,11 @@ class TieredCollective:
 
 NAMES = (*RING, "all_to_all", "all_to_all_uneven", "all_reduce")
 TIER_NAMES = tuple(f"intra:{c}" for c in ("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven")) + (
-    "inter:all_gather", "inter:reduce_scatter", "inter:all_to_all", "inter:all_to_all_uneven")
+    "inter:all_gather",
+    "inter:reduce_scatter",
+    "inter:all_to_all",
+    "inter:all_to_all_uneven",
+)
 
 
 class ComposedCollectives(Mapping):
@@ -264,7 +290,9 @@ class ComposedCollectives(Mapping):
     def __init__(self, hierarchy: Hierarchy, intra: Mapping, nodes: int):
         g, inter = hierarchy.ranks_per_node, hierarchy.inter
         self.nodes, self.ranks_per_node = nodes, g
-        self._items = {c: TieredCollective(c, intra, inter.link, nodes, g, inter.links_per_node) for c in (*NAMES, *TIER_NAMES)}
+        self._items = {
+            c: TieredCollective(c, intra, inter.link, nodes, g, inter.links_per_node) for c in (*NAMES, *TIER_NAMES)
+        }
 
     def __getitem__(self, name: str) -> TieredCollective:
         return self._items[name]

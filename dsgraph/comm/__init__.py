@@ -3,7 +3,14 @@ primitives), the all-reduce of global sums (``GlobalNodes``), compressed exchang
 the control plane."""
 
 from dsgraph.comm.allreduce import GlobalNodes, all_reduce_sum
-from dsgraph.comm.alltoall import PendingRows, edges_to_heads, exchange_rows, heads_to_nodes, nodes_to_heads, start_exchange_rows
+from dsgraph.comm.alltoall import (
+    PendingRows,
+    edges_to_heads,
+    exchange_rows,
+    heads_to_nodes,
+    nodes_to_heads,
+    start_exchange_rows,
+)
 from dsgraph.comm.compress import CODECS, get_codec
 from dsgraph.comm.gather import gather_constant_rows, gather_rows, gather_rows_padded, padded_index
 from dsgraph.comm.group import CommStats, GraphParallelGroup, RowSplit

@@ -36,8 +36,9 @@ def _all_to_all(x, send: list[int], recv: list[int], pg: GraphParallelGroup, cod
     row_bytes = nbytes(payload) // max(payload.shape[0], 1)
     began = time.perf_counter()  # no device synchronisation: an async exchange must not wait for itself
     with torch.profiler.record_function("dsgraph/comm/all_to_all"):
-        work = dist().all_to_all_single(out, payload, output_split_sizes=recv, input_split_sizes=send, group=pg.group,
-                                        async_op=async_op)  # fmt: skip
+        work = dist().all_to_all_single(
+            out, payload, output_split_sizes=recv, input_split_sizes=send, group=pg.group, async_op=async_op
+        )
     pg.stats.add_time(time.perf_counter() - began)
     pg.stats.count(row_bytes * (sum(send) - send[pg.rank]))
     return (out, work, payload) if async_op else out
@@ -86,7 +87,9 @@ class _Exchange(torch.autograd.Function):
         return ctx.back(grad.contiguous(), ctx.pg, ctx.grad_codec, ctx.counts), None, None, None, None, None, None
 
 
-def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+def nodes_to_heads(
+    x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN
+) -> torch.Tensor:
     """All-to-all: node split [n, H, D] -> head split [N, H/P, D] (rank r gets heads
     [r*H/P, (r+1)*H/P) of every node). Backward: ``heads_to_nodes`` of the gradient."""
     if pg.world_size == 1:
@@ -96,7 +99,9 @@ def nodes_to_heads(x_nHD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = P
     return _Exchange.apply(x_nHD, _nodes_to_heads, _heads_to_nodes, pg, codec, grad_codec)
 
 
-def heads_to_nodes(y_NhD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+def heads_to_nodes(
+    y_NhD: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN
+) -> torch.Tensor:
     """All-to-all: head split [N, H/P, D] -> node split [n, H, D]. Backward: ``nodes_to_heads``."""
     if pg.world_size == 1:
         return y_NhD
@@ -111,7 +116,9 @@ def edges_to_heads(x_eH: torch.Tensor, edge_counts: list[int], pg: GraphParallel
         return x_eH
     if x_eH.shape[1] % pg.world_size:
         raise ValueError(f"edges_to_heads: {x_eH.shape[1]} heads do not split over {pg.world_size} ranks")
-    return _Exchange.apply(x_eH[..., None], _nodes_to_heads, _heads_to_nodes, pg, PLAIN, PLAIN, list(edge_counts))[..., 0]
+    return _Exchange.apply(x_eH[..., None], _nodes_to_heads, _heads_to_nodes, pg, PLAIN, PLAIN, list(edge_counts))[
+        ..., 0
+    ]
 
 
 class _GradExchange:
@@ -127,7 +134,9 @@ class _GradExchange:
         self._pending = None
 
     def start(self, grad: torch.Tensor) -> None:
-        out, work, payload = _all_to_all(grad.contiguous(), self.recv_counts, self.send_counts, self.pg, self.grad_codec, async_op=True)
+        out, work, payload = _all_to_all(
+            grad.contiguous(), self.recv_counts, self.send_counts, self.pg, self.grad_codec, async_op=True
+        )
         self._pending = (out, work, payload, grad.new_empty((0, *grad.shape[1:])))
 
     def finish(self, num_rows: int) -> torch.Tensor:
@@ -187,8 +196,15 @@ class PendingRows:
         return self._rows
 
 
-def start_exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup,
-                        codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> PendingRows:  # fmt: skip
+def start_exchange_rows(
+    x,
+    send_index,
+    send_counts: list[int],
+    recv_counts: list[int],
+    pg: GraphParallelGroup,
+    codec: Codec = PLAIN,
+    grad_codec: Codec = PLAIN,
+) -> PendingRows:
     """Sends x[send_index] (grouped by destination rank, sizes ``send_counts``), asynchronously; the
     ``PendingRows``' ``wait()`` gives the [sum(recv_counts), ...] rows received, grouped by source
     rank. Issue no other collective on ``pg`` between the start and the wait."""
@@ -197,13 +213,22 @@ def start_exchange_rows(x, send_index, send_counts: list[int], recv_counts: list
         return PendingRows(lambda: rows, None, None, pg)
     sent = x.detach().index_select(0, send_index)
     received, work, payload = _all_to_all(sent, send_counts, recv_counts, pg, codec, async_op=True)
-    exchange = _GradExchange(sent.new_empty((0, *sent.shape[1:])), send_index, send_counts, recv_counts, pg, codec, grad_codec)
+    exchange = _GradExchange(
+        sent.new_empty((0, *sent.shape[1:])), send_index, send_counts, recv_counts, pg, codec, grad_codec
+    )
     token = _SentRows.apply(x, exchange)
     return PendingRows(lambda: _ReceivedRows.apply(token, received, exchange), work, payload, pg)
 
 
-def exchange_rows(x, send_index, send_counts: list[int], recv_counts: list[int], pg: GraphParallelGroup,
-                  codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:  # fmt: skip
+def exchange_rows(
+    x,
+    send_index,
+    send_counts: list[int],
+    recv_counts: list[int],
+    pg: GraphParallelGroup,
+    codec: Codec = PLAIN,
+    grad_codec: Codec = PLAIN,
+) -> torch.Tensor:
     """``start_exchange_rows`` waited for at once."""
     return start_exchange_rows(x, send_index, send_counts, recv_counts, pg, codec, grad_codec).wait()
 
@@ -239,5 +264,7 @@ def start_heads_to_nodes(y_NhD, pg: GraphParallelGroup, codec: Codec = PLAIN, gr
     if pg.world_size == 1:
         return PendingRows(lambda: y_NhD, None, None, pg)
     n = pg.counts[pg.rank]
-    received, work, payload = _all_to_all(y_NhD.detach().contiguous(), pg.counts, [n] * pg.world_size, pg, codec, async_op=True)
+    received, work, payload = _all_to_all(
+        y_NhD.detach().contiguous(), pg.counts, [n] * pg.world_size, pg, codec, async_op=True
+    )
     return PendingRows(lambda: _ReceivedSplit.apply(y_NhD, received, False, pg, codec, grad_codec), work, payload, pg)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Set by MPI launchers in every process they start (MPICH/Hydra, Open MPI, PMIx); their absence
 # means no MPI launcher, and mpi4py is then not imported at all.
@@ -90,7 +91,9 @@ def launched_by_mpi(environ=os.environ) -> bool:
     return any(key in environ for key in MPI_LAUNCHER_ENV)
 
 
-def choose_control_plane(torch_rank: int, torch_world: int, mpi_rank: int | None, mpi_world: int | None) -> tuple[str, str]:
+def choose_control_plane(
+    torch_rank: int, torch_world: int, mpi_rank: int | None, mpi_world: int | None
+) -> tuple[str, str]:
     """Pure choice: ("mpi" | "torch", reason). ``mpi_*`` are None when no MPI launcher started the job."""
     if mpi_world is None:
         return "torch", "no MPI launcher"

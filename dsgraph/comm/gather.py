@@ -27,7 +27,9 @@ from dsgraph.comm.group import GraphParallelGroup
 from dsgraph.comm.util import dist, nbytes
 
 # torch 2.13 prefers all_gather_single / reduce_scatter_single, which deepspeed.comm does not wrap yet.
-warnings.filterwarnings("ignore", message=r".*`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+warnings.filterwarnings(
+    "ignore", message=r".*`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"
+)
 
 PLAIN = Codec()
 
@@ -97,7 +99,9 @@ class _GatheredRows(torch.autograd.Function):
         return _reduce_scatter_padded(grad.contiguous(), ctx.pg, ctx.grad_codec), None, None, None, None
 
 
-def gather_rows_padded(x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN) -> torch.Tensor:
+def gather_rows_padded(
+    x: torch.Tensor, pg: GraphParallelGroup, codec: Codec = PLAIN, grad_codec: Codec = PLAIN
+) -> torch.Tensor:
     """All-gather into the padded layout [P * width, ...] (rank r's rows start at r * width; see
     ``padded_index``). Backward: reduce-scatter of the gradient in that layout. One rank: x itself."""
     if pg.world_size == 1:
@@ -170,7 +174,9 @@ def gather_constant_rows(x: torch.Tensor, counts: list[int], pg: GraphParallelGr
     if pg.world_size == 1:
         return x
     if x.shape[0] != counts[pg.rank]:
-        raise ValueError(f"gather_constant_rows: rank {pg.rank} holds {x.shape[0]} rows, its count says {counts[pg.rank]}")
+        raise ValueError(
+            f"gather_constant_rows: rank {pg.rank} holds {x.shape[0]} rows, its count says {counts[pg.rank]}"
+        )
     return _close_gaps(_launch_gather(x, pg, PLAIN, False, counts)[0], counts)
 
 

@@ -100,7 +100,7 @@ class GraphParallelGroup:
     split: RowSplit | None = None
 
     @classmethod
-    def from_world(cls) -> "GraphParallelGroup":
+    def from_world(cls) -> GraphParallelGroup:
         """All ranks of an initialised deepspeed.comm world, in a group of their own."""
         import deepspeed.comm as dist
 
@@ -112,11 +112,11 @@ class GraphParallelGroup:
         return cls(rank=dist.get_rank(), world_size=world, group=dist.new_group(list(range(world))))
 
     @classmethod
-    def single(cls, num_rows: int) -> "GraphParallelGroup":
+    def single(cls, num_rows: int) -> GraphParallelGroup:
         """A one-rank group over ``num_rows`` rows (a graph held whole by one rank)."""
         return cls(split=RowSplit((num_rows,)))
 
-    def with_split(self, split: RowSplit) -> "GraphParallelGroup":
+    def with_split(self, split: RowSplit) -> GraphParallelGroup:
         """This group (same process group and counters) with ``split`` as its row split."""
         if split.world_size != self.world_size:
             raise ValueError(f"a row split over {split.world_size} ranks for a group of {self.world_size}")

@@ -66,7 +66,9 @@ class HaloPlan:
         return int(sum(self.send_counts))
 
     @classmethod
-    def build(cls, rowptr: np.ndarray, col: np.ndarray, starts: list[int], rank: int, halos: list[np.ndarray]) -> "HaloPlan":
+    def build(
+        cls, rowptr: np.ndarray, col: np.ndarray, starts: list[int], rank: int, halos: list[np.ndarray]
+    ) -> HaloPlan:
         """``rowptr`` int64 [n+1] (rebased to 0) and ``col`` [e] (global ids) are this rank's CSR block;
         ``starts`` [P+1] the row range boundaries; ``halos[r]`` the ``halo_ids`` of rank r's block."""
         rowptr, col = np.asarray(rowptr, dtype=np.int64), np.asarray(col).astype(np.int64)
@@ -124,7 +126,7 @@ class HaloPlan:
             boundary_edges=t(np.flatnonzero(edge_boundary).astype(np.int64)),
         )
 
-    def to(self, device: torch.device) -> "HaloPlan":
+    def to(self, device: torch.device) -> HaloPlan:
         """The plan with its index tensors on ``device``."""
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
         moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}

@@ -53,12 +53,19 @@ def plan_pairs(u_rows: torch.Tensor, v_rows: torch.Tensor, pg: GraphParallelGrou
     if world == 1:
         send_index, send_counts = v_rows.new_zeros(0), [0]
     else:
-        asked = _all_to_all(recv_counts.to(torch.int64), [1] * world, [1] * world, pg)  # what every rank asks of this one
+        asked = _all_to_all(
+            recv_counts.to(torch.int64), [1] * world, [1] * world, pg
+        )  # what every rank asks of this one
         send_counts = [int(c) for c in asked.tolist()]
         send_index = _all_to_all(need, recv_counts.tolist(), send_counts, pg) - start
     v_compact = torch.where(remote, (end - start) + torch.searchsorted(need, v_rows), v_rows - start)
-    return PairPlan(u_local=u_rows - start, v_compact=v_compact, send_index=send_index, send_counts=send_counts,
-                    recv_counts=[int(c) for c in recv_counts.tolist()])  # fmt: skip
+    return PairPlan(
+        u_local=u_rows - start,
+        v_compact=v_compact,
+        send_index=send_index,
+        send_counts=send_counts,
+        recv_counts=[int(c) for c in recv_counts.tolist()],
+    )
 
 
 def owner_of(rows: torch.Tensor, pg: GraphParallelGroup) -> torch.Tensor:
@@ -71,7 +78,9 @@ class PairRows:
 
     def __init__(self, u_rows: torch.Tensor, v_rows: torch.Tensor, pg: GraphParallelGroup):
         if u_rows.shape != v_rows.shape or u_rows.ndim != 1:
-            raise ValueError(f"pairs need u and v of one length [m], got {tuple(u_rows.shape)} and {tuple(v_rows.shape)}")
+            raise ValueError(
+                f"pairs need u and v of one length [m], got {tuple(u_rows.shape)} and {tuple(v_rows.shape)}"
+            )
         self.u_rows, self.v_rows, self.pg = u_rows, v_rows, pg
         self.plan: PairPlan | None = None
 
@@ -86,7 +95,11 @@ class PairRows:
             self.plan = plan_pairs(self.u_rows, self.v_rows, self.pg)
         plan = self.plan
         received = exchange_rows(z_nd, plan.send_index, plan.send_counts, plan.recv_counts, self.pg)
-        return torch.cat([z_nd, received]), plan.u_local, plan.v_compact  # cat even without received rows: every rank's backward joins the exchange
+        return (
+            torch.cat([z_nd, received]),
+            plan.u_local,
+            plan.v_compact,
+        )  # cat even without received rows: every rank's backward joins the exchange
 
     def fetch(self, z_nd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(z[u], z[v]) [m, d] each, gathered from ``table``."""

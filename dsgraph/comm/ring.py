@@ -23,7 +23,9 @@ class _AllWorks:
             work.wait()
 
 
-def start_ring_shift(x: torch.Tensor, recv_shape: tuple[int, ...], pg: GraphParallelGroup, name: str = "ring_shift") -> PendingRows:
+def start_ring_shift(
+    x: torch.Tensor, recv_shape: tuple[int, ...], pg: GraphParallelGroup, name: str = "ring_shift"
+) -> PendingRows:
     """Sends ``x`` to rank (r + 1) % P and receives a tensor of ``recv_shape`` (x's dtype) from rank
     (r - 1) % P, asynchronously; ``wait()`` on the result gives the received tensor. Counted in
     ``pg.stats`` (bytes of ``x``)."""
@@ -31,8 +33,10 @@ def start_ring_shift(x: torch.Tensor, recv_shape: tuple[int, ...], pg: GraphPara
     out = x.new_empty(recv_shape)
     send = x.contiguous()
     p, rank = pg.world_size, pg.rank
-    ops = [d.P2POp(d.isend, send, global_rank(pg, (rank + 1) % p), pg.group),
-           d.P2POp(d.irecv, out, global_rank(pg, (rank - 1) % p), pg.group)]  # fmt: skip
+    ops = [
+        d.P2POp(d.isend, send, global_rank(pg, (rank + 1) % p), pg.group),
+        d.P2POp(d.irecv, out, global_rank(pg, (rank - 1) % p), pg.group),
+    ]
     began = time.perf_counter()
     with torch.profiler.record_function(f"dsgraph/comm/{name}"):
         works = d.batch_isend_irecv(ops)

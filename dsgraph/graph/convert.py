@@ -4,10 +4,11 @@ INPUT is an OGB node-property folder, an edge list (.txt/.csv/.tsv/.edges/.el, o
 .npz (dsgraph's layout, or the benchmark layout ``edges`` [E, 2] + ``node_features`` +
 ``node_labels`` + ``train_masks``/``val_masks``/``test_masks`` [S, N], whose S splits a .npz output
 keeps); edge features (OGB's raw/edge-feat, a .npz's edge_attr or edge_features, an edge list's
-extra columns with ``--edge-features``) go to the output with their edges; OUTPUT is a .npz (the format ``--dataset PATH.npz`` reads) or a folder, which becomes a
-partition store (``--parts``, ``--method``) like ``dsgraph partition`` writes. Prints a summary
-(nodes, edges, degree statistics, isolated nodes, classes, split sizes) and, with ``--histogram
-FILE.png``, plots the degree distribution (needs matplotlib: ``pip install dsgraph[plot]``).
+extra columns with ``--edge-features``) go to the output with their edges; OUTPUT is a .npz (the
+format ``--dataset PATH.npz`` reads) or a folder, which becomes a partition store (``--parts``,
+``--method``) like ``dsgraph partition`` writes. Prints a summary (nodes, edges, degree statistics,
+isolated nodes, classes, split sizes) and, with ``--histogram FILE.png``, plots the degree
+distribution (needs matplotlib: ``pip install dsgraph[plot]``).
 
 Example::
 
@@ -42,18 +43,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--symmetrize", action="store_true", help="add the reverse v->u of every edge u->v")
     parser.add_argument("--drop-self-loops", action="store_true", help="leave out edges u->u")
     parser.add_argument("--dedup", action="store_true", help="keep one copy of repeated edges")
-    parser.add_argument("--relabel", action="store_true",
-                        help="edge lists: number the distinct node ids 0..N-1 in ascending order "
-                        "and write each node's original id to OUTPUT.node_ids.npy (OUTPUT without .npz)")
+    parser.add_argument(
+        "--relabel",
+        action="store_true",
+        help="edge lists: number the distinct node ids 0..N-1 in ascending order "
+        "and write each node's original id to OUTPUT.node_ids.npy (OUTPUT without .npz)",
+    )
     parser.add_argument("--features", metavar="FILE.npy", help="edge lists: node features [N, F]")
     parser.add_argument("--labels", metavar="FILE.npy", help="edge lists: integer node labels [N] (-1 = unlabelled)")
-    parser.add_argument("--edge-features", action="store_true",
-                        help="edge lists: the numeric columns after SOURCE DESTINATION are edge features (edge_attr)")
+    parser.add_argument(
+        "--edge-features",
+        action="store_true",
+        help="edge lists: the numeric columns after SOURCE DESTINATION are edge features (edge_attr)",
+    )
     parser.add_argument("--split", metavar="NAME", help="OGB: the split scheme under split/ (needed if several)")
     parser.add_argument("--name", help="dataset name (default: from INPUT)")
     parser.add_argument("--parts", type=int, default=1, help="partition store output: number of parts (default: 1)")
-    parser.add_argument("--method", choices=METHODS, default="metis",
-                        help="partition store output: partition method, as in dsgraph partition (default: metis)")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="metis",
+        help="partition store output: partition method, as in dsgraph partition (default: metis)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="partition store output: partition seed (default: 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT")
     parser.add_argument("--histogram", metavar="FILE.png", help="also plot the in- and out-degree distribution")
@@ -111,8 +122,16 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
 
         parts = partition_nodes(result.graph, args.parts, args.method, args.seed)
         graph, perm, node_ranges = relabel(result.graph, parts, args.parts)
-        write_store(graph, perm, node_ranges, output, args.method, dataset=result.graph.name,
-                    seed=args.seed, overwrite=args.force)
+        write_store(
+            graph,
+            perm,
+            node_ranges,
+            output,
+            args.method,
+            dataset=result.graph.name,
+            seed=args.seed,
+            overwrite=args.force,
+        )
     written = [output]
     if result.node_ids is not None:
         ids_path = os.path.normpath(output.removesuffix(".npz")) + ".node_ids.npy"

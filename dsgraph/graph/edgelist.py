@@ -4,8 +4,8 @@ Format: values separated by whitespace or by commas (detected from the first dat
 ``%`` comments, blank lines, an optional header line (a first data line whose first two fields are
 not integers, such as ``src,dst``), extra columns (weights, timestamps) ignored unless they are read
 as edge features (``edge_features``: every line then has the same number of numeric columns, those
-after the two ids being the edge's features), optionally gzip compressed. Node ids are non-negative integers; each line is a directed edge SOURCE -> DESTINATION
-(symmetrize to read an undirected list).
+after the two ids being the edge's features), optionally gzip compressed. Node ids are non-negative
+integers; each line is a directed edge SOURCE -> DESTINATION (symmetrize to read an undirected list).
 
 The file is streamed: one pass counts lines to preallocate the id arrays, a second parses blocks of
 lines straight into them (int32 ids, or int64 while relabelling), so memory is about 8 bytes per
@@ -37,8 +37,9 @@ class EdgeList:
     edge_attr: np.ndarray | None = None  # float32 [E, F_e]: the columns after the ids, with edge_features
 
 
-def read_edge_list(path: str | os.PathLike, *, relabel: bool = False, block_bytes: int | None = None,
-                   edge_features: bool = False) -> EdgeList:  # fmt: skip
+def read_edge_list(
+    path: str | os.PathLike, *, relabel: bool = False, block_bytes: int | None = None, edge_features: bool = False
+) -> EdgeList:
     """Reads an edge list file (see the module docstring for the format).
 
     Without ``relabel`` node ids are used as they are, N is the largest id + 1 and ids that no line
@@ -92,7 +93,10 @@ def _feature_table(block: Block, delimiter: str | None, capacity: int) -> np.nda
     for lineno, data in block.data_lines():
         columns = len(data.split(delimiter))
         if columns < 3:
-            raise ValueError(f"{block.path}, line {lineno}: edge features need columns after SOURCE DESTINATION, found {columns} values")
+            raise ValueError(
+                f"{block.path}, line {lineno}: edge features need columns after SOURCE DESTINATION, found {columns} "
+                "values"
+            )
         return np.empty((capacity, columns - 2), dtype=np.float32)
     return None
 
@@ -109,7 +113,9 @@ def _parse_rows(block: Block, delimiter: str | None, attr: np.ndarray | None) ->
         raise ValueError(f"{block.path}, line {block.line_of_row(row)}: node id {rows[row, col]!r} is not an integer")
     bad = ~np.isfinite(rows[:, 2:]).all(axis=1)
     if bad.any():
-        raise ValueError(f"{block.path}, line {block.line_of_row(int(np.flatnonzero(bad)[0]))}: an edge feature is NaN or Inf")
+        raise ValueError(
+            f"{block.path}, line {block.line_of_row(int(np.flatnonzero(bad)[0]))}: an edge feature is NaN or Inf"
+        )
     return rows
 
 

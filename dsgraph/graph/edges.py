@@ -46,22 +46,42 @@ def edge_keys(
     ``symmetrize`` adds v -> u for every edge u -> v that is not a self loop (self loops are not
     doubled); ``drop_self_loops`` leaves out edges u -> u. Ids must already lie in [0, num_nodes).
     """
-    keys, _ = _keys(src, dst, num_nodes, symmetrize, drop_self_loops, stats if stats is not None else CleanupStats(), chunk, False)
+    keys, _ = _keys(
+        src, dst, num_nodes, symmetrize, drop_self_loops, stats if stats is not None else CleanupStats(), chunk, False
+    )
     keys.sort()
     return keys
 
 
-def edge_keys_with_origin(src, dst, num_nodes: int, *, symmetrize: bool = False, drop_self_loops: bool = False,
-                          stats: CleanupStats | None = None, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def edge_keys_with_origin(
+    src,
+    dst,
+    num_nodes: int,
+    *,
+    symmetrize: bool = False,
+    drop_self_loops: bool = False,
+    stats: CleanupStats | None = None,
+    chunk: int = CHUNK,
+) -> tuple[np.ndarray, np.ndarray]:
     """``edge_keys`` and, for each key, the input edge it came from (int64; a reversed edge comes
     from the edge it reverses); equal keys keep their input order."""
-    keys, origin = _keys(src, dst, num_nodes, symmetrize, drop_self_loops, stats if stats is not None else CleanupStats(), chunk, True)
+    keys, origin = _keys(
+        src, dst, num_nodes, symmetrize, drop_self_loops, stats if stats is not None else CleanupStats(), chunk, True
+    )
     order = np.argsort(keys, kind="stable")
     return keys[order], origin[order]
 
 
-def _keys(src, dst, num_nodes: int, symmetrize: bool, drop_self_loops: bool, stats: CleanupStats, chunk: int,
-          with_origin: bool) -> tuple[np.ndarray, np.ndarray | None]:  # fmt: skip
+def _keys(
+    src,
+    dst,
+    num_nodes: int,
+    symmetrize: bool,
+    drop_self_loops: bool,
+    stats: CleanupStats,
+    chunk: int,
+    with_origin: bool,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Unsorted keys (see ``edge_keys``) and, ``with_origin``, the input edge of each."""
     n = np.int64(num_nodes)
     total = len(src)
@@ -93,7 +113,9 @@ def _keys(src, dst, num_nodes: int, symmetrize: bool, drop_self_loops: bool, sta
     return keys[:filled], None if origin is None else origin[:filled]
 
 
-def dedup_with_origin(keys: np.ndarray, origin: np.ndarray, stats: CleanupStats | None = None) -> tuple[np.ndarray, np.ndarray]:
+def dedup_with_origin(
+    keys: np.ndarray, origin: np.ndarray, stats: CleanupStats | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The first of every run of equal sorted ``keys`` (the first in input order, after
     ``edge_keys_with_origin``), with its origin."""
     keep = np.ones(keys.size, dtype=bool)

@@ -56,8 +56,18 @@ def _generate(spec: str, seed: int, path: str, heartbeat) -> None:
         raise ValueError(f"generating {spec} into {path} failed (exit code {child.exitcode})")
 
 
-def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, *, whole: bool = False,
-              edge_features: bool = False, encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
+def from_file(
+    data: DatasetFile,
+    pg,
+    control,
+    method: str,
+    self_loops: bool,
+    seed: int,
+    *,
+    whole: bool = False,
+    edge_features: bool = False,
+    encodings: tuple[str, ...] = (),
+) -> tuple[object, RankGraph]:
     """This rank's share of ``data`` split by ``pg``'s split if it has one, else by ``method``
     (``whole``: the whole structure too; ``edge_features``: the block's edge features;
     ``encodings``: the node arrays its rows carry); equal to
@@ -67,8 +77,11 @@ def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, see
         perm, split = _partition(data, pg, control, method, self_loops, seed)
         pg = pg.with_split(split)
     elif pg.split is None:
-        pg = pg.with_split(contiguous_split(method if method in CONTIGUOUS_METHODS else "balanced",
-                                            data.in_degrees(self_loops), pg.world_size))  # fmt: skip
+        pg = pg.with_split(
+            contiguous_split(
+                method if method in CONTIGUOUS_METHODS else "balanced", data.in_degrees(self_loops), pg.world_size
+            )
+        )
     if pg.num_rows != data.num_nodes:
         raise ValueError(f"row split {pg.counts} does not cover the graph's {data.num_nodes} nodes")
     start, end = pg.rows
@@ -77,8 +90,15 @@ def from_file(data: DatasetFile, pg, control, method: str, self_loops: bool, see
     structure = None
     if whole:
         structure = block if (start, end) == (0, data.num_nodes) else data.rows(0, data.num_nodes, self_loops, perm)
-    graph = RankGraph(num_nodes=data.num_nodes, block=block, nodes=data.node_data(ids, node_ids=ids, arrays=encodings),
-                      num_features=data.num_features, num_classes=data.num_classes(), whole=structure, edges=edges)  # fmt: skip
+    graph = RankGraph(
+        num_nodes=data.num_nodes,
+        block=block,
+        nodes=data.node_data(ids, node_ids=ids, arrays=encodings),
+        num_features=data.num_features,
+        num_classes=data.num_classes(),
+        whole=structure,
+        edges=edges,
+    )
     return pg, graph
 
 

@@ -100,7 +100,7 @@ class Graph(CsrSizes):
         source: str = "input",
         edge_attr=None,
         continuous: bool = False,
-    ) -> "Graph":
+    ) -> Graph:
         """Builds the destination-sorted CSR from an edge list (src -> dst) and validates everything;
         ``enc`` holds the counted encodings of these edges (``encodings.counted``).
 
@@ -127,7 +127,9 @@ class Graph(CsrSizes):
             val_mask=torch.from_numpy(np.asarray(val_mask).astype(bool)),
             test_mask=torch.from_numpy(np.asarray(test_mask).astype(bool)),
             name=name,
-            edge_attr=None if edge_attr is None else _as_edge_features(np.asarray(edge_attr), src.size, source)[torch.from_numpy(order)],
+            edge_attr=None
+            if edge_attr is None
+            else _as_edge_features(np.asarray(edge_attr), src.size, source)[torch.from_numpy(order)],
             enc=encodings.as_tensors(encodings.counted([(src, dst)], num_nodes)),
         )
         graph.validate(source)
@@ -166,7 +168,7 @@ class Graph(CsrSizes):
     def in_degrees(self) -> torch.Tensor:
         return self.rowptr[1:] - self.rowptr[:-1]
 
-    def with_self_loops(self) -> "Graph":
+    def with_self_loops(self) -> Graph:
         """Returns a copy where every node also attends to itself (one self loop per row, appended
         unless the row already has one). With edge features, the added loops get zero rows and are
         marked in ``added_loops``; a loop the graph had keeps its features."""
@@ -177,12 +179,16 @@ class Graph(CsrSizes):
         missing = (~has_loop).nonzero().squeeze(1)
         src_all = torch.cat([self.col.long(), missing])
         dst_all = torch.cat([dst, missing])
-        order = torch.sort(dst_all * (n + 1) + src_all, stable=True).indices  # sort by (dst, src), repeated edges in order
+        order = torch.sort(
+            dst_all * (n + 1) + src_all, stable=True
+        ).indices  # sort by (dst, src), repeated edges in order
         rowptr = torch.zeros(n + 1, dtype=torch.int64)
         rowptr[1:] = torch.cumsum(torch.bincount(dst_all, minlength=n), 0)
         edge_attr = added = None
         if self.edge_attr is not None:
-            edge_attr = torch.cat([self.edge_attr, self.edge_attr.new_zeros(missing.numel(), self.num_edge_features)])[order]
+            edge_attr = torch.cat([self.edge_attr, self.edge_attr.new_zeros(missing.numel(), self.num_edge_features)])[
+                order
+            ]
             before = self.added_loops if self.added_loops is not None else torch.zeros(self.num_edges, dtype=torch.bool)
             added = torch.cat([before, torch.ones(missing.numel(), dtype=torch.bool)])[order]
         return Graph(
@@ -231,14 +237,23 @@ def check_edge_features(edge_attr, added_loops, num_edges: int, source: str) -> 
             raise ValueError(f"{source}: 'added_loops' marks self loops of edge features, but there is no 'edge_attr'")
         return
     if edge_attr.ndim != 2 or edge_attr.shape[0] != num_edges:
-        raise ValueError(f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape {tuple(edge_attr.shape)}")
+        raise ValueError(
+            f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape "
+            f"{tuple(edge_attr.shape)}"
+        )
     if edge_attr.dtype != torch.float32:
         raise ValueError(f"{source}: edge features 'edge_attr' must be float32, got {edge_attr.dtype}")
     finite = torch.isfinite(edge_attr).all(dim=1)
     if not bool(finite.all()):
-        raise ValueError(f"{source}: edge features 'edge_attr' contain NaN or Inf (first at edge {int((~finite).nonzero()[0, 0])} in CSR order)")
+        raise ValueError(
+            f"{source}: edge features 'edge_attr' contain NaN or Inf (first at edge {int((~finite).nonzero()[0, 0])} "
+            "in CSR order)"
+        )
     if added_loops is not None and (added_loops.dtype != torch.bool or tuple(added_loops.shape) != (num_edges,)):
-        raise ValueError(f"{source}: 'added_loops' must be bool [E] with E = {num_edges}, got {added_loops.dtype} {tuple(added_loops.shape)}")
+        raise ValueError(
+            f"{source}: 'added_loops' must be bool [E] with E = {num_edges}, got {added_loops.dtype} "
+            f"{tuple(added_loops.shape)}"
+        )
 
 
 def _as_edge_features(edge_attr: np.ndarray, num_edges: int, source: str) -> torch.Tensor:
@@ -246,7 +261,10 @@ def _as_edge_features(edge_attr: np.ndarray, num_edges: int, source: str) -> tor
     if edge_attr.ndim == 1:
         edge_attr = edge_attr.reshape(-1, 1)
     if edge_attr.ndim != 2 or edge_attr.shape[0] != num_edges:
-        raise ValueError(f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape {edge_attr.shape}")
+        raise ValueError(
+            f"{source}: edge features 'edge_attr' must be [E, F_e] with E = {num_edges} edges, got shape "
+            f"{edge_attr.shape}"
+        )
     if not (np.issubdtype(edge_attr.dtype, np.number) or edge_attr.dtype == np.bool_):
         raise ValueError(f"{source}: edge features 'edge_attr' must be numeric, got {edge_attr.dtype}")
     return torch.from_numpy(np.ascontiguousarray(edge_attr, dtype=np.float32))

@@ -100,8 +100,10 @@ def read_graph(
     fmt = detect_format(path) if format == "auto" else format
     name = name or _default_name(path)
     if fmt != "edgelist" and (relabel or features or labels or edge_features):
-        raise ValueError(f"{path}: relabel, features, labels and edge feature columns apply to edge lists only "
-                         f"({fmt} numbers its nodes 0..N-1 and names its edge features)")  # fmt: skip
+        raise ValueError(
+            f"{path}: relabel, features, labels and edge feature columns apply to edge lists only "
+            f"({fmt} numbers its nodes 0..N-1 and names its edge features)"
+        )
     if fmt != "ogb" and split is not None:
         raise ValueError(f"{path}: a split scheme applies to OGB folders only")
     if fmt == "npz":
@@ -165,10 +167,16 @@ def _from_npz(path: str, cleanup: CleanupOptions, name: str) -> Ingested:
     stats.input_edges = 0
     n = graph.num_nodes
     pair = [graph.col.numpy(), np.repeat(np.arange(n, dtype=np.int32), graph.in_degrees().numpy())]
-    arrays = {"x": graph.x.numpy(), "y": graph.y.numpy(), **{m: getattr(graph, m).numpy() for m in MASKS},
-              "edge_attr": None if graph.edge_attr is None else graph.edge_attr.numpy()}  # fmt: skip
+    arrays = {
+        "x": graph.x.numpy(),
+        "y": graph.y.numpy(),
+        **{m: getattr(graph, m).numpy() for m in MASKS},
+        "edge_attr": None if graph.edge_attr is None else graph.edge_attr.numpy(),
+    }
     del graph
-    return Ingested(graph=_assemble(pair, n, arrays, cleanup, stats, name, path), format="npz", stats=stats, all_splits=splits)
+    return Ingested(
+        graph=_assemble(pair, n, arrays, cleanup, stats, name, path), format="npz", stats=stats, all_splits=splits
+    )
 
 
 def _default_name(path: str) -> str:
@@ -210,6 +218,8 @@ def _node_arrays(num_nodes: int, features: str | None, labels: str | None) -> di
     if labels:
         y = _load_npy(labels, "labels")
         if y.shape != (num_nodes,) or not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"{labels}: labels must be integers of shape [N] with N = {num_nodes}, got {y.dtype} {y.shape}")
+            raise ValueError(
+                f"{labels}: labels must be integers of shape [N] with N = {num_nodes}, got {y.dtype} {y.shape}"
+            )
         y = np.array(y, dtype=np.int64)
     return {"x": x, "y": y, **{m: np.zeros(num_nodes, dtype=bool) for m in MASKS}}

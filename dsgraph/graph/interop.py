@@ -108,7 +108,9 @@ def _build(src, dst, n: int, data: dict, name: str, source: str, keys: dict[str,
     y = _labels(data["y"], source, keys["y"]) if "y" in data else np.full(n, -1, dtype=np.int64)
     masks = {m: _mask(data[m], source, keys[m]) if m in data else np.zeros(n, dtype=bool) for m in MASKS}
     edge_attr = None if edge_attr is None else _numpy(edge_attr)
-    return Graph.from_edges(_numpy(src), _numpy(dst), x=x, y=y, num_nodes=n, name=name, source=source, edge_attr=edge_attr, **masks)
+    return Graph.from_edges(
+        _numpy(src), _numpy(dst), x=x, y=y, num_nodes=n, name=name, source=source, edge_attr=edge_attr, **masks
+    )
 
 
 def _numpy(tensor) -> np.ndarray:
@@ -120,7 +122,10 @@ def _labels(tensor, source: str, key: str) -> np.ndarray:
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
-        raise ValueError(f"{source}: array '{key}' must hold one class id per node, got shape {y.shape} (multi-label is not supported)")
+        raise ValueError(
+            f"{source}: array '{key}' must hold one class id per node, got shape {y.shape} (multi-label is not "
+            "supported)"
+        )
     if not np.issubdtype(y.dtype, np.integer):
         if not np.array_equal(y, np.round(y)):
             raise ValueError(f"{source}: array '{key}' must hold integer class ids, got {y.dtype} with fractions")
@@ -130,7 +135,9 @@ def _labels(tensor, source: str, key: str) -> np.ndarray:
 def _mask(tensor, source: str, key: str) -> np.ndarray:
     mask = _numpy(tensor)
     if mask.ndim != 1:
-        raise ValueError(f"{source}: array '{key}' must be a 1-D node mask, got shape {mask.shape} (pick one split column)")
+        raise ValueError(
+            f"{source}: array '{key}' must be a 1-D node mask, got shape {mask.shape} (pick one split column)"
+        )
     if mask.dtype != np.bool_ and not np.isin(mask, (0, 1)).all():
         raise ValueError(f"{source}: array '{key}' must be boolean (or 0/1), got values outside {{0, 1}}")
     return mask.astype(bool)

@@ -33,12 +33,16 @@ def select_split(path: str, name: str, mask: np.ndarray, num_nodes: int, split: 
     """Split ``split`` of a mask [N] or [S, N] (a view of a memory map stays one)."""
     if mask.ndim == 1:
         if split != 0:
-            raise ValueError(f"{path}: array '{name}' holds one split ([N]); 'split' {split} needs masks of shape [S, N]")
+            raise ValueError(
+                f"{path}: array '{name}' holds one split ([N]); 'split' {split} needs masks of shape [S, N]"
+            )
         chosen = mask
     elif mask.ndim == 2:
         if not 0 <= split < mask.shape[0]:
-            raise ValueError(f"{path}: array '{name}' holds {mask.shape[0]} splits ([S, N] = {list(mask.shape)}); "
-                             f"'split' must be in 0..{mask.shape[0] - 1}, got {split}")  # fmt: skip
+            raise ValueError(
+                f"{path}: array '{name}' holds {mask.shape[0]} splits ([S, N] = {list(mask.shape)}); "
+                f"'split' must be in 0..{mask.shape[0] - 1}, got {split}"
+            )
         chosen = mask[split]
     else:
         raise ValueError(f"{path}: array '{name}' must be [N] or [S, N], got shape {mask.shape}")
@@ -62,8 +66,10 @@ def check_overlap(path: str, masks: dict[str, np.ndarray], names: dict[str, str]
     bad = [f"{names[a]} & {names[b]}: {n:,} node(s)" for (a, b), n in counts.items() if n]
     if bad:
         sizes = ", ".join(f"{names[k]} {int(np.count_nonzero(masks[k])):,}" for k in masks)
-        raise ValueError(f"{path}: train/val/test overlap ({'; '.join(bad)}; sizes {sizes}); fix the masks, or set "
-                         "\"allow_overlapping_splits\": true if the overlap is intended")  # fmt: skip
+        raise ValueError(
+            f"{path}: train/val/test overlap ({'; '.join(bad)}; sizes {sizes}); fix the masks, or set "
+            '"allow_overlapping_splits": true if the overlap is intended'
+        )
 
 
 def check_labels(path: str, name: str, y: np.ndarray, continuous: bool = False) -> bool:
@@ -83,9 +89,11 @@ def check_labels(path: str, name: str, y: np.ndarray, continuous: bool = False) 
         ok = np.isnan(values) | np.isin(values, (0.0, 1.0, -1.0))
         if not ok.all():
             node, label = (int(i[0]) for i in np.nonzero(~ok))
-            raise ValueError(f"{path}: multi-label array '{name}' [N, T] must hold 0 or 1 (-1 or NaN: missing); "
-                             f"node {node}, label {label} holds {values[node, label]} (a continuous target trains "
-                             "with \"task\": \"regression\")")  # fmt: skip
+            raise ValueError(
+                f"{path}: multi-label array '{name}' [N, T] must hold 0 or 1 (-1 or NaN: missing); "
+                f"node {node}, label {label} holds {values[node, label]} (a continuous target trains "
+                'with "task": "regression")'
+            )
         return True
     if y.ndim != 1:
         raise ValueError(f"{path}: labels '{name}' must be [N] class ids or [N, T] multi-label, got shape {y.shape}")
@@ -93,9 +101,11 @@ def check_labels(path: str, name: str, y: np.ndarray, continuous: bool = False) 
         values = np.asarray(y)
         bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)))
         if bad.size:
-            raise ValueError(f"{path}: labels '{name}' are {y.dtype} and node {int(bad[0])} holds {values[bad[0]]}, which is "
-                             "not a class id; class labels must be integers (a continuous target trains with "
-                             "\"task\": \"regression\")")  # fmt: skip
+            raise ValueError(
+                f"{path}: labels '{name}' are {y.dtype} and node {int(bad[0])} holds {values[bad[0]]}, which is "
+                "not a class id; class labels must be integers (a continuous target trains with "
+                '"task": "regression")'
+            )
     elif not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"{path}: labels '{name}' must be integer class ids, got {y.dtype}")
     return False

@@ -20,10 +20,23 @@ import zipfile
 
 import numpy as np
 
-DSGRAPH = {"src": "src", "dst": "dst", "x": "x", "y": "y", "train_mask": "train_mask", "val_mask": "val_mask",
-           "test_mask": "test_mask"}  # fmt: skip
-BENCHMARK = {"edges": "edges", "x": "node_features", "y": "node_labels", "train_mask": "train_masks",
-             "val_mask": "val_masks", "test_mask": "test_masks"}  # fmt: skip
+DSGRAPH = {
+    "src": "src",
+    "dst": "dst",
+    "x": "x",
+    "y": "y",
+    "train_mask": "train_mask",
+    "val_mask": "val_mask",
+    "test_mask": "test_mask",
+}
+BENCHMARK = {
+    "edges": "edges",
+    "x": "node_features",
+    "y": "node_labels",
+    "train_mask": "train_masks",
+    "val_mask": "val_masks",
+    "test_mask": "test_masks",
+}
 EDGE_FEATURES = {"src": "edge_attr", "edges": "edge_features"}  # the optional edge feature member of each layout
 NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
 MASKS = ("train_mask", "val_mask", "test_mask")

@@ -43,8 +43,10 @@ def _given_negatives(path: str, names: set[str], positives: dict[str, np.ndarray
             dst = np.asarray(open_arrays(path, [own])[own])
             pos = positives[split]
             if dst.ndim != 2 or dst.shape[0] != pos.shape[0] or not np.issubdtype(dst.dtype, np.integer):
-                raise ValueError(f"{path}: array '{own}' must be integer [m, K] with one row per '{split}_edges' pair "
-                                 f"({pos.shape[0]}), got {dst.dtype} {dst.shape}")  # fmt: skip
+                raise ValueError(
+                    f"{path}: array '{own}' must be integer [m, K] with one row per '{split}_edges' pair "
+                    f"({pos.shape[0]}), got {dst.dtype} {dst.shape}"
+                )
             k = dst.shape[1]
             negatives[split] = np.stack([np.repeat(pos[:, 0], k), dst.reshape(-1).astype(np.int64)], axis=1)
             per_positive[split] = k
@@ -89,8 +91,10 @@ def _edge_list(path: str, names: set[str]) -> tuple[np.ndarray, np.ndarray]:
         edges = _pairs(path, "edges", open_arrays(path, ["edges"])["edges"])
         src, dst = edges[:, 0], edges[:, 1]
     else:
-        raise ValueError(f"{path}: a link-prediction dataset needs edges: 'src' and 'dst', 'edges' [E, 2], or fixed "
-                         f"splits {', '.join(FIXED)}")  # fmt: skip
+        raise ValueError(
+            f"{path}: a link-prediction dataset needs edges: 'src' and 'dst', 'edges' [E, 2], or fixed "
+            f"splits {', '.join(FIXED)}"
+        )
     if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(dst.dtype, np.integer)):
         raise ValueError(f"{path}: edges must hold integer node ids")
     return src.astype(np.int64), dst.astype(np.int64)
@@ -106,7 +110,16 @@ def message_graph(x: np.ndarray, split: LinkSplit, source: str) -> Graph:
         mask = np.zeros(n, dtype=bool)
         mask[split.positives[name].reshape(-1)] = True
         masks[f"{name}_mask"] = mask
-    return Graph.from_edges(src, dst, x=np.array(x, dtype=np.float32), y=np.zeros(n, dtype=np.int64), num_nodes=n, name=source, source=source, **masks)
+    return Graph.from_edges(
+        src,
+        dst,
+        x=np.array(x, dtype=np.float32),
+        y=np.zeros(n, dtype=np.int64),
+        num_nodes=n,
+        name=source,
+        source=source,
+        **masks,
+    )
 
 
 def edge_file(path: str) -> np.ndarray:

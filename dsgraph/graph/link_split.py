@@ -58,8 +58,10 @@ def sample_absent_pairs(num_nodes: int, count: int, exclude_keys: np.ndarray, rn
     is not in ``exclude_keys`` (ascending), in the order drawn."""
     possible = num_nodes * (num_nodes - 1) // 2 - exclude_keys.size
     if count > possible:
-        raise ValueError(f"cannot draw {count:,} negative pairs: the graph of {num_nodes:,} nodes has only {possible:,} "
-                         "pairs that are not edges")  # fmt: skip
+        raise ValueError(
+            f"cannot draw {count:,} negative pairs: the graph of {num_nodes:,} nodes has only {possible:,} "
+            "pairs that are not edges"
+        )
     chosen = np.zeros(0, dtype=np.int64)
     while chosen.size < count:
         draw = max(2 * (count - chosen.size), 1024)
@@ -104,19 +106,25 @@ class LinkSplit:
                     raise ValueError(f"{source}: a {name} {kind} pair names a node outside [0, {n})")
         for name, k in self.per_positive.items():
             if k and self.negatives[name].shape[0] != k * self.positives[name].shape[0]:
-                raise ValueError(f"{source}: {name} has {self.positives[name].shape[0]} positives but "
-                                 f"{self.negatives[name].shape[0]} negatives, not {k} per positive")  # fmt: skip
+                raise ValueError(
+                    f"{source}: {name} has {self.positives[name].shape[0]} positives but "
+                    f"{self.negatives[name].shape[0]} negatives, not {k} per positive"
+                )
         train = np.unique(pair_keys(self.positives["train"], n))
         for name in ("val", "test"):
             leaked = int(_contains(train, pair_keys(self.positives[name], n)).sum())
             if leaked:
-                raise ValueError(f"{source}: {leaked:,} {name} edge(s) are also training edges (in one direction or "
-                                 "the other); held-out edges must not be in the graph the encoder reads")  # fmt: skip
+                raise ValueError(
+                    f"{source}: {leaked:,} {name} edge(s) are also training edges (in one direction or "
+                    "the other); held-out edges must not be in the graph the encoder reads"
+                )
 
     def sizes(self) -> dict[str, int]:
         """'<split>_pos' / '<split>_neg' -> pair count (for the log line)."""
-        return {**{f"{s}_pos": int(self.positives[s].shape[0]) for s in SPLITS},
-                **{f"{s}_neg": int(self.negatives[s].shape[0]) for s in SPLITS}}  # fmt: skip
+        return {
+            **{f"{s}_pos": int(self.positives[s].shape[0]) for s in SPLITS},
+            **{f"{s}_neg": int(self.negatives[s].shape[0]) for s in SPLITS},
+        }
 
 
 def random_split(pairs: np.ndarray, num_nodes: int, val_fraction: float, test_fraction: float, seed: int) -> LinkSplit:
@@ -126,15 +134,21 @@ def random_split(pairs: np.ndarray, num_nodes: int, val_fraction: float, test_fr
     m = pairs.shape[0]
     n_test, n_val = int(np.floor(m * test_fraction)), int(np.floor(m * val_fraction))
     if m - n_test - n_val < 1 or (val_fraction > 0 and n_val < 1) or (test_fraction > 0 and n_test < 1):
-        raise ValueError(f"a graph of {m:,} undirected edges is too small for a {val_fraction:g}/{test_fraction:g} "
-                         "val/test split")  # fmt: skip
+        raise ValueError(
+            f"a graph of {m:,} undirected edges is too small for a {val_fraction:g}/{test_fraction:g} val/test split"
+        )
     order = rng.permutation(m)
     test, val, train = pairs[order[:n_test]], pairs[order[n_test : n_test + n_val]], pairs[order[n_test + n_val :]]
     return with_negatives(num_nodes, {"train": train, "val": val, "test": test}, {}, seed)
 
 
-def with_negatives(num_nodes: int, positives: dict[str, np.ndarray], given: dict[str, np.ndarray], seed: int,
-                   per_positive: dict[str, int] | None = None) -> LinkSplit:  # fmt: skip
+def with_negatives(
+    num_nodes: int,
+    positives: dict[str, np.ndarray],
+    given: dict[str, np.ndarray],
+    seed: int,
+    per_positive: dict[str, int] | None = None,
+) -> LinkSplit:
     """A ``LinkSplit`` whose splits without ``given`` negatives get one drawn negative per positive:
     pairs that are no positive of any split, distinct across the drawn splits."""
     rng = np.random.default_rng([seed, NEGATIVE_STREAM])
@@ -145,4 +159,6 @@ def with_negatives(num_nodes: int, positives: dict[str, np.ndarray], given: dict
         pairs = sample_absent_pairs(num_nodes, positives[name].shape[0], known, rng)
         negatives[name] = pairs
         known = np.union1d(known, pair_keys(pairs, num_nodes))
-    return LinkSplit(num_nodes=num_nodes, positives=positives, negatives=negatives, per_positive=dict(per_positive or {}))
+    return LinkSplit(
+        num_nodes=num_nodes, positives=positives, negatives=negatives, per_positive=dict(per_positive or {})
+    )

@@ -56,9 +56,22 @@ def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int, edges
     return (*csr, EdgeData(attr=attr, added_loop=added))
 
 
-def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, split_method: str, whole: bool,
-                    partitions: str | None = None, graph: Graph | None = None, heartbeat=lambda phase: None,
-                    choice: SplitChoice = SplitChoice(), edge_features: bool = False, encodings: tuple[str, ...] = ()):  # fmt: skip
+def load_rank_graph(
+    pg,
+    control,
+    *,
+    dataset: str,
+    seed: int,
+    self_loops: bool,
+    split_method: str,
+    whole: bool,
+    partitions: str | None = None,
+    graph: Graph | None = None,
+    heartbeat=lambda phase: None,
+    choice: SplitChoice = SplitChoice(),
+    edge_features: bool = False,
+    encodings: tuple[str, ...] = (),
+):
     """(``pg`` with the run's row split, this rank's RankGraph): from the partition store
     ``partitions``, from ``graph`` (the dataset, self loops added as configured, when the caller
     holds it already), or else only this rank's rows read from the ``dataset`` file
@@ -70,10 +83,14 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
     rank, with the ``dsgraph encode`` command that computes it."""
     if partitions is not None:
         if whole:
-            raise ValueError("'partitions' loads one part per rank, but this strategy needs the whole graph on every rank")
+            raise ValueError(
+                "'partitions' loads one part per rank, but this strategy needs the whole graph on every rank"
+            )
         return from_store(partitions, pg, control, self_loops, encodings, edge_features=edge_features)
     if graph is not None:
-        return from_graph(graph, pg, control, split_method, seed, whole=whole, edge_features=edge_features, encodings=encodings)
+        return from_graph(
+            graph, pg, control, split_method, seed, whole=whole, edge_features=edge_features, encodings=encodings
+        )
     path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
     error, data = None, None
     try:
@@ -86,12 +103,14 @@ def load_rank_graph(pg, control, *, dataset: str, seed: int, self_loops: bool, s
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)
-    return from_file(data, pg, control, split_method, self_loops, seed, whole=whole, edge_features=edge_features,
-                     encodings=encodings)  # fmt: skip
+    return from_file(
+        data, pg, control, split_method, self_loops, seed, whole=whole, edge_features=edge_features, encodings=encodings
+    )
 
 
-def from_store(store_dir: str, pg, control, self_loops: bool, encodings: tuple[str, ...] = (), *,
-               edge_features: bool = False) -> tuple[object, RankGraph]:  # fmt: skip
+def from_store(
+    store_dir: str, pg, control, self_loops: bool, encodings: tuple[str, ...] = (), *, edge_features: bool = False
+) -> tuple[object, RankGraph]:
     """Memory-maps only this rank's part of the store (checked against META.json's sizes and sha256)
     with its ``encodings`` arrays (and its edge features, with ``edge_features``); the store must
     have exactly one part per rank."""
@@ -100,8 +119,10 @@ def from_store(store_dir: str, pg, control, self_loops: bool, encodings: tuple[s
         part = load_part(store_dir, pg.rank, pg.world_size, encodings=encodings)
         perm = load_permutation(store_dir)
         if edge_features and part.edge_attr is None:
-            raise ValueError(f"{store_dir}: the model reads edge features (model.edge_features), but the partition store has none; "
-                             "write it from a dataset with edge_attr, or set model.edge_features to \"none\"")  # fmt: skip
+            raise ValueError(
+                f"{store_dir}: the model reads edge features (model.edge_features), but the partition store has none; "
+                'write it from a dataset with edge_attr, or set model.edge_features to "none"'
+            )
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)
@@ -116,20 +137,39 @@ def from_store(store_dir: str, pg, control, self_loops: bool, encodings: tuple[s
     else:
         block = Csr(torch.from_numpy(rowptr.copy()), torch.from_numpy(col.copy()))
     nodes = NodeData(
-        node_ids=copy(perm[part.start : part.end]).long(), x=copy(part.x).float(), y=copy(part.y),
-        train_mask=copy(part.train_mask), val_mask=copy(part.val_mask), test_mask=copy(part.test_mask),
+        node_ids=copy(perm[part.start : part.end]).long(),
+        x=copy(part.x).float(),
+        y=copy(part.y),
+        train_mask=copy(part.train_mask),
+        val_mask=copy(part.val_mask),
+        test_mask=copy(part.test_mask),
         enc=as_tensors(part.enc),
-    )  # fmt: skip
+    )
     num_classes = meta.get("num_classes")
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"{os.path.join(store_dir, 'META.json')}: needs a positive integer 'num_classes'")
-    graph = RankGraph(num_nodes=part.num_nodes, block=block, nodes=nodes, num_features=int(meta["num_features"]),
-                      num_classes=num_classes, edges=edges)  # fmt: skip
+    graph = RankGraph(
+        num_nodes=part.num_nodes,
+        block=block,
+        nodes=nodes,
+        num_features=int(meta["num_features"]),
+        num_classes=num_classes,
+        edges=edges,
+    )
     return pg, graph
 
 
-def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whole: bool = False,
-               edge_features: bool = False, encodings: tuple[str, ...] = ()) -> tuple[object, RankGraph]:  # fmt: skip
+def from_graph(
+    graph: Graph,
+    pg,
+    control,
+    method: str | None,
+    seed: int,
+    *,
+    whole: bool = False,
+    edge_features: bool = False,
+    encodings: tuple[str, ...] = (),
+) -> tuple[object, RankGraph]:
     """This rank's share of a graph every rank holds, split by ``pg``'s split if it has one (the
     caller chose it), else by ``method`` (None: 'balanced'), with the ``encodings`` arrays of
     ``graph.enc``. A contiguous method ('balanced', 'contiguous') keeps the node order; a partition
@@ -137,21 +177,15 @@ def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whol
     plane, and every rank relabels the graph so that each part is one contiguous row range.
     ``edge_features``: with the block's edge features."""
     if edge_features and graph.edge_attr is None:
-        raise ValueError(f"dataset '{graph.name}': the model reads edge features (model.edge_features), but the graph has no "
-                         "edge_attr; use a dataset with edge features, or set model.edge_features to \"none\"")  # fmt: skip
+        raise ValueError(
+            f"dataset '{graph.name}': the model reads edge features (model.edge_features), but the graph has no "
+            'edge_attr; use a dataset with edge features, or set model.edge_features to "none"'
+        )
     missing = [name for name in encodings if name not in graph.enc]
     if missing:
         raise missing_error(graph.name, f"graph '{graph.name}'", missing)
     num_classes = graph.num_classes
-    perm = None
-    method = method or "balanced"
-    if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
-        parts = partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges") if pg.rank == 0 else None
-        parts = control.bcast(parts, root=0)
-        graph, perm, ranges = relabel(graph, parts, pg.world_size)
-        pg = pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
-    elif pg.split is None:
-        pg = pg.with_split(contiguous_split(method if method in CONTIGUOUS_METHODS else "balanced", graph.in_degrees(), pg.world_size))
+    graph, perm, pg = _split_rows(graph, pg, control, method or "balanced", seed)
     if pg.num_rows != graph.num_nodes:
         raise ValueError(f"row split {pg.counts} does not cover the graph's {graph.num_nodes} nodes")
     start, end = pg.rows
@@ -159,14 +193,41 @@ def from_graph(graph: Graph, pg, control, method: str | None, seed: int, *, whol
     block = structure if (start, end) == (0, graph.num_nodes) else Csr(*graph.rows(start, end))
     node_ids = torch.arange(start, end) if perm is None else torch.from_numpy(perm[start:end])
     nodes = NodeData(
-        node_ids=node_ids, x=graph.x[start:end], y=graph.y[start:end], train_mask=graph.train_mask[start:end],
-        val_mask=graph.val_mask[start:end], test_mask=graph.test_mask[start:end],
+        node_ids=node_ids,
+        x=graph.x[start:end],
+        y=graph.y[start:end],
+        train_mask=graph.train_mask[start:end],
+        val_mask=graph.val_mask[start:end],
+        test_mask=graph.test_mask[start:end],
         enc={name: graph.enc[name][start:end] for name in encodings},
-    )  # fmt: skip
+    )
     edges = None
     if edge_features:
         lo, hi = graph.edge_range(start, end)
         edges = EdgeData.of(graph.edge_attr[lo:hi], None if graph.added_loops is None else graph.added_loops[lo:hi])
-    rank_graph = RankGraph(num_nodes=graph.num_nodes, block=block, nodes=nodes, num_features=graph.num_features,
-                           num_classes=num_classes, whole=structure if whole else None, edges=edges)  # fmt: skip
+    rank_graph = RankGraph(
+        num_nodes=graph.num_nodes,
+        block=block,
+        nodes=nodes,
+        num_features=graph.num_features,
+        num_classes=num_classes,
+        whole=structure if whole else None,
+        edges=edges,
+    )
     return pg, rank_graph
+
+
+def _split_rows(graph: Graph, pg, control, method: str, seed: int):
+    """(graph, perm, pg): ``pg`` with its row split (its own if it has one); a partition method
+    relabels the graph (``perm``: dataset id of each new row), a contiguous one keeps it (perm None)."""
+    if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
+        parts = (
+            partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges") if pg.rank == 0 else None
+        )
+        parts = control.bcast(parts, root=0)
+        graph, perm, ranges = relabel(graph, parts, pg.world_size)
+        return graph, perm, pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
+    if pg.split is None:
+        method = method if method in CONTIGUOUS_METHODS else "balanced"
+        pg = pg.with_split(contiguous_split(method, graph.in_degrees(), pg.world_size))
+    return graph, None, pg

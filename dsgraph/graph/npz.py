@@ -37,7 +37,10 @@ def save_npz(graph: Graph, path: str | os.PathLike, masks: dict | None = None) -
     masks (every fixed split) to write instead of the graph's one split."""
     masks = masks or {}
     if graph.added_loops is not None and bool(graph.added_loops.any()):
-        raise ValueError(f"{os.fspath(path)}: the graph has self loops added for the model (added_loops); save it before with_self_loops")
+        raise ValueError(
+            f"{os.fspath(path)}: the graph has self loops added for the model (added_loops); save it before "
+            "with_self_loops"
+        )
     dst = np.repeat(np.arange(graph.num_nodes), graph.in_degrees().numpy())
     edge_attr = {} if graph.edge_attr is None else {"edge_attr": graph.edge_attr.numpy()}
     np.savez(

@@ -108,7 +108,9 @@ def _read_edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return src[:filled], dst[:filled]
 
 
-def _read_features(path: str, num_rows: int, what: str = "feature", counted: str = "nodes of num-node-list") -> np.ndarray:
+def _read_features(
+    path: str, num_rows: int, what: str = "feature", counted: str = "nodes of num-node-list"
+) -> np.ndarray:
     """float32 [num_rows, F] from a table of F comma-separated numbers per line (node or edge features)."""
     x = None
     filled = 0

@@ -10,8 +10,8 @@ Everything here is a pure function of its inputs (no files, no processes), so it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -109,8 +109,10 @@ def _metis_parts(graph: Graph, num_parts: int, seed: int, balance: str, log: Cal
     log(f"building the symmetric adjacency of {graph.num_nodes:,} nodes and {graph.num_edges:,} edges")
     xadj, adjncy = symmetric_adjacency(graph)
     scheme = "recursive bisection" if num_parts <= 8 else "k-way"  # pymetis' default choice
-    log(f"running METIS ({scheme}) into {num_parts} parts on {adjncy.size:,} adjacency entries "
-        "(METIS reports no progress)")
+    log(
+        f"running METIS ({scheme}) into {num_parts} parts on {adjncy.size:,} adjacency entries "
+        "(METIS reports no progress)"
+    )
     vweights = None
     if balance == "edges":  # in-edges plus the self loop the model adds, so isolated nodes count too
         vweights = (graph.in_degrees().numpy() + 1).astype(xadj.dtype)
@@ -161,7 +163,10 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int | None = None) -> tu
     edges = {}
     if graph.edge_attr is not None:
         moved = torch.from_numpy(edge_src)
-        edges = {"edge_attr": graph.edge_attr[moved], "added_loops": None if graph.added_loops is None else graph.added_loops[moved]}
+        edges = {
+            "edge_attr": graph.edge_attr[moved],
+            "added_loops": None if graph.added_loops is None else graph.added_loops[moved],
+        }
     del edge_src
 
     perm_t = torch.from_numpy(perm)

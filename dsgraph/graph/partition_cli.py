@@ -15,7 +15,15 @@ import time
 import numpy as np
 
 from dsgraph.graph.datasets import load_dataset
-from dsgraph.graph.partition import METHODS, METIS_BALANCE, PartitionQuality, halo_ids, partition_nodes, partition_quality, relabel
+from dsgraph.graph.partition import (
+    METHODS,
+    METIS_BALANCE,
+    PartitionQuality,
+    halo_ids,
+    partition_nodes,
+    partition_quality,
+    relabel,
+)
 from dsgraph.graph.store import write_store
 
 
@@ -27,15 +35,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dataset", required=True, help="cora, rmat:SCALE[:EDGE_FACTOR] or a path to a .npz file")
     parser.add_argument("--parts", type=int, required=True, help="number of parts (= ranks of the training job)")
-    parser.add_argument("--method", choices=METHODS, default="metis",
-                        help="metis: fewest cut edges; random; contiguous: equal node ranges; "
-                        "balanced: contiguous ranges with equal in-edge work (default: metis)")
-    parser.add_argument("--metis-balance", choices=METIS_BALANCE, default="nodes",
-                        help="what metis keeps equal across parts: node counts, or in-edges (attention work) "
-                        "at the price of more cut edges (default: nodes)")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="metis",
+        help="metis: fewest cut edges; random; contiguous: equal node ranges; "
+        "balanced: contiguous ranges with equal in-edge work (default: metis)",
+    )
+    parser.add_argument(
+        "--metis-balance",
+        choices=METIS_BALANCE,
+        default="nodes",
+        help="what metis keeps equal across parts: node counts, or in-edges (attention work) "
+        "at the price of more cut edges (default: nodes)",
+    )
     parser.add_argument("--out", required=True, help="output folder (must be empty or absent unless --force)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random and metis methods (default: 0)")
-    parser.add_argument("--dataset-seed", type=int, default=0, help="seed of synthetic datasets such as rmat (default: 0)")
+    parser.add_argument(
+        "--dataset-seed", type=int, default=0, help="seed of synthetic datasets such as rmat (default: 0)"
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing partition store in --out")
     parser.add_argument("--stats-json", metavar="FILE", help="also write the quality figures and step times to FILE")
     parser.add_argument("--quiet", action="store_true", help="no progress bars or phase messages")
@@ -75,34 +93,81 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     try:
-        log(f"loading dataset {args.dataset}")
-        graph = timed("load", load_dataset, args.dataset, args.dataset_seed)
-        log(f"partitioning {graph.num_nodes:,} nodes and {graph.num_edges:,} edges into {args.parts} parts ({args.method})")
-        parts = timed("partition", partition_nodes, graph, args.parts, args.method, args.seed, log,
-                      metis_balance=args.metis_balance)
-        log("relabelling nodes so each part is one contiguous id range")
-        graph, perm, node_ranges = timed("relabel", relabel, graph, parts, args.parts)
-        del parts
-        halos = timed("halo ids", _halos, graph, node_ranges, not args.quiet)
-        quality = partition_quality(graph, node_ranges, halos)
-        log(f"writing the store to {args.out}")
-        timed("write", write_store, graph, perm, node_ranges, args.out, args.method, dataset=args.dataset,
-              seed=args.seed, halos=halos, overwrite=args.force, progress=not args.quiet,
-              extra={"dataset_seed": args.dataset_seed, "quality": quality.as_dict(),
-                     **({"metis_balance": args.metis_balance} if args.method == "metis" else {})})
+        graph, quality = _partition_and_write(args, log, timed)
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"dsgraph partition: {err}", file=sys.stderr)
         return 1
     timings["total"] = time.perf_counter() - began
     print(format_quality(quality, args.method))
-    print(f"store written to {args.out} in {timings['total']:.1f}s "
-          f"(partition {timings['partition']:.1f}s, write {timings['write']:.1f}s)")
+    print(
+        f"store written to {args.out} in {timings['total']:.1f}s "
+        f"(partition {timings['partition']:.1f}s, write {timings['write']:.1f}s)"
+    )
     if args.stats_json:
-        with open(args.stats_json, "w") as f:
-            json.dump({"dataset": args.dataset, "method": args.method, "parts": args.parts,
-                       "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                       "timings_s": timings, "quality": quality.as_dict()}, f, indent=1)
+        _write_stats(args, graph, timings, quality)
     return 0
+
+
+def _partition_and_write(args, log, timed):
+    """Load, partition, relabel, find the halos and write the store; (the relabelled graph, the
+    partition's quality). ``timed(step, fn, ...)`` runs a phase and records its seconds."""
+    log(f"loading dataset {args.dataset}")
+    graph = timed("load", load_dataset, args.dataset, args.dataset_seed)
+    log(f"partitioning {graph.num_nodes:,} nodes and {graph.num_edges:,} edges into {args.parts} parts ({args.method})")
+    parts = timed(
+        "partition",
+        partition_nodes,
+        graph,
+        args.parts,
+        args.method,
+        args.seed,
+        log,
+        metis_balance=args.metis_balance,
+    )
+    log("relabelling nodes so each part is one contiguous id range")
+    graph, perm, node_ranges = timed("relabel", relabel, graph, parts, args.parts)
+    del parts
+    halos = timed("halo ids", _halos, graph, node_ranges, not args.quiet)
+    quality = partition_quality(graph, node_ranges, halos)
+    log(f"writing the store to {args.out}")
+    timed(
+        "write",
+        write_store,
+        graph,
+        perm,
+        node_ranges,
+        args.out,
+        args.method,
+        dataset=args.dataset,
+        seed=args.seed,
+        halos=halos,
+        overwrite=args.force,
+        progress=not args.quiet,
+        extra={
+            "dataset_seed": args.dataset_seed,
+            "quality": quality.as_dict(),
+            **({"metis_balance": args.metis_balance} if args.method == "metis" else {}),
+        },
+    )
+    return graph, quality
+
+
+def _write_stats(args, graph, timings: dict[str, float], quality) -> None:
+    """``--stats-json``: the run's sizes, phase times and partition quality."""
+    with open(args.stats_json, "w") as f:
+        json.dump(
+            {
+                "dataset": args.dataset,
+                "method": args.method,
+                "parts": args.parts,
+                "num_nodes": graph.num_nodes,
+                "num_edges": graph.num_edges,
+                "timings_s": timings,
+                "quality": quality.as_dict(),
+            },
+            f,
+            indent=1,
+        )
 
 
 def _halos(graph, node_ranges: np.ndarray, progress: bool) -> list[np.ndarray]:

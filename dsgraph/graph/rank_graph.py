@@ -26,7 +26,7 @@ class Csr(CsrSizes):
     rowptr: torch.Tensor
     col: torch.Tensor
 
-    def to(self, device: torch.device) -> "Csr":
+    def to(self, device: torch.device) -> Csr:
         return Csr(self.rowptr.to(device), self.col.to(device))
 
 
@@ -49,16 +49,21 @@ class NodeData:
     def num_rows(self) -> int:
         return self.node_ids.numel()
 
-    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "NodeData":
+    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> NodeData:
         """Everything on ``device``; features and float encodings in ``feature_dtype``."""
+
         def cast(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=device, dtype=feature_dtype or t.dtype) if t.is_floating_point() else t.to(device)
 
         return NodeData(
-            node_ids=self.node_ids.to(device), x=cast(self.x), y=self.y.to(device), train_mask=self.train_mask.to(device),
-            val_mask=self.val_mask.to(device), test_mask=self.test_mask.to(device),
+            node_ids=self.node_ids.to(device),
+            x=cast(self.x),
+            y=self.y.to(device),
+            train_mask=self.train_mask.to(device),
+            val_mask=self.val_mask.to(device),
+            test_mask=self.test_mask.to(device),
             enc={name: cast(t) for name, t in self.enc.items()},
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +77,12 @@ class EdgeData:
 
     def __post_init__(self):
         # built once: every attention layer of every step reads it (``features``)
-        object.__setattr__(self, "_features", torch.cat([self.attr, self.added_loop[:, None].to(self.attr.dtype)], dim=1))
+        object.__setattr__(
+            self, "_features", torch.cat([self.attr, self.added_loop[:, None].to(self.attr.dtype)], dim=1)
+        )
 
     @classmethod
-    def of(cls, edge_attr: torch.Tensor, added_loops: torch.Tensor | None) -> "EdgeData":
+    def of(cls, edge_attr: torch.Tensor, added_loops: torch.Tensor | None) -> EdgeData:
         """From a Graph's arrays (no added loops marked: none)."""
         added = added_loops if added_loops is not None else torch.zeros(edge_attr.shape[0], dtype=torch.bool)
         return cls(attr=edge_attr, added_loop=added)
@@ -89,8 +96,10 @@ class EdgeData:
         that an added loop's learned embedding is one row of the projection)."""
         return self._features
 
-    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> "EdgeData":
-        return EdgeData(attr=self.attr.to(device=device, dtype=dtype or self.attr.dtype), added_loop=self.added_loop.to(device))
+    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> EdgeData:
+        return EdgeData(
+            attr=self.attr.to(device=device, dtype=dtype or self.attr.dtype), added_loop=self.added_loop.to(device)
+        )
 
 
 @dataclass(kw_only=True)
@@ -120,21 +129,26 @@ class RankGraph:
     def device(self) -> torch.device:
         return self.block.rowptr.device
 
-    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> "RankGraph":
+    def to(self, device: torch.device, feature_dtype: torch.dtype | None = None) -> RankGraph:
         """Everything on ``device``; node and edge features also in ``feature_dtype`` (the model's dtype)."""
         device = torch.device(device)
         block = self.block.to(device)
         whole = block if self.whole is self.block else self.whole.to(device) if self.whole is not None else None
         return dataclasses.replace(
-            self, block=block, whole=whole, nodes=self.nodes.to(device, feature_dtype),
+            self,
+            block=block,
+            whole=whole,
+            nodes=self.nodes.to(device, feature_dtype),
             derived={key: value.to(device) for key, value in self.derived.items()},
             edges=None if self.edges is None else self.edges.to(device, feature_dtype),
-        )  # fmt: skip
+        )
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor this rank graph holds, by name (the placement tests check them all)."""
         out = {f"block.{f.name}": getattr(self.block, f.name) for f in dataclasses.fields(Csr)}
-        out.update({f"nodes.{f.name}": getattr(self.nodes, f.name) for f in dataclasses.fields(NodeData) if f.name != "enc"})
+        out.update(
+            {f"nodes.{f.name}": getattr(self.nodes, f.name) for f in dataclasses.fields(NodeData) if f.name != "enc"}
+        )
         out.update({f"nodes.enc.{name}": t for name, t in self.nodes.enc.items()})
         if self.whole is not None:
             out.update({f"whole.{f.name}": getattr(self.whole, f.name) for f in dataclasses.fields(Csr)})
@@ -142,7 +156,13 @@ class RankGraph:
             out.update({f"edges.{f.name}": getattr(self.edges, f.name) for f in dataclasses.fields(EdgeData)})
         for key, value in self.derived.items():
             fields = dataclasses.fields(value) if dataclasses.is_dataclass(value) else ()
-            out.update({f"{key}.{f.name}": getattr(value, f.name) for f in fields if isinstance(getattr(value, f.name), torch.Tensor)})
+            out.update(
+                {
+                    f"{key}.{f.name}": getattr(value, f.name)
+                    for f in fields
+                    if isinstance(getattr(value, f.name), torch.Tensor)
+                }
+            )
         return out
 
 
@@ -151,13 +171,25 @@ def whole_graph(graph, feature_dtype: torch.dtype | None = None, edge_features: 
     ``edge_features``: with its edge features (the graph must have them)."""
     n = graph.num_nodes
     nodes = NodeData(
-        node_ids=torch.arange(n), x=graph.x if feature_dtype is None else graph.x.to(feature_dtype), y=graph.y,
-        train_mask=graph.train_mask, val_mask=graph.val_mask, test_mask=graph.test_mask, enc=dict(graph.enc),
-    )  # fmt: skip
+        node_ids=torch.arange(n),
+        x=graph.x if feature_dtype is None else graph.x.to(feature_dtype),
+        y=graph.y,
+        train_mask=graph.train_mask,
+        val_mask=graph.val_mask,
+        test_mask=graph.test_mask,
+        enc=dict(graph.enc),
+    )
     csr = Csr(graph.rowptr, graph.col)
     edges = None
     if edge_features:
         edges = EdgeData.of(graph.edge_attr, graph.added_loops)
         edges = edges if feature_dtype is None else edges.to(edges.attr.device, feature_dtype)
-    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=graph.num_features,
-                     num_classes=graph.num_classes, edges=edges)  # fmt: skip
+    return RankGraph(
+        num_nodes=n,
+        block=csr,
+        whole=csr,
+        nodes=nodes,
+        num_features=graph.num_features,
+        num_classes=graph.num_classes,
+        edges=edges,
+    )

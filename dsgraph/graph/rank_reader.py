@@ -50,7 +50,9 @@ class DatasetFile:
         if a["x"].ndim != 2:
             raise ValueError(f"{path}: features '{self.names['x']}' must be 2-D [N, F], got shape {a['x'].shape}")
         if a["y"].shape[0] != self.num_nodes:
-            raise ValueError(f"{path}: array '{self.names['y']}' has {a['y'].shape[0]} rows but the graph has {self.num_nodes} nodes")
+            raise ValueError(
+                f"{path}: array '{self.names['y']}' has {a['y'].shape[0]} rows but the graph has {self.num_nodes} nodes"
+            )
         self.continuous = choice.continuous
         self.multilabel = check_labels(path, self.names["y"], a["y"], self.continuous)
         self.splits = num_splits(a["train_mask"])
@@ -75,8 +77,10 @@ class DatasetFile:
         rows = a.shape[0] if a.ndim else -1
         stored = self.arrays["edges"].shape[0] if "edges" in self.arrays else self.arrays["src"].shape[0]
         if a.ndim not in (1, 2) or rows != stored:
-            raise ValueError(f"{self.path}: edge features '{member}' must be [E, F_e] with E = {stored} rows (one per stored edge), "
-                             f"got shape {a.shape}")  # fmt: skip
+            raise ValueError(
+                f"{self.path}: edge features '{member}' must be [E, F_e] with E = {stored} rows (one per stored edge), "
+                f"got shape {a.shape}"
+            )
         if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
             raise ValueError(f"{self.path}: edge features '{member}' must be numeric, got {a.dtype}")
 
@@ -93,8 +97,10 @@ class DatasetFile:
         """ValueError unless the file has edge features (a model that reads them was configured)."""
         if not self.has_edge_features:
             wanted = layout.EDGE_FEATURES["edges" if "edges" in self.arrays else "src"]
-            raise ValueError(f"{self.path}: the model reads edge features (model.edge_features), but the file has no '{wanted}' "
-                             f"array; add one, or set model.edge_features to \"none\"")  # fmt: skip
+            raise ValueError(
+                f"{self.path}: the model reads edge features (model.edge_features), but the file has no '{wanted}' "
+                f'array; add one, or set model.edge_features to "none"'
+            )
 
     @property
     def num_nodes(self) -> int:
@@ -122,17 +128,24 @@ class DatasetFile:
             for name, ids in checks:
                 bad = np.flatnonzero((ids < 0) | (ids >= n))
                 if bad.size:
-                    raise ValueError(f"{self.path}: edge index out of range in '{name}' at position {lo + bad[0]}: "
-                                     f"{int(ids[bad[0]])} is not in [0, {n})")  # fmt: skip
+                    raise ValueError(
+                        f"{self.path}: edge index out of range in '{name}' at position {lo + bad[0]}: "
+                        f"{int(ids[bad[0]])} is not in [0, {n})"
+                    )
             yield lo, s, d, attr
 
     def _edge_attr(self, lo: int, hi: int, pairs: bool) -> np.ndarray:
         """float32 [e, F_e] features of stored edges [lo, hi), twice for the benchmark layout's pairs."""
         self.require_edge_features()
-        block = np.ascontiguousarray(self.arrays["edge_attr"][lo:hi], dtype=np.float32).reshape(-1, self.num_edge_features)
+        block = np.ascontiguousarray(self.arrays["edge_attr"][lo:hi], dtype=np.float32).reshape(
+            -1, self.num_edge_features
+        )
         bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
         if bad.size:
-            raise ValueError(f"{self.path}: edge features '{self.names['edge_attr']}' contain NaN or Inf (first at edge {lo + bad[0]})")
+            raise ValueError(
+                f"{self.path}: edge features '{self.names['edge_attr']}' contain NaN or Inf (first at edge "
+                f"{lo + bad[0]})"
+            )
         return np.concatenate([block, block]) if pairs else block
 
     def in_degrees(self, self_loops: bool) -> np.ndarray:
@@ -158,8 +171,10 @@ class DatasetFile:
             raise ValueError(f"{self.path}: no '{name}' array; compute it with `dsgraph encode`")
         array = open_arrays(self.path, [name])[name]
         if array.ndim != 2 or array.shape[0] != self.num_nodes or not np.issubdtype(array.dtype, np.floating):
-            raise ValueError(f"{self.path}: array '{name}' must be float [N={self.num_nodes}, width], got {array.dtype} "
-                             f"{array.shape}; recompute it with `dsgraph encode`")  # fmt: skip
+            raise ValueError(
+                f"{self.path}: array '{name}' must be float [N={self.num_nodes}, width], got {array.dtype} "
+                f"{array.shape}; recompute it with `dsgraph encode`"
+            )
         siblings = encodings.spec_of_array(name).arrays
         if len(siblings) > 1 and set(siblings) <= set(self.stored):
             shapes = {sibling: a.shape for sibling, a in open_arrays(self.path, list(siblings)).items()}
@@ -191,8 +206,9 @@ class DatasetFile:
         id of a relabelling, int64 [N]) the rows and the sources are the relabelled ones."""
         return self.rows_and_edges(start, end, self_loops, perm)[0]
 
-    def rows_and_edges(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None,
-                       edge_features: bool = False) -> tuple[Csr, EdgeData | None]:  # fmt: skip
+    def rows_and_edges(
+        self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None, edge_features: bool = False
+    ) -> tuple[Csr, EdgeData | None]:
         """``rows``, and with ``edge_features`` the features of the block's edges in its order."""
         inverse = None
         if perm is not None:
@@ -250,12 +266,27 @@ class DatasetFile:
         dst = np.concatenate([d for _, _, d, _ in chunks]) if chunks else np.zeros(0, np.int64)
         attr = None
         if self.has_edge_features:
-            attr = np.concatenate([a for _, _, _, a in chunks]) if chunks else np.zeros((0, self.num_edge_features), np.float32)
+            attr = (
+                np.concatenate([a for _, _, _, a in chunks])
+                if chunks
+                else np.zeros((0, self.num_edge_features), np.float32)
+            )
         ids = np.arange(self.num_nodes)
         nodes = self.node_data(ids, ids)
-        graph = Graph.from_edges(src, dst, x=nodes.x.numpy(), y=nodes.y.numpy(), train_mask=nodes.train_mask.numpy(),
-                                 val_mask=nodes.val_mask.numpy(), test_mask=nodes.test_mask.numpy(), num_nodes=self.num_nodes,
-                                 name=name, source=self.path, edge_attr=attr, continuous=self.continuous)  # fmt: skip
+        graph = Graph.from_edges(
+            src,
+            dst,
+            x=nodes.x.numpy(),
+            y=nodes.y.numpy(),
+            train_mask=nodes.train_mask.numpy(),
+            val_mask=nodes.val_mask.numpy(),
+            test_mask=nodes.test_mask.numpy(),
+            num_nodes=self.num_nodes,
+            name=name,
+            source=self.path,
+            edge_attr=attr,
+            continuous=self.continuous,
+        )
         graph.enc.update(self.node_encodings(ids, self.stored))  # the counted ones came with the edges
         return graph
 
@@ -263,8 +294,16 @@ class DatasetFile:
         """The whole graph's structure as a Graph without node data (x is [N, 0]): for partitioning."""
         csr = self.rows(0, self.num_nodes, self_loops)
         n, none = self.num_nodes, torch.zeros(self.num_nodes, dtype=torch.bool)
-        return Graph(rowptr=csr.rowptr, col=csr.col, x=torch.zeros(n, 0), y=torch.zeros(n, dtype=torch.int64),
-                     train_mask=none, val_mask=none, test_mask=none, name=self.path)  # fmt: skip
+        return Graph(
+            rowptr=csr.rowptr,
+            col=csr.col,
+            x=torch.zeros(n, 0),
+            y=torch.zeros(n, dtype=torch.int64),
+            train_mask=none,
+            val_mask=none,
+            test_mask=none,
+            name=self.path,
+        )
 
     def node_data(self, ids: np.ndarray, node_ids: np.ndarray, arrays: tuple[str, ...] = ()) -> NodeData:
         """Copies of the features, labels, masks and the encoding ``arrays`` of rows ``ids``
@@ -281,5 +320,10 @@ class DatasetFile:
             if not (self.multilabel or self.continuous) and (mask & (y < 0)).any():
                 raise ValueError(f"{path}: '{self.names[name]}' selects a node whose label is -1 (unlabelled)")
         t = torch.from_numpy
-        return NodeData(node_ids=t(np.asarray(node_ids, dtype=np.int64)), x=t(x), y=t(y), **{k: t(v) for k, v in masks.items()},
-                        enc=self.node_encodings(ids, arrays))  # fmt: skip
+        return NodeData(
+            node_ids=t(np.asarray(node_ids, dtype=np.int64)),
+            x=t(x),
+            y=t(y),
+            **{k: t(v) for k, v in masks.items()},
+            enc=self.node_encodings(ids, arrays),
+        )

@@ -63,7 +63,9 @@ def _option(spec: str, name: str) -> int:
     try:
         value = int(last[len(name) + 1 :])
     except ValueError:
-        raise ValueError(f"dataset '{spec}': expected {name}=T with an integer T, for example rmat:12:16:{name}=4") from None
+        raise ValueError(
+            f"dataset '{spec}': expected {name}=T with an integer T, for example rmat:12:16:{name}=4"
+        ) from None
     if not (1 if name == "labels" else 2) <= value <= 1024:
         raise ValueError(f"dataset '{spec}': need {1 if name == 'labels' else 2} <= T <= 1024 for {name}")
     return value
@@ -147,6 +149,8 @@ def planted_edge_types(dst: np.ndarray, n: int, types: int, rng: np.random.Gener
     top = counts.max(axis=1)
     y = np.where((top > 0) & ((counts == top[:, None]).sum(axis=1) == 1), counts.argmax(axis=1), -1)
     return np.eye(types, dtype=np.float32)[edge_type], y.astype(np.int64)
+
+
 def planted_target(x: np.ndarray, src: np.ndarray, dst: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """float32 [n]: the continuous target of 'rmat:...:regression' (module docstring) from the
     features [n, F] and the edges src -> dst."""
@@ -173,9 +177,13 @@ def structural_features(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     reach = np.log1p(np.bincount(dst, weights=deg_in[src], minlength=n))
     keys = np.sort(src * n + dst)
     reverse = dst * n + src
-    found = keys[np.minimum(np.searchsorted(keys, reverse), keys.size - 1)] == reverse if keys.size else np.zeros(0, bool)
+    found = (
+        keys[np.minimum(np.searchsorted(keys, reverse), keys.size - 1)] == reverse if keys.size else np.zeros(0, bool)
+    )
     reciprocity = np.bincount(dst, weights=found, minlength=n) / np.maximum(deg_in, 1)
-    return np.stack([log_in, np.log1p(deg_out), mean_in, max_in, mean_out, reach, reciprocity], axis=1).astype(np.float32)
+    return np.stack([log_in, np.log1p(deg_out), mean_in, max_in, mean_out, reach, reciprocity], axis=1).astype(
+        np.float32
+    )
 
 
 def rmat_graph(spec: str, seed: int = 0) -> Graph:

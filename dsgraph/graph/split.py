@@ -26,13 +26,13 @@ class RowSplit:
             raise ValueError(f"a row split needs one non-negative count per rank, got {list(self.counts)}")
 
     @classmethod
-    def even(cls, num_rows: int, world_size: int) -> "RowSplit":
+    def even(cls, num_rows: int, world_size: int) -> RowSplit:
         """The first ``num_rows % P`` ranks get one row more than the others."""
         base, extra = divmod(num_rows, world_size)
         return cls(tuple(base + (r < extra) for r in range(world_size)))
 
     @classmethod
-    def from_starts(cls, starts) -> "RowSplit":
+    def from_starts(cls, starts) -> RowSplit:
         starts = [int(s) for s in starts]
         return cls(tuple(b - a for a, b in zip(starts[:-1], starts[1:])))
 
@@ -78,8 +78,11 @@ def contiguous_split(method: str, in_degrees, world_size: int) -> RowSplit:
     if method == "contiguous":
         return RowSplit.even(degree.size, world_size)
     if method == "balanced":
-        return RowSplit.from_starts(balanced_bounds(degree, world_size) if degree.size >= world_size else
-                                    RowSplit.even(degree.size, world_size).starts)  # fmt: skip
+        return RowSplit.from_starts(
+            balanced_bounds(degree, world_size)
+            if degree.size >= world_size
+            else RowSplit.even(degree.size, world_size).starts
+        )
     raise ValueError(f"'{method}' is not a contiguous split; choose from {', '.join(CONTIGUOUS_METHODS)}")
 
 

@@ -33,8 +33,8 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import torch
@@ -143,7 +143,9 @@ def _checked_layout(n: int, perm, node_ranges) -> tuple[np.ndarray, np.ndarray]:
     node_ranges = np.asarray(node_ranges, dtype=np.int64).reshape(-1, 2)
     if perm.shape != (n,):
         raise ValueError(f"perm has shape {perm.shape} but the graph has {n} nodes")
-    if node_ranges.size and (node_ranges[0, 0] != 0 or node_ranges[-1, 1] != n or (node_ranges[1:, 0] != node_ranges[:-1, 1]).any()):
+    if node_ranges.size and (
+        node_ranges[0, 0] != 0 or node_ranges[-1, 1] != n or (node_ranges[1:, 0] != node_ranges[:-1, 1]).any()
+    ):
         raise ValueError(f"node_ranges must tile [0, {n}) in order, got {node_ranges.tolist()}")
     return perm, node_ranges
 
@@ -209,7 +211,9 @@ def read_meta(store_dir: str | os.PathLike) -> dict:
     """Reads and checks META.json of a partition store (format version and required keys)."""
     path = os.path.join(os.fspath(store_dir), META_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no partition store here (META.json missing); create one with `dsgraph partition`")
+        raise FileNotFoundError(
+            f"{path}: no partition store here (META.json missing); create one with `dsgraph partition`"
+        )
     try:
         with open(path) as f:
             meta = json.load(f)
@@ -223,8 +227,19 @@ def read_meta(store_dir: str | os.PathLike) -> dict:
             f"{path}: format_version {version} is newer than this dsgraph supports ({FORMAT_VERSION}); "
             "upgrade dsgraph or rewrite the store with this version's `dsgraph partition`"
         )
-    required = ("num_parts", "num_nodes", "num_edges", "num_features", "feature_dtype", "node_ranges",
-                "part_num_edges", "part_num_halo", "permutation_file", "sha256", "file_bytes")
+    required = (
+        "num_parts",
+        "num_nodes",
+        "num_edges",
+        "num_features",
+        "feature_dtype",
+        "node_ranges",
+        "part_num_edges",
+        "part_num_halo",
+        "permutation_file",
+        "sha256",
+        "file_bytes",
+    )
     missing = [key for key in required if key not in meta]
     if missing:
         raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
@@ -268,8 +283,13 @@ class LocalPart:
         return int(self.col.shape[0])
 
 
-def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: bool = True,
-              encodings: tuple[str, ...] | None = ()) -> LocalPart:  # fmt: skip
+def load_part(
+    store_dir: str | os.PathLike,
+    rank: int,
+    world_size: int,
+    verify: bool = True,
+    encodings: tuple[str, ...] | None = (),
+) -> LocalPart:
     """Memory-maps part ``rank`` of the store, opening no other part's files, and the encoding
     arrays ``encodings`` (None: every one the store holds; a missing one is an error that says the
     ``dsgraph encode`` command to run).
@@ -309,13 +329,23 @@ def load_part(store_dir: str | os.PathLike, rank: int, world_size: int, verify: 
         name: open_array(store_dir, f"{part_dir_name(rank)}/{name}.npy", meta, dtype, shape, verify)
         for name, (dtype, shape) in expected.items()
     }
-    part = LocalPart(rank=rank, num_parts=num_parts, start=start, end=end, num_nodes=int(meta["num_nodes"]),
-                     meta=meta, enc=_open_encodings(store_dir, meta, rank, encodings, verify), **arrays)
+    part = LocalPart(
+        rank=rank,
+        num_parts=num_parts,
+        start=start,
+        end=end,
+        num_nodes=int(meta["num_nodes"]),
+        meta=meta,
+        enc=_open_encodings(store_dir, meta, rank, encodings, verify),
+        **arrays,
+    )
     _check_part_contents(part, os.path.join(store_dir, part_dir_name(rank)))
     return part
 
 
-def _open_encodings(store_dir: str, meta: dict, rank: int, names: tuple[str, ...] | None, verify: bool) -> dict[str, np.ndarray]:
+def _open_encodings(
+    store_dir: str, meta: dict, rank: int, names: tuple[str, ...] | None, verify: bool
+) -> dict[str, np.ndarray]:
     """The encoding arrays ``names`` of part ``rank`` (None: all the store holds), checked."""
     held = meta.get("encodings", {})
     names = tuple(held) if names is None else names
@@ -337,18 +367,23 @@ def open_array(store_dir: str, relpath: str, meta: dict, dtype, shape: tuple, ve
     """Memory-maps one array file of the store after checking it against META.json."""
     path = os.path.join(store_dir, relpath)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: array file missing from partition store {store_dir}; rerun `dsgraph partition`")
+        raise FileNotFoundError(
+            f"{path}: array file missing from partition store {store_dir}; rerun `dsgraph partition`"
+        )
     if relpath not in meta["sha256"] or relpath not in meta["file_bytes"]:
         raise ValueError(f"{path}: META.json records no checksum or size for this file")
     size, recorded = os.path.getsize(path), int(meta["file_bytes"][relpath])
     if size != recorded:
         problem = "truncated" if size < recorded else "longer than recorded"
-        raise ValueError(f"{path}: file is {problem} ({size} bytes, META.json records {recorded}); rerun `dsgraph partition`")
+        raise ValueError(
+            f"{path}: file is {problem} ({size} bytes, META.json records {recorded}); rerun `dsgraph partition`"
+        )
     if verify:
         digest = file_sha256(path)
         if digest != meta["sha256"][relpath]:
             raise ValueError(
-                f"{path}: sha256 checksum mismatch (file {digest[:16]}..., META.json {meta['sha256'][relpath][:16]}...); "
+                f"{path}: sha256 checksum mismatch (file {digest[:16]}..., META.json "
+                f"{meta['sha256'][relpath][:16]}...); "
                 "the file was modified or corrupted; rerun `dsgraph partition`"
             )
     try:
@@ -428,7 +463,9 @@ def load_store_graph(store_dir: str | os.PathLike, verify: bool = True) -> Graph
         name=str(meta.get("dataset", "graph")),
         edge_attr=cat("edge_attr").reshape(-1, f_e) if f_e else None,
         added_loops=cat("added_loops") if f_e else None,
-        enc={name: torch.from_numpy(np.concatenate([p.enc[name] for p in parts])) for name in meta.get("encodings", {})},
+        enc={
+            name: torch.from_numpy(np.concatenate([p.enc[name] for p in parts])) for name in meta.get("encodings", {})
+        },
     )
     graph.validate(os.fspath(store_dir))
     return graph

@@ -16,8 +16,7 @@ def degree_stats(degrees: np.ndarray) -> str:
     if degrees.size == 0:
         return "none"
     return (
-        f"min {int(degrees.min())}, mean {degrees.mean():.2f}, median {np.median(degrees):g}, "
-        f"max {int(degrees.max())}"
+        f"min {int(degrees.min())}, mean {degrees.mean():.2f}, median {np.median(degrees):g}, max {int(degrees.max())}"
     )
 
 
@@ -57,8 +56,12 @@ def format_summary(result) -> str:
     if result.header:
         lines.append(f"  header skipped '{result.header}'")
     if result.node_ids is not None:
-        lines.append(f"  relabelled     ids {int(result.node_ids[0]):,}..{int(result.node_ids[-1]):,} -> 0..{graph.num_nodes - 1:,}"
-                     if graph.num_nodes else "  relabelled     (no nodes)")
+        lines.append(
+            f"  relabelled     ids {int(result.node_ids[0]):,}..{int(result.node_ids[-1]):,} -> "
+            f"0..{graph.num_nodes - 1:,}"
+            if graph.num_nodes
+            else "  relabelled     (no nodes)"
+        )
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ with the residual, before the ELU or the FFN.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +40,10 @@ class EdgeBias(nn.Module):
     def forward(self, attention) -> torch.Tensor:
         edges = getattr(attention, "edges", None)
         if edges is None:
-            raise ValueError("the model reads edge features (model.edge_features), but the attention holds none; "
-                             "load the graph with its edge features")  # fmt: skip
+            raise ValueError(
+                "the model reads edge features (model.edge_features), but the attention holds none; "
+                "load the graph with its edge features"
+            )
         return self.proj(edges.features())
 
 
@@ -61,7 +63,9 @@ class EdgeValue(nn.Module):
         return torch.einsum("nhc,hdc->nhd", z_nHC, w_HDC)
 
 
-def attend(attention: Attention, q_nHD, k_nHD, v_nHD, bias: EdgeBias | None, value: EdgeValue | None = None) -> torch.Tensor:
+def attend(
+    attention: Attention, q_nHD, k_nHD, v_nHD, bias: EdgeBias | None, value: EdgeValue | None = None
+) -> torch.Tensor:
     """``attention(q, k, v)``, with the layer's score bias and edge-conditioned value when it has them."""
     if bias is None:
         return attention(q_nHD, k_nHD, v_nHD)
@@ -118,9 +122,20 @@ class AttentionBlock(nn.Module):
     dot-product score is Vaswani et al. 2017's). ``norm`` 'pre' normalises h before the projections,
     'post' the sum before the ELU. ``global_attention`` 'linear' adds the global branch to the sum."""
 
-    def __init__(self, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float = 0.0, *,
-                 norm: str = "none", residual: str = "identity", global_attention: str = "none", edge_dim: int = 0,
-                 edge_values: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: int,
+        heads: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        *,
+        norm: str = "none",
+        residual: str = "identity",
+        global_attention: str = "none",
+        edge_dim: int = 0,
+        edge_values: bool = False,
+    ):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
@@ -153,9 +168,21 @@ class TransformerBlock(nn.Module):
     ``global_attention`` 'linear': the attention sublayer also runs the global branch on the same
     normalised input and adds it to the residual sum (GraphGPS's GPSLayer)."""
 
-    def __init__(self, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float = 0.0, *,
-                 in_dim: int | None = None, norm: str = "pre", residual: str = "identity", global_attention: str = "none",
-                 edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        ffn_mult: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        *,
+        in_dim: int | None = None,
+        norm: str = "pre",
+        residual: str = "identity",
+        global_attention: str = "none",
+        edge_dim: int = 0,
+        edge_values: bool = False,
+    ):
         super().__init__()
         in_dim = hidden if in_dim is None else in_dim
         if hidden % heads:
@@ -206,8 +233,17 @@ class OutputAttention(nn.Module):
     [n, C]. The value (and score) head dim is C zero-padded to ``padded_head_dim(C)`` so the CUDA
     kernels run it; the padding is sliced off. ``norm`` 'pre' normalises h first."""
 
-    def __init__(self, in_dim: int, num_classes: int, heads: int, attention_dropout: float = 0.0, *, norm: str = "none",
-                 edge_dim: int = 0, edge_values: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        heads: int,
+        attention_dropout: float = 0.0,
+        *,
+        norm: str = "none",
+        edge_dim: int = 0,
+        edge_values: bool = False,
+    ):
         super().__init__()
         self.heads, self.classes, self.head_dim = heads, num_classes, padded_head_dim(num_classes)
         self.norm = nn.LayerNorm(in_dim) if norm == "pre" else None

@@ -30,14 +30,41 @@ from dsgraph.models.options import ModelOptions
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
 
-def _hidden_block(o: ModelOptions, in_dim: int, hidden: int, heads: int, ffn_mult: int, dropout: float, attention_dropout: float,
-                  edge_dim: int):  # fmt: skip
+def _hidden_block(
+    o: ModelOptions,
+    in_dim: int,
+    hidden: int,
+    heads: int,
+    ffn_mult: int,
+    dropout: float,
+    attention_dropout: float,
+    edge_dim: int,
+):
     edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value")
     if o.block == "transformer":
-        return TransformerBlock(hidden, heads, ffn_mult, dropout, attention_dropout, in_dim=in_dim, norm=o.norm, residual=o.residual,
-                                global_attention=o.global_attention, **edges)  # fmt: skip
-    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, norm=o.norm, residual=o.residual,
-                          global_attention=o.global_attention, **edges)  # fmt: skip
+        return TransformerBlock(
+            hidden,
+            heads,
+            ffn_mult,
+            dropout,
+            attention_dropout,
+            in_dim=in_dim,
+            norm=o.norm,
+            residual=o.residual,
+            global_attention=o.global_attention,
+            **edges,
+        )
+    return AttentionBlock(
+        in_dim,
+        hidden,
+        heads,
+        dropout,
+        attention_dropout,
+        norm=o.norm,
+        residual=o.residual,
+        global_attention=o.global_attention,
+        **edges,
+    )
 
 
 class GraphTransformer(nn.Module):
@@ -67,41 +94,74 @@ class GraphTransformer(nn.Module):
         if layers < 1:
             raise ValueError(f"a Graph Transformer needs at least one attention layer, got layers={layers}")
         if o.reads_edges and edge_dim < 1:
-            raise ValueError(f"model.edge_features is '{o.edge_features}', but the dataset has no edge features (edge_attr); "
-                             "use a dataset with them, or set model.edge_features to \"none\"")  # fmt: skip
+            raise ValueError(
+                f"model.edge_features is '{o.edge_features}', but the dataset has no edge features (edge_attr); "
+                'use a dataset with them, or set model.edge_features to "none"'
+            )
         edge_dim = edge_dim if o.reads_edges else 0
         self.heads, self.seed, self.options = heads, seed, o
         self.input_dropout = NodeDropout(input_dropout, site=0)
         self.encoder = None
         if o.encodings:
-            self.encoder = NodeEncoder(o.encodings, encoding_widths or {}, combine=o.encoding_input, hidden=hidden,
-                                       max_degree=o.max_degree, degree_dim=o.degree_dim)  # fmt: skip
+            self.encoder = NodeEncoder(
+                o.encodings,
+                encoding_widths or {},
+                combine=o.encoding_input,
+                hidden=hidden,
+                max_degree=o.max_degree,
+                degree_dim=o.degree_dim,
+            )
             in_dim += self.encoder.concat_width
         self.input = nn.Linear(in_dim, hidden) if o.input_projection else None
         width = hidden if o.input_projection else in_dim
         hidden_layers = layers - 1 if o.head == "attention" else layers
         if o.global_attention != "none" and hidden_layers == 0:
-            raise ValueError(f"global_attention '{o.global_attention}' needs a hidden block: with head 'attention' (the output "
-                             "layer stays local) use layers >= 2")  # fmt: skip
-        blocks = [_hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout, edge_dim)
-                  for i in range(hidden_layers)]  # fmt: skip
+            raise ValueError(
+                f"global_attention '{o.global_attention}' needs a hidden block: with head 'attention' (the output "
+                "layer stays local) use layers >= 2"
+            )
+        blocks = [
+            _hidden_block(o, width if i == 0 else hidden, hidden, heads, ffn_mult, dropout, attention_dropout, edge_dim)
+            for i in range(hidden_layers)
+        ]
         width = hidden if hidden_layers else width
         if o.head == "attention":
-            blocks.append(OutputAttention(width, num_classes, heads, attention_dropout, norm=o.norm, edge_dim=edge_dim,
-                                          edge_values=o.edge_features == "bias_value"))  # fmt: skip
+            blocks.append(
+                OutputAttention(
+                    width,
+                    num_classes,
+                    heads,
+                    attention_dropout,
+                    norm=o.norm,
+                    edge_dim=edge_dim,
+                    edge_values=o.edge_features == "bias_value",
+                )
+            )
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
         self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None
 
-    def forward(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0,
-                enc: dict[str, torch.Tensor] | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        x_nf: torch.Tensor,
+        attention: Attention,
+        node_ids: torch.Tensor,
+        step: int = 0,
+        enc: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """x_nf: this rank's node features [n, F]; node_ids: their global ids [n] (for dropout masks);
         step: the optimizer step (for dropout masks and LapPE's signs); enc: the rows' encoding arrays
         (``NodeData.enc``) when the model reads encodings. Returns logits [n, num_classes]."""
         return self.embed(x_nf, attention, node_ids, step, enc)[0]
 
-    def embed(self, x_nf: torch.Tensor, attention: Attention, node_ids: torch.Tensor, step: int = 0,
-              enc: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def embed(
+        self,
+        x_nf: torch.Tensor,
+        attention: Attention,
+        node_ids: torch.Tensor,
+        step: int = 0,
+        enc: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [n, num_classes], embeddings [n, d]): the embeddings are the input of the output
         layer (the output attention layer, or the classifier after its norm)."""
         if self.options.feature_norm == "row":

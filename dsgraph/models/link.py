@@ -95,8 +95,15 @@ class LinkPredictor(nn.Module):
     def blocks(self) -> nn.ModuleList:
         return self.encoder.blocks
 
-    def forward(self, x_nf: torch.Tensor, attention, node_ids: torch.Tensor, step: int = 0,
-                enc: dict[str, torch.Tensor] | None = None, pairs=None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        x_nf: torch.Tensor,
+        attention,
+        node_ids: torch.Tensor,
+        step: int = 0,
+        enc: dict[str, torch.Tensor] | None = None,
+        pairs=None,
+    ) -> torch.Tensor:
         """This rank's node embeddings z [n, d] without ``pairs``; with them, the scores [m] of the
         pairs this rank is responsible for (collective: every rank passes its own pairs). ``enc``:
         the rows' encoding arrays, as the encoder's."""

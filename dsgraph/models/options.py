@@ -76,9 +76,16 @@ class ModelOptions:
     (the sum of an in-degree and an out-degree embedding); with 'add' it is the hidden width."""
 
     def __post_init__(self) -> None:
-        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("residual", RESIDUALS), ("head", HEADS),
-                              ("feature_norm", FEATURE_NORMS), ("encoding_input", ENCODING_INPUTS),
-                              ("edge_features", EDGE_FEATURES), ("global_attention", GLOBAL_ATTENTIONS)):  # fmt: skip
+        for name, choices in (
+            ("block", BLOCKS),
+            ("norm", NORMS),
+            ("residual", RESIDUALS),
+            ("head", HEADS),
+            ("feature_norm", FEATURE_NORMS),
+            ("encoding_input", ENCODING_INPUTS),
+            ("edge_features", EDGE_FEATURES),
+            ("global_attention", GLOBAL_ATTENTIONS),
+        ):
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"'model.{name}' must be one of {', '.join(choices)}; got {value!r}")
@@ -93,24 +100,31 @@ class ModelOptions:
             if getattr(self, name) < 1:
                 raise ValueError(f"'model.{name}' must be >= 1, got {getattr(self, name)}")
         if self.encodings and self.encoding_input == "add" and not self.input_projection:
-            raise ValueError("'model.encoding_input' 'add' adds the encodings after the input projection; set "
-                             "'model.input_projection': true, or use 'concat'")  # fmt: skip
+            raise ValueError(
+                "'model.encoding_input' 'add' adds the encodings after the input projection; set "
+                "'model.input_projection': true, or use 'concat'"
+            )
 
     @classmethod
-    def from_dict(cls, section: dict) -> "ModelOptions":
+    def from_dict(cls, section: dict) -> ModelOptions:
         """The ``"model"`` object of a config: unknown keys and wrong types are errors that name them."""
         if not isinstance(section, dict):
             raise ValueError(f"'model' must be a JSON object of {', '.join(option_names())}; got {section!r}")
         unknown = sorted(set(section) - set(option_names()))
         if unknown:
-            raise ValueError(f"unknown key(s) {', '.join(repr(k) for k in unknown)} in \"model\"; valid keys: {', '.join(option_names())}")
+            raise ValueError(
+                f'unknown key(s) {", ".join(repr(k) for k in unknown)} in "model"; '
+                f"valid keys: {', '.join(option_names())}"
+            )
         for f in dataclasses.fields(cls):
             if f.name not in section:
                 continue
             value, want = section[f.name], _TYPES[f.type]
             listed = isinstance(value, (list, tuple)) and all(type(v) is str for v in value)
             if not (listed if want is list else type(value) is want):
-                raise ValueError(f"'model.{f.name}' must be {'a list of strings' if want is list else want.__name__}, got {value!r}")
+                raise ValueError(
+                    f"'model.{f.name}' must be {'a list of strings' if want is list else want.__name__}, got {value!r}"
+                )
         return cls(**section)
 
     def to_dict(self) -> dict:
@@ -129,13 +143,21 @@ def option_names() -> list[str]:
     return [f.name for f in dataclasses.fields(ModelOptions)]
 
 
-TRANSFORMER = ModelOptions(block="transformer", input_projection=True, norm="pre", residual="identity", head="linear",
-                           global_attention="none")  # fmt: skip
+TRANSFORMER = ModelOptions(
+    block="transformer", input_projection=True, norm="pre", residual="identity", head="linear", global_attention="none"
+)
 """The pre-LN Transformer block with a final norm and a per-node classifier, local attention only:
 the shape of PyG's TransformerConv models and of the benchmarks that compare with them (the default
 is this plus linear global attention)."""
-GAT = ModelOptions(block="attention", input_projection=False, norm="none", residual="identity", head="attention",
-                   feature_norm="none", global_attention="none")  # fmt: skip
+GAT = ModelOptions(
+    block="attention",
+    input_projection=False,
+    norm="none",
+    residual="identity",
+    head="attention",
+    feature_norm="none",
+    global_attention="none",
+)
 """GAT's shape (Velickovic et al. 2018; the earlier default): attention layers with ELU, the last one
 attending with class logits; Cora's preset (ds_configs/cpu_quickstart.json) adds row-normalised
 features and dropout 0.6."""

@@ -10,12 +10,13 @@ attributes below), so the config and the trainer never ask for a mode by name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 
 from dsgraph.modes.sync import EveryStep
+
 
 @dataclass(kw_only=True)
 class Step:

@@ -13,8 +13,6 @@ buffer). DeepSpeed's scalar all-reduces (gradient norm, overflow flag: 1-8 bytes
 
 from __future__ import annotations
 
-import torch
-
 GRADIENT_CLIPPING_DEFAULT = 1.0  # DeepSpeed 0.19's default for "gradient_clipping"
 
 

@@ -9,5 +9,15 @@ from dsgraph.ops.reference import ReferenceBackend, sparse_attention_reference
 for _backend in (ReferenceBackend(), CpuBackend(), CudaBackend()):  # the registry: one entry per backend
     register_backend(_backend)
 
-__all__ = ["sparse_attention", "attention_forward", "attention_backward", "merge", "Partial", "sparse_attention_reference",
-           "register_backend", "available_backends", "backend_names", "get_backend"]  # fmt: skip
+__all__ = [
+    "sparse_attention",
+    "attention_forward",
+    "attention_backward",
+    "merge",
+    "Partial",
+    "sparse_attention_reference",
+    "register_backend",
+    "available_backends",
+    "backend_names",
+    "get_backend",
+]

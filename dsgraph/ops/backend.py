@@ -68,7 +68,9 @@ class FusedBackend(Backend):
     unchanged forward and backward (``RecomputedEdgeValues``)."""
 
     @abstractmethod
-    def forward(self, rowptr, col, q, k, v, scale: float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    def forward(
+        self, rowptr, col, q, k, v, scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """Returns (y [N_dst, H, D] and lse [N_dst, H], both in the accumulation dtype (fp32 for fp32
         and bf16 inputs; lse -inf and y 0 for rows without edges), and ``saved``: the tensors this
         backend's backward reads besides q, k, v, y (and the bias))."""
@@ -120,8 +122,12 @@ class FusedAttention(torch.autograd.Function):
         q, k, v, y_acc, *saved = (t.detach() for t in ctx.saved_tensors)
         bias = saved.pop(0) if ctx.has_bias else None
         needs = tuple(ctx.needs_input_grad[3:6]) + ((ctx.needs_input_grad[7],) if ctx.has_bias else ())
-        with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):  # autograd runs it outside the forward's region
-            grads = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **with_bias(bias))
+        with torch.profiler.record_function(
+            f"dsgraph/attention/{ctx.backend.name}_backward"
+        ):  # autograd runs it outside the forward's region
+            grads = ctx.backend.backward(
+                *ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **with_bias(bias)
+            )
         dbias = grads[3] if ctx.has_bias and ctx.needs_input_grad[7] else None
         return None, None, None, *(g if need else None for g, need in zip(grads[:3], needs[:3])), None, dbias
 

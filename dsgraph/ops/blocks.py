@@ -48,15 +48,21 @@ def _fused_for(rowptr, col, q, k, v, scale, backend, bias, edge_values):
     """``prepare_fused``, and a ValueError when edge values go to a backend without them."""
     chosen, scale = prepare_fused(rowptr, col, q, k, v, scale, backend, bias)
     if edge_values is not None and not chosen.supports_edge_values:
-        raise ValueError(f"sparse attention blocks: backend '{chosen.name}' takes no edge values (supports_edge_values); "
-                         "model.edge_features 'bias' needs none")  # fmt: skip
+        raise ValueError(
+            f"sparse attention blocks: backend '{chosen.name}' takes no edge values (supports_edge_values); "
+            "model.edge_features 'bias' needs none"
+        )
     if edge_values is not None and (edge_values.dim() != 2 or edge_values.shape[0] != col.shape[0]):
-        raise ValueError(f"sparse attention blocks: edge_values must be [E_block, C] with E_block = {col.shape[0]}, "
-                         f"got {tuple(edge_values.shape)}")  # fmt: skip
+        raise ValueError(
+            f"sparse attention blocks: edge_values must be [E_block, C] with E_block = {col.shape[0]}, "
+            f"got {tuple(edge_values.shape)}"
+        )
     return chosen, scale
 
 
-def attention_forward(rowptr, col, q, k, v, *, bias=None, edge_values=None, scale: float | None = None, backend: str = "auto") -> Partial:
+def attention_forward(
+    rowptr, col, q, k, v, *, bias=None, edge_values=None, scale: float | None = None, backend: str = "auto"
+) -> Partial:
     """The forward pass over one block of sources, without autograd (k, v: the block's rows; bias:
     None or the block's edges' score bias [E_block, H]; edge_values: None or the block's edges' u
     [E_block, C], then the Partial has z)."""
@@ -88,8 +94,23 @@ def merge(a: Partial | tuple, b: Partial) -> tuple[torch.Tensor, ...]:
     return y, m + torch.log(w), (w_a[..., None] * z_a + w_b[..., None] * b.z) / denom
 
 
-def attention_backward(rowptr, col, q, k, v, part: Partial, dy, *, bias=None, edge_values=None, dz=None, whole: tuple | None = None,
-                       scale: float | None = None, backend: str = "auto", needs: tuple[bool, ...] = (True, True, True)):  # fmt: skip
+def attention_backward(
+    rowptr,
+    col,
+    q,
+    k,
+    v,
+    part: Partial,
+    dy,
+    *,
+    bias=None,
+    edge_values=None,
+    dz=None,
+    whole: tuple | None = None,
+    scale: float | None = None,
+    backend: str = "auto",
+    needs: tuple[bool, ...] = (True, True, True),
+):
     """(dq, dk, dv) of one block for the upstream gradient dy, without autograd; dq is the block's
     share of the rows' dq. ``whole``: the merged (y, lse[, z]) the block is part of (None: the block
     is the whole attention). With ``bias`` (the block's, as its forward had it) a fourth result: its
@@ -115,12 +136,30 @@ def attention_backward(rowptr, col, q, k, v, part: Partial, dy, *, bias=None, ed
         if fused:
             extra.update(dp_extra=g_EH, delta_extra=delta_NH)
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_backward"):
-        grads = chosen.backward(rowptr, col, q.detach(), k.detach(), v.detach(), y, part.saved, dy.detach(), scale, needs, **extra)
+        grads = chosen.backward(
+            rowptr, col, q.detach(), k.detach(), v.detach(), y, part.saved, dy.detach(), scale, needs, **extra
+        )
     grads = list(grads[:3]) if bias is None else list(grads[:4])
     if edge_values is not None and not fused:  # the edge values' score term, p recomputed from the whole lse
-        more = edge_value_score_grads(rowptr, col, q.detach(), k.detach(), scale, bias, lse, g_EH, delta_NH,
-                                      (needs[0], needs[1], bias is not None and needs[3]))  # fmt: skip
-        for i, extra_grad in zip((0, 1, 3), more):
-            if extra_grad is not None and grads[i] is not None:  # in the kernels' dtype, summed in lse's
-                grads[i] = (grads[i].to(extra_grad.dtype) + extra_grad).to(grads[i].dtype)
+        _add_edge_value_score_grads(grads, rowptr, col, q, k, scale, bias, lse, g_EH, delta_NH, needs)
     return tuple(grads)
+
+
+def _add_edge_value_score_grads(grads: list, rowptr, col, q, k, scale, bias, lse, g_EH, delta_NH, needs) -> None:
+    """Adds the edge values' term of the scores' gradient to ``grads`` (dq, dk[, dbias]) in place, for a
+    backend whose backward does not take it."""
+    more = edge_value_score_grads(
+        rowptr,
+        col,
+        q.detach(),
+        k.detach(),
+        scale,
+        bias,
+        lse,
+        g_EH,
+        delta_NH,
+        (needs[0], needs[1], bias is not None and needs[3]),
+    )
+    for i, extra_grad in zip((0, 1, 3), more):
+        if extra_grad is not None and grads[i] is not None:  # in the kernels' dtype, summed in lse's
+            grads[i] = (grads[i].to(extra_grad.dtype) + extra_grad).to(grads[i].dtype)

@@ -9,8 +9,9 @@ if either is modified in place (torch bumps a tensor's version counter on every 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -22,8 +23,14 @@ _CACHE: dict[tuple, tuple[tuple, object]] = {}
 
 def _fingerprint(rowptr: torch.Tensor, col: torch.Tensor) -> tuple:
     return (
-        rowptr._version, col._version, rowptr.data_ptr(), col.data_ptr(),
-        tuple(rowptr.shape), tuple(col.shape), col.dtype, rowptr.device,
+        rowptr._version,
+        col._version,
+        rowptr.data_ptr(),
+        col.data_ptr(),
+        tuple(rowptr.shape),
+        tuple(col.shape),
+        col.dtype,
+        rowptr.device,
     )
 
 
@@ -63,7 +70,9 @@ class Transpose:
 SORT_CHUNK_EDGES = 2**30  # torch.argsort on CUDA refuses more than 2^31 - 1 elements
 
 
-def build_transpose(rowptr: torch.Tensor, col: torch.Tensor, n_src: int, chunk_edges: int = SORT_CHUNK_EDGES) -> Transpose:
+def build_transpose(
+    rowptr: torch.Tensor, col: torch.Tensor, n_src: int, chunk_edges: int = SORT_CHUNK_EDGES
+) -> Transpose:
     """Builds the CSC of a CSR graph (uncached); see :func:`transpose`.
 
     A stable counting sort by source, done in chunks of at most ``chunk_edges`` consecutive CSR

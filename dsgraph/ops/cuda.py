@@ -44,7 +44,9 @@ class CudaBackend(FusedBackend):
     priority = 20
     device_type = "cuda"
     supports_bias = True
-    supports_edge_values = True  # from lse: the probabilities are recomputed in torch (edge_values.RecomputedEdgeValues)
+    supports_edge_values = (
+        True  # from lse: the probabilities are recomputed in torch (edge_values.RecomputedEdgeValues)
+    )
 
     def available(self) -> bool:
         if cupy is None or not torch.cuda.is_available():
@@ -68,7 +70,9 @@ class CudaBackend(FusedBackend):
         return y_f32, lse, (lse,)
 
     def backward(self, rowptr, col, q, k, v, y_f32, saved, dy, scale: float, needs, bias=None):
-        return attention_backward(rowptr, col, q, k, v, y_f32, saved[0], dy, scale, need_kv=needs[1] or needs[2], bias=bias)
+        return attention_backward(
+            rowptr, col, q, k, v, y_f32, saved[0], dy, scale, need_kv=needs[1] or needs[2], bias=bias
+        )
 
 
 def attention_forward(rowptr, col, q, k, v, scale: float, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +82,9 @@ def attention_forward(rowptr, col, q, k, v, scale: float, bias=None) -> tuple[to
     heads = q.shape[1]
     y = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    if q.shape[0] == 0 or col.numel() == 0:  # no edges: every row is empty (and DLPack views of empty tensors are avoided)
+    if (
+        q.shape[0] == 0 or col.numel() == 0
+    ):  # no edges: every row is empty (and DLPack views of empty tensors are avoided)
         return y.zero_(), lse.fill_(float("-inf"))
     plan = _plan(rowptr, col, "rows", rowptr)
     with _on_torch_stream(q.device):  # DLPack views are made for, and kernels run on, torch's stream
@@ -127,8 +133,9 @@ def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, ne
     return dq, dk, dv, dbias
 
 
-def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int,
-              bias: bool = False) -> None:  # fmt: skip
+def _run_pass(
+    file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.Tensor, *, state_vectors: int, bias: bool = False
+) -> None:
     """Launches the schedules of one pass, heaviest bin first; call it inside ``_on_torch_stream``."""
     heads, dim = q.shape[1], q.shape[2]
     team = cuda_source.team_size(_DTYPE_NAMES[q.dtype], dim)
@@ -136,20 +143,26 @@ def _run_pass(file: str, prefix: str, plan: SegmentPlan, args: tuple, q: torch.T
         state_floats = 2 + state_vectors * dim  # dsg::state_floats<NF>()
         partial = torch.empty(plan.num_chunks * heads * state_floats, dtype=torch.float32, device=q.device)
         _kernel(q, file, f"{prefix}_chunk", bias)(
-            (plan.num_chunks, heads), (cuda_source.BLOCK_WARPS * 32,),
+            (plan.num_chunks, heads),
+            (cuda_source.BLOCK_WARPS * 32,),
             (*args, _dl(plan.chunk_seg), _dl(plan.chunk_begin), np.int32(plan.chunk_edges), _dl(partial)),
-        )  # fmt: skip
+        )
         n_long = plan.long.numel()
         _kernel(q, file, f"{prefix}_merge", bias)(
-            (_blocks(n_long * heads * team),), (THREADS_PER_BLOCK,),
+            (_blocks(n_long * heads * team),),
+            (THREADS_PER_BLOCK,),
             (*args, _dl(plan.long), _dl(plan.long_chunk_ptr), np.int32(n_long), _dl(partial)),
-        )  # fmt: skip
+        )
     if plan.warp.numel():
         n = plan.warp.numel()
-        _kernel(q, file, f"{prefix}_warp", bias)((_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n)))
+        _kernel(q, file, f"{prefix}_warp", bias)(
+            (_blocks(n * heads * 32),), (THREADS_PER_BLOCK,), (*args, _dl(plan.warp), np.int32(n))
+        )
     if plan.small.numel():
         n = plan.small.numel()
-        _kernel(q, file, f"{prefix}_small", bias)((_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n)))
+        _kernel(q, file, f"{prefix}_small", bias)(
+            (_blocks(n * heads * team),), (THREADS_PER_BLOCK,), (*args, _dl(plan.small), np.int32(n))
+        )
 
 
 def _kernel(q: torch.Tensor, file: str, name: str, bias: bool = False):
@@ -186,7 +199,9 @@ class _on_torch_stream:
 
     def __enter__(self):
         self.device.__enter__()
-        self.stream = _external_stream(self.torch_stream, self.device_index)  # inside the device: from_external takes the current one
+        self.stream = _external_stream(
+            self.torch_stream, self.device_index
+        )  # inside the device: from_external takes the current one
         self.stream.__enter__()
 
     def __exit__(self, *exc):
@@ -199,7 +214,11 @@ def _external_stream(torch_stream, device_index):
     the CUDA stream protocol (``__cuda_stream__``; torch 2.11 has no such attribute, and CuPy 14 then
     raises TypeError), else ``ExternalStream`` on the raw handle (older CuPy, or an older torch).
     Off CUDA (the emulator) ``torch_stream`` is None and the stand-in gets no handle."""
-    if torch_stream is not None and hasattr(torch_stream, "__cuda_stream__") and hasattr(cupy.cuda.Stream, "from_external"):
+    if (
+        torch_stream is not None
+        and hasattr(torch_stream, "__cuda_stream__")
+        and hasattr(cupy.cuda.Stream, "from_external")
+    ):
         return cupy.cuda.Stream.from_external(torch_stream)
     return cupy.cuda.ExternalStream(None if torch_stream is None else torch_stream.cuda_stream, device_index)
 

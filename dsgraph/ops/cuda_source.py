@@ -21,10 +21,16 @@ KERNELS = {
     "sparse_attention_fwd.cu": ("sa_forward_small", "sa_forward_warp", "sa_forward_chunk", "sa_forward_merge"),
     "sparse_attention_bwd.cu": (
         "sa_delta",
-        "sa_dq_small", "sa_dq_warp", "sa_dq_chunk", "sa_dq_merge",
-        "sa_dkdv_small", "sa_dkdv_warp", "sa_dkdv_chunk", "sa_dkdv_merge",
+        "sa_dq_small",
+        "sa_dq_warp",
+        "sa_dq_chunk",
+        "sa_dq_merge",
+        "sa_dkdv_small",
+        "sa_dkdv_warp",
+        "sa_dkdv_chunk",
+        "sa_dkdv_merge",
     ),
-}  # fmt: skip
+}
 
 
 def elements_per_load(dtype: str) -> int:

@@ -94,8 +94,10 @@ def backend_for_inputs(name: str, q: torch.Tensor, tensors: dict[str, torch.Tens
         return backend
     backend, skipped = backend_for(q, tensors)
     if skipped:
-        _log_once(f"sparse_attention: backend 'auto' runs '{backend.name}' for {q.dtype} inputs with head dim "
-                  f"{q.shape[-1]} on {q.device.type} ({'; '.join(skipped)})")  # fmt: skip
+        _log_once(
+            f"sparse_attention: backend 'auto' runs '{backend.name}' for {q.dtype} inputs with head dim "
+            f"{q.shape[-1]} on {q.device.type} ({'; '.join(skipped)})"
+        )
     return backend
 
 
@@ -147,10 +149,14 @@ def _check_edge_values(col, q, edge_values) -> None:
     if edge_values is None:
         return
     if edge_values.dim() != 2 or edge_values.shape[0] != col.shape[0] or edge_values.dtype != q.dtype:
-        raise ValueError(f"sparse_attention: edge_values must be [E, C] with E = {col.shape[0]} in q's dtype {q.dtype}, "
-                         f"got {tuple(edge_values.shape)} {edge_values.dtype}")  # fmt: skip
+        raise ValueError(
+            f"sparse_attention: edge_values must be [E, C] with E = {col.shape[0]} in q's dtype {q.dtype}, "
+            f"got {tuple(edge_values.shape)} {edge_values.dtype}"
+        )
     if edge_values.requires_grad:
-        raise ValueError("sparse_attention: edge_values take no gradient (they are constants such as edge features); detach them")
+        raise ValueError(
+            "sparse_attention: edge_values take no gradient (they are constants such as edge features); detach them"
+        )
 
 
 def prepare_fused(rowptr, col, q, k, v, scale, backend, bias=None) -> tuple[FusedBackend, float]:
@@ -167,13 +173,19 @@ def _check_shapes(rowptr, col, q, k, v, bias=None) -> None:
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("sparse_attention: q, k and v must be 3-D [N, H, D]")
     if k.shape != v.shape or q.shape[1:] != k.shape[1:]:
-        raise ValueError(f"sparse_attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not agree")
+        raise ValueError(
+            f"sparse_attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not agree"
+        )
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"sparse_attention: q, k, v must share one of {FLOAT_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(
+            f"sparse_attention: q, k, v must share one of {FLOAT_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if rowptr.dim() != 1 or rowptr.numel() != q.shape[0] + 1 or rowptr.dtype != torch.int64:
         raise ValueError(f"sparse_attention: rowptr must be int64 [N_dst+1] = [{q.shape[0] + 1}]")
     if col.dim() != 1 or col.dtype not in (torch.int32, torch.int64):
         raise ValueError("sparse_attention: col must be a 1-D int32 or int64 tensor")
     if bias is not None and (bias.shape != (col.shape[0], q.shape[1]) or bias.dtype != q.dtype):
-        raise ValueError(f"sparse_attention: bias must be [E, H] = [{col.shape[0]}, {q.shape[1]}] in q's dtype {q.dtype}, "
-                         f"got {tuple(bias.shape)} {bias.dtype}")
+        raise ValueError(
+            f"sparse_attention: bias must be [E, H] = [{col.shape[0]}, {q.shape[1]}] in q's dtype {q.dtype}, "
+            f"got {tuple(bias.shape)} {bias.dtype}"
+        )

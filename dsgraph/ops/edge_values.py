@@ -44,9 +44,12 @@ at most this many bytes; at most three are alive at once (the gathered q and k r
 def edge_rows(rowptr: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
     """int64 [E]: the destination row of every CSR edge (built once per graph and cached: every
     layer's forward and backward reads it)."""
+
     def rows() -> torch.Tensor:
         counts = rowptr[1:] - rowptr[:-1]
-        return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), counts, output_size=col.numel())
+        return torch.repeat_interleave(
+            torch.arange(rowptr.numel() - 1, device=rowptr.device), counts, output_size=col.numel()
+        )
 
     return cached_per_graph(rowptr, col, ("edge-rows",), rows)
 
@@ -95,7 +98,9 @@ class FusedEdgeValues(torch.autograd.Function):
         if bias is not None:
             extra["bias"] = bias
         with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):
-            grads = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **extra)
+            grads = ctx.backend.backward(
+                *ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **extra
+            )
         dbias = grads[3] if bias is not None and ctx.needs_input_grad[7] else None
         return None, None, None, *(g if need else None for g, need in zip(grads[:3], needs[:3])), None, dbias, None
 
@@ -179,12 +184,16 @@ class RecomputedEdgeValues(torch.autograd.Function):
         needs = tuple(ctx.needs_input_grad[3:6]) + ((ctx.needs_input_grad[7],) if bias is not None else ())
         extra = {} if bias is None else {"bias": bias}
         with torch.profiler.record_function(f"dsgraph/attention/{ctx.backend.name}_backward"):
-            grads = ctx.backend.backward(*ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **extra)
+            grads = ctx.backend.backward(
+                *ctx.graph, q, k, v, y_acc, tuple(saved), dy.detach(), ctx.scale, needs, **extra
+            )
         dz = dz.to(z.dtype)
         g_EH, delta_NH = ctx.backend.value_grad(*ctx.graph, dz, u_EC.to(z.dtype)), (dz * z).sum(-1)
         need_extra = (needs[0], needs[1], bias is not None and needs[3])
         more = edge_value_score_grads(*ctx.graph, q, k, ctx.scale, bias, lse, g_EH, delta_NH, need_extra)
-        dq, dk, dv = (_plus(g, m, t) if need else None for g, m, t, need in zip(grads[:3], (*more[:2], None), (q, k, v), needs))
+        dq, dk, dv = (
+            _plus(g, m, t) if need else None for g, m, t, need in zip(grads[:3], (*more[:2], None), (q, k, v), needs)
+        )
         dbias = _plus(grads[3], more[2], bias) if need_extra[2] else None
         return None, None, None, dq, dk, dv, None, dbias, None
 

@@ -13,8 +13,14 @@ from dsgraph.ops.edge_values import edge_rows
 
 
 def sparse_attention_reference(
-    rowptr: torch.Tensor, col: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-    bias: torch.Tensor | None = None, edge_values: torch.Tensor | None = None,
+    rowptr: torch.Tensor,
+    col: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    edge_values: torch.Tensor | None = None,
 ):
     """y[i] = sum_{j in col[rowptr[i]:rowptr[i+1]]} softmax_j(scale * <q_i, k_j> + bias_ij) v_j, per head.
 
@@ -98,7 +104,9 @@ class ReferenceBackend(FusedBackend):
     def unsupported(self, q, tensors) -> str:
         first = q.device
         wrong = next((name for name, t in tensors.items() if t.device != first), None)
-        return f"all inputs must be on one device; '{wrong}' is on {tensors[wrong].device}, q on {first}" if wrong else ""
+        return (
+            f"all inputs must be on one device; '{wrong}' is on {tensors[wrong].device}, q on {first}" if wrong else ""
+        )
 
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
         return sparse_attention_reference(rowptr, col, q, k, v, scale, bias, edge_values)

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
-from dsgraph.comm import GraphParallelGroup, all_reduce_sum, edges_to_heads, gather_constant_rows, heads_to_nodes, nodes_to_heads
+from dsgraph.comm import (
+    GraphParallelGroup,
+    all_reduce_sum,
+    edges_to_heads,
+    gather_constant_rows,
+    heads_to_nodes,
+    nodes_to_heads,
+)
 from dsgraph.comm.allreduce import all_reduce_bytes
 from dsgraph.comm.alltoall import start_heads_to_nodes, start_nodes_to_heads
 from dsgraph.graph.rank_graph import RankGraph
@@ -25,7 +32,7 @@ class EdgeCounts:
 
     counts: tuple[int, ...]
 
-    def to(self, device: torch.device) -> "EdgeCounts":
+    def to(self, device: torch.device) -> EdgeCounts:
         return self  # plain integers
 
 
@@ -60,7 +67,11 @@ class AllToAllAttention(GraphAttention):
         if self.pg.world_size == 1:
             return u_eC
         kept = self._values
-        like = kept is not None and (kept[0].shape, kept[0].dtype, kept[0].device) == (u_eC.shape, u_eC.dtype, u_eC.device)
+        like = kept is not None and (kept[0].shape, kept[0].dtype, kept[0].device) == (
+            u_eC.shape,
+            u_eC.dtype,
+            u_eC.device,
+        )
         same = like and torch.equal(kept[0], u_eC)
         changed = all_reduce_sum(torch.tensor([0 if same else 1], device=u_eC.device), self.pg)
         if int(changed.item()) == 0:
@@ -76,7 +87,9 @@ class AllToAllAttention(GraphAttention):
         u_EC = None if edge_values is None else self._whole_values(edge_values)
         if len(groups) == 1:
             q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
-            out = sparse_attention(self.rowptr, self.col, q_NhD, k_NhD, v_NhD, bias=bias_Eh, edge_values=u_EC, backend=self.backend)
+            out = sparse_attention(
+                self.rowptr, self.col, q_NhD, k_NhD, v_NhD, bias=bias_Eh, edge_values=u_EC, backend=self.backend
+            )
             if u_EC is None:
                 return heads_to_nodes(out, self.pg, *self.codecs)
             return tuple(heads_to_nodes(t, self.pg, *self.codecs) for t in out)  # (y [n, H, D], z [n, H, C])
@@ -88,20 +101,29 @@ class AllToAllAttention(GraphAttention):
         n, heads, dim3 = qkv_nH3D.shape
         p = self.pg.world_size
         qkv_nPh3D = qkv_nH3D.view(n, p, heads // p, dim3)
-        send = lambda g: start_nodes_to_heads(qkv_nPh3D[:, :, g].reshape(n, -1, dim3), self.pg, *self.codecs)  # noqa: E731
+
+        def send(g):
+            return start_nodes_to_heads(qkv_nPh3D[:, :, g].reshape(n, -1, dim3), self.pg, *self.codecs)
+
         pending, back = send(groups[0]), []
         for i, g in enumerate(groups):
             q_NgD, k_NgD, v_NgD = pending.wait().chunk(3, dim=2)
             if i + 1 < len(groups):
                 pending = send(groups[i + 1])
             bias_Eg = None if bias_Eh is None else bias_Eh[:, g]
-            out = sparse_attention(self.rowptr, self.col, q_NgD, k_NgD, v_NgD, bias=bias_Eg, edge_values=u_EC, backend=self.backend)
+            out = sparse_attention(
+                self.rowptr, self.col, q_NgD, k_NgD, v_NgD, bias=bias_Eg, edge_values=u_EC, backend=self.backend
+            )
             back.append([start_heads_to_nodes(t, self.pg, *self.codecs) for t in ((out,) if u_EC is None else out)])
         outs = []
         for j in range(len(back[0])):  # y, then z with edge values: [n, P, |g|, width] per group -> [n, H, width]
             parts = [b[j].wait() for b in back]
             width = parts[0].shape[-1]
-            outs.append(torch.cat([t.view(n, p, g.stop - g.start, width) for t, g in zip(parts, groups)], dim=2).view(n, heads, width))
+            outs.append(
+                torch.cat([t.view(n, p, g.stop - g.start, width) for t, g in zip(parts, groups)], dim=2).view(
+                    n, heads, width
+                )
+            )
         return outs[0] if u_EC is None else tuple(outs)
 
 
@@ -114,8 +136,10 @@ class AllToAll(Strategy):
 
     def infeasible(self, heads, world_size):
         if heads % world_size:
-            return (f"it splits attention heads over ranks, but {heads} heads do not divide over {world_size} ranks; "
-                    f"use --strategy ag, or a head count divisible by {world_size}")  # fmt: skip
+            return (
+                f"it splits attention heads over ranks, but {heads} heads do not divide over {world_size} ranks; "
+                f"use --strategy ag, or a head count divisible by {world_size}"
+            )
         return ""
 
     def prepare(self, graph, pg, ctx):
@@ -149,15 +173,22 @@ class AllToAll(Strategy):
 
         bias = model.bias_bytes(1, b) / p  # one edge's bias for H/P heads (0 without one): it travels as it is
 
-        def sent(rows: int, edges: int) -> tuple[float, float]:  # (forward, backward) bytes of a rank with these rows and edges
+        def sent(
+            rows: int, edges: int
+        ) -> tuple[float, float]:  # (forward, backward) bytes of a rank with these rows and edges
             if p == 1:
                 return 0.0, 0.0
             back = (n_all - rows) * (fwd(y) + (fwd(z) if z else 0))  # y (and z) to the node split
-            return (g * (rows * (p - 1) * fwd(qkv) + back) + edges * (p - 1) * bias + all_reduce_bytes(flag, p),
-                    g * (rows * (p - 1) * (bwd(y) + (bwd(z) if z else 0)) + (n_all - rows) * bwd(qkv)) + (e_all - edges) * bias)  # fmt: skip
+            return (
+                g * (rows * (p - 1) * fwd(qkv) + back) + edges * (p - 1) * bias + all_reduce_bytes(flag, p),
+                g * (rows * (p - 1) * (bwd(y) + (bwd(z) if z else 0)) + (n_all - rows) * bwd(qkv))
+                + (e_all - edges) * bias,
+            )
 
         # the busiest rank; of ranks that send as much, the one whose forward (run again by a recompute) sends the most
-        forward, backward = max((sent(r, e) for r, e in zip(split.part_nodes, split.part_edges)), key=lambda fb: (sum(fb), fb[0]))
+        forward, backward = max(
+            (sent(r, e) for r, e in zip(split.part_nodes, split.part_edges)), key=lambda fb: (sum(fb), fb[0])
+        )
         forward_messages, backward_messages = [], []
         if p > 1:
             forward_messages = [("all_to_all", n * p * fwd(qkv), g), ("all_to_all", n * p * fwd(y), g)]
@@ -166,7 +197,11 @@ class AllToAll(Strategy):
                 forward_messages.append(("all_to_all", e * p * bias, 1))
                 backward_messages.append(("all_to_all", e * p * bias, 1))
             if z:  # z to the node split, dz back; the agreement on the kept u
-                forward_messages += [("all_to_all", n * p * fwd(z), g), ("reduce_scatter", flag / p, 1), ("all_gather", flag / p, 1)]
+                forward_messages += [
+                    ("all_to_all", n * p * fwd(z), g),
+                    ("reduce_scatter", flag / p, 1),
+                    ("all_gather", flag / p, 1),
+                ]
                 backward_messages.append(("all_to_all", n * p * bwd(z), g))
         return CostTerms(
             forward_messages=tuple(forward_messages),
@@ -177,7 +212,9 @@ class AllToAll(Strategy):
             messages=(*forward_messages, *backward_messages),
             bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES) + (e_all + e) * c * b,
-            activation_bytes=n_all * 4 * d / p * b + n_all * model.heads / p * (4 + 4 * c) + model.bias_bytes(e_all, b) / p,
+            activation_bytes=n_all * 4 * d / p * b
+            + n_all * model.heads / p * (4 + 4 * c)
+            + model.bias_bytes(e_all, b) / p,
             kv_replica_bytes=n_all * 2 * d / p * b,  # k and v of all N rows for this rank's H/P heads
             transient_bytes=2 * n_all * 3 * d / p * b,
         )

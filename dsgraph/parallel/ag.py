@@ -45,25 +45,36 @@ class AllGatherAttention(GraphAttention):
         """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered)."""
         hooks = regathered_in_backward([k[::-1], v[::-1]], self.pg, self.codecs[0]) if self.regather else nullcontext()
         with hooks:
-            return sparse_attention(self.rowptr, self.col, q_nHD, k[1], v[1], bias=bias_eH, edge_values=edge_values, backend=self.backend)
+            return sparse_attention(
+                self.rowptr, self.col, q_nHD, k[1], v[1], bias=bias_eH, edge_values=edge_values, backend=self.backend
+            )
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
         groups = head_groups(q_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
         if len(groups) == 1:
             k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
             return self._attend(q_nHD, (k_nHD, k_MHD), (v_nHD, v_MHD), bias_eH, edge_values)
-        start = lambda g: [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]  # noqa: E731
+
+        def start(g):
+            return [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]
+
         pending, ys = start(groups[0]), []
         for i, g in enumerate(groups):
             k_MhD, v_MhD = (p.wait() for p in pending)
             if i + 1 < len(groups):
                 pending = start(groups[i + 1])  # in flight while this group's attention runs
-            ys.append(self._attend(q_nHD[:, g], (k_nHD[:, g], k_MhD), (v_nHD[:, g], v_MhD), None if bias_eH is None else bias_eH[:, g],
-                                   edge_values))  # fmt: skip
+            ys.append(
+                self._attend(
+                    q_nHD[:, g],
+                    (k_nHD[:, g], k_MhD),
+                    (v_nHD[:, g], v_MhD),
+                    None if bias_eH is None else bias_eH[:, g],
+                    edge_values,
+                )
+            )
         if edge_values is not None:  # (y, z) per group
             return torch.cat([y for y, _ in ys], dim=1), torch.cat([z for _, z in ys], dim=1)
         return torch.cat(ys, dim=1)
-
 
 
 class AllGather(Strategy):
@@ -79,7 +90,9 @@ class AllGather(Strategy):
         split, n_all = shape.row_split(p), shape.num_nodes
         n, e = split.largest()
         g = len(head_groups(model.heads, model.parallel.comm_chunks))  # head groups gathered one after another
-        k = n * model.wire_bytes(model.hidden // g, dtype_bytes)  # per rank and group: K (and V), padded [n_max, H/g, D]
+        k = n * model.wire_bytes(
+            model.hidden // g, dtype_bytes
+        )  # per rank and group: K (and V), padded [n_max, H/g, D]
         dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)
         regather = model.parallel.regather_kv and not model.checkpoint_every  # off under checkpointing, as in training
         forward = (("all_gather", k, 2 * g),) if p > 1 else ()
@@ -93,7 +106,9 @@ class AllGather(Strategy):
             messages=messages,
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
-            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes) + n * model.heads * 4 + model.bias_bytes(e, dtype_bytes)
+            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes)
+            + n * model.heads * 4
+            + model.bias_bytes(e, dtype_bytes)
             + model.edge_value_bytes(n, e, dtype_bytes),
             kv_replica_bytes=0 if regather else n_all * 2 * model.hidden * dtype_bytes,
             transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,

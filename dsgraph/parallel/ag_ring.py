@@ -55,7 +55,7 @@ class RingPlan:
     edge_order[offsets[s]:offsets[s+1]] (for per-edge data such as a score bias)."""
 
     @classmethod
-    def build(cls, rowptr: np.ndarray, col: np.ndarray, starts: list[int]) -> "RingPlan":
+    def build(cls, rowptr: np.ndarray, col: np.ndarray, starts: list[int]) -> RingPlan:
         """``rowptr`` [n+1] and ``col`` [e] (global source ids) are this rank's CSR block."""
         n, world = rowptr.size - 1, len(starts) - 1
         row = np.repeat(np.arange(n, dtype=np.int64), np.diff(rowptr))
@@ -67,11 +67,18 @@ class RingPlan:
             np.cumsum(np.bincount(row_sorted[owner_sorted == s], minlength=n), out=ptr[s, 1:])
         offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=world))])
         local = col[order].astype(np.int64) - np.asarray(starts, dtype=np.int64)[owner_sorted]
-        return cls(torch.from_numpy(ptr), torch.from_numpy(local.astype(np.int32)), tuple(int(o) for o in offsets),
-                   tuple(b - a for a, b in zip(starts[:-1], starts[1:])), torch.from_numpy(order.astype(np.int64)))  # fmt: skip
+        return cls(
+            torch.from_numpy(ptr),
+            torch.from_numpy(local.astype(np.int32)),
+            tuple(int(o) for o in offsets),
+            tuple(b - a for a, b in zip(starts[:-1], starts[1:])),
+            torch.from_numpy(order.astype(np.int64)),
+        )
 
-    def to(self, device: torch.device) -> "RingPlan":
-        return RingPlan(self.rowptr.to(device), self.col.to(device), self.offsets, self.counts, self.edge_order.to(device))
+    def to(self, device: torch.device) -> RingPlan:
+        return RingPlan(
+            self.rowptr.to(device), self.col.to(device), self.offsets, self.counts, self.edge_order.to(device)
+        )
 
     def block_bias(self, bias_eH: torch.Tensor | None) -> list[torch.Tensor | None]:
         """Each block's rows of a per-edge tensor [e, ...] (block CSR order: a score bias, edge
@@ -101,22 +108,33 @@ class _Ring(torch.autograd.Function):
     Returns y, and z when given edge values (they take no gradient)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, values, att: "RingAttention"):
+    def forward(ctx, q, k, v, bias, values, att: RingAttention):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
         biases, block_values = att.plan.block_bias(None if bias is None else bias.detach()), att.plan.block_bias(values)
-        payload = att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None  # [2 n, H, D]
+        payload = (
+            att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None
+        )  # [2 n, H, D]
         parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k.detach(), v.detach()) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            parts[s] = attention_forward(*att.blocks[s], q, k_s, v_s, bias=biases[s], edge_values=block_values[s], backend=att.backend)
-            whole = (parts[s].y, parts[s].lse, *(() if values is None else (parts[s].z,))) if whole is None else merge(whole, parts[s])
+            parts[s] = attention_forward(
+                *att.blocks[s], q, k_s, v_s, bias=biases[s], edge_values=block_values[s], backend=att.backend
+            )
+            whole = (
+                (parts[s].y, parts[s].lse, *(() if values is None else (parts[s].z,)))
+                if whole is None
+                else merge(whole, parts[s])
+            )
             if pending is not None:
                 payload = pending.wait()
         optional = (() if bias is None else (bias,)) + (() if values is None else (values,))
         ctx.save_for_backward(q, k, v, *whole, *optional, *(t for part in parts for t in (part.lse, *part.saved)))
-        ctx.att, ctx.saved_per_part = att, 1 + len(parts[0].saved)  # through save_for_backward: checkpointing's hooks see them
+        ctx.att, ctx.saved_per_part = (
+            att,
+            1 + len(parts[0].saved),
+        )  # through save_for_backward: checkpointing's hooks see them
         ctx.has_bias, ctx.has_values = bias is not None, values is not None
         if values is None:
             return whole[0].to(q.dtype)
@@ -131,24 +149,55 @@ class _Ring(torch.autograd.Function):
         values = flat.pop(0) if ctx.has_values else None
         att, n = ctx.att, ctx.saved_per_part
         z = whole[2] if values is not None else None
-        parts = [Partial(whole[0], flat[i], tuple(flat[i + 1 : i + n]), z) for i in range(0, len(flat), n)]  # the block's y, z are not read
+        parts = [
+            Partial(whole[0], flat[i], tuple(flat[i + 1 : i + n]), z) for i in range(0, len(flat), n)
+        ]  # the block's y, z are not read
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
         biases, dbias, block_values = att.plan.block_bias(bias), [None] * p, att.plan.block_bias(values)
         with_values = dict(dz=dz) if values is not None else {}
         if p == 1:  # one block: the whole attention, nothing travels
             needs = tuple(ctx.needs_input_grad[:4])
-            block = attention_backward(*att.blocks[0], q, k, v, parts[0], dy, bias=biases[0], edge_values=block_values[0],
-                                       backend=att.backend, needs=needs, **with_values)  # fmt: skip
-            return (*block[:3], att.plan.scatter_bias(list(block[3:]), bias) if ctx.needs_input_grad[3] else None, None, None)
-        payload = att.codec.encode(torch.stack([k, v]).view(-1, *k.shape[1:]))  # the same encoding as in forward: the same K/V
+            block = attention_backward(
+                *att.blocks[0],
+                q,
+                k,
+                v,
+                parts[0],
+                dy,
+                bias=biases[0],
+                edge_values=block_values[0],
+                backend=att.backend,
+                needs=needs,
+                **with_values,
+            )
+            return (
+                *block[:3],
+                att.plan.scatter_bias(list(block[3:]), bias) if ctx.needs_input_grad[3] else None,
+                None,
+                None,
+            )
+        payload = att.codec.encode(
+            torch.stack([k, v]).view(-1, *k.shape[1:])
+        )  # the same encoding as in forward: the same K/V
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
         for t in range(p):
             s = (rank - t) % p
             pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
             k_s, v_s = (k, v) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
-            block = attention_backward(*att.blocks[s], q, k_s, v_s, parts[s], dy, bias=biases[s], edge_values=block_values[s], whole=whole,
-                                       backend=att.backend, **with_values)  # fmt: skip
+            block = attention_backward(
+                *att.blocks[s],
+                q,
+                k_s,
+                v_s,
+                parts[s],
+                dy,
+                bias=biases[s],
+                edge_values=block_values[s],
+                whole=whole,
+                backend=att.backend,
+                **with_values,
+            )
             (dq_b, dk_b, dv_b), dbias[s] = block[:3], block[3] if bias is not None else None
             dq += dq_b
             acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
@@ -158,10 +207,18 @@ class _Ring(torch.autograd.Function):
             arriving = start_ring_shift(send, att.rows_shape(s - 1, send), pg)
             if pending is not None:
                 payload = pending.wait()
-        grads = att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])  # block r's dK, dV, back with their owner
+        grads = (
+            att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])
+        )  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
-        return (dq.to(q.dtype) if need[0] else None, grads[0].to(k.dtype) if need[1] else None,
-                grads[1].to(v.dtype) if need[2] else None, att.plan.scatter_bias(dbias, bias) if need[3] else None, None, None)  # fmt: skip
+        return (
+            dq.to(q.dtype) if need[0] else None,
+            grads[0].to(k.dtype) if need[1] else None,
+            grads[1].to(v.dtype) if need[2] else None,
+            att.plan.scatter_bias(dbias, bias) if need[3] else None,
+            None,
+            None,
+        )
 
 
 class RingAttention(GraphAttention):
@@ -185,7 +242,9 @@ class RingAttention(GraphAttention):
 
 class AllGatherRing(Strategy):
     name = "ag_ring"
-    summary = "GP-AG with K/V blocks passed around a ring while attention runs; two K/V blocks per rank instead of N x d"
+    summary = (
+        "GP-AG with K/V blocks passed around a ring while attention runs; two K/V blocks per rank instead of N x d"
+    )
     needs = Needs.ROWS
     edge_values = True
 
@@ -214,7 +273,13 @@ class AllGatherRing(Strategy):
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),
             # own K, V; y and lse in fp32; with edge values (C = model.edge_values) the whole z in fp32 and u
-            activation_bytes=n * row + n * d * 4 + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
-            transient_bytes=4 * n * row + n * d * 4 + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
+            activation_bytes=n * row
+            + n * d * 4
+            + n * model.heads * 4
+            + model.bias_bytes(e, b)
+            + model.edge_value_bytes(n, e, b),
+            transient_bytes=4 * n * row
+            + n * d * 4
+            + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
             overlapped=True,
         )

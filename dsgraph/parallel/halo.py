@@ -11,7 +11,6 @@ import torch
 from dsgraph.comm import GraphParallelGroup, start_exchange_rows
 from dsgraph.comm.halo import HaloPlan
 from dsgraph.graph.partition import halo_ids
-from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel.spec import CostTerms, GraphAttention, Needs, Strategy
 
@@ -39,27 +38,50 @@ class HaloAttention(GraphAttention):
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
         plan = self.plan
-        take = lambda t, edges: None if t is None else t.index_select(0, edges)  # noqa: E731 (the edges' rows of per-edge data)
+
+        def take(t, edges):  # the edges' rows of per-edge data
+            return None if t is None else t.index_select(0, edges)
+
         kv_n2HD = torch.stack([k_nHD, v_nHD], dim=1)
-        pending = start_exchange_rows(kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg, *self.codecs)
+        pending = start_exchange_rows(
+            kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg, *self.codecs
+        )
         y_parts = []
         if plan.interior_rows.numel():  # overlaps the exchange: these rows read local K/V only
             q_iHD = q_nHD.index_select(0, plan.interior_rows)
-            y_parts.append(sparse_attention(plan.interior_rowptr, plan.interior_col, q_iHD, k_nHD, v_nHD,
-                                            bias=take(bias_eH, plan.interior_edges), edge_values=take(edge_values, plan.interior_edges),
-                                            backend=self.backend))  # fmt: skip
+            y_parts.append(
+                sparse_attention(
+                    plan.interior_rowptr,
+                    plan.interior_col,
+                    q_iHD,
+                    k_nHD,
+                    v_nHD,
+                    bias=take(bias_eH, plan.interior_edges),
+                    edge_values=take(edge_values, plan.interior_edges),
+                    backend=self.backend,
+                )
+            )
         kv_h2HD = pending.wait()
         if plan.boundary_rows.numel():
             kv_m2HD = torch.cat([kv_n2HD, kv_h2HD])  # [n + h, 2, H, D] in the compact index space
             q_bHD = q_nHD.index_select(0, plan.boundary_rows)
             y_parts.append(
-                sparse_attention(plan.boundary_rowptr, plan.boundary_col, q_bHD, kv_m2HD[:, 0], kv_m2HD[:, 1],
-                                 bias=take(bias_eH, plan.boundary_edges), edge_values=take(edge_values, plan.boundary_edges),
-                                 backend=self.backend)
+                sparse_attention(
+                    plan.boundary_rowptr,
+                    plan.boundary_col,
+                    q_bHD,
+                    kv_m2HD[:, 0],
+                    kv_m2HD[:, 1],
+                    bias=take(bias_eH, plan.boundary_edges),
+                    edge_values=take(edge_values, plan.boundary_edges),
+                    backend=self.backend,
+                )
             )
         else:  # no halo (h = 0): keep the empty result in the autograd graph so this rank still joins
             empty = kv_h2HD[:, 0]  # the backward all-to-all that returns its sent rows' gradients
-            y_parts.append(empty if edge_values is None else (empty, empty.new_zeros((0, empty.shape[1], edge_values.shape[1]))))
+            y_parts.append(
+                empty if edge_values is None else (empty, empty.new_zeros((0, empty.shape[1], edge_values.shape[1])))
+            )
         if edge_values is None:
             return torch.cat(y_parts).index_select(0, plan.row_order)
         return tuple(torch.cat([part[i] for part in y_parts]).index_select(0, plan.row_order) for i in (0, 1))
@@ -67,7 +89,10 @@ class HaloAttention(GraphAttention):
 
 class Halo(Strategy):
     name = "halo"
-    summary = "exchange only the K/V rows other parts read (uneven all-to-all), overlapped with interior rows; rows follow a partition"
+    summary = (
+        "exchange only the K/V rows other parts read (uneven all-to-all), overlapped with interior rows; "
+        "rows follow a partition"
+    )
     needs = Needs.PARTITION
     split_method = "metis"
     edge_values = True
@@ -107,7 +132,10 @@ class Halo(Strategy):
             messages=messages,
             bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
-            activation_bytes=remote * 2 * d * b + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
+            activation_bytes=remote * 2 * d * b
+            + n * model.heads * 4
+            + model.bias_bytes(e, b)
+            + model.edge_value_bytes(n, e, b),
             halo_bytes=halo * 2 * d * b,
             transient_bytes=2 * remote * 2 * d * b,
         )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
 from dsgraph.comm.allreduce import all_reduce_bytes
 from dsgraph.graph.partition import partition_nodes, partition_quality, relabel
 from dsgraph.graph.split import contiguous_split
@@ -9,9 +13,6 @@ from dsgraph.models.blocks import padded_head_dim
 from dsgraph.models.global_attention import sum_values
 from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS
 from dsgraph.parallel.config import ParallelConfig
-import dataclasses
-import math
-from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +26,12 @@ class SplitShape:
     send_sizes: list[int]
 
     @classmethod
-    def from_quality(cls, q) -> "SplitShape":
+    def from_quality(cls, q) -> SplitShape:
         """From a ``PartitionQuality`` of the split."""
         return cls(list(q.part_nodes), list(q.part_edges), list(q.halo_sizes), list(q.send_sizes))
 
     @classmethod
-    def even(cls, num_nodes: int, num_edges: int, p: int, halo_fraction: float = 0.0) -> "SplitShape":
+    def even(cls, num_nodes: int, num_edges: int, p: int, halo_fraction: float = 0.0) -> SplitShape:
         """A graph known by its sizes only: equal parts, and a halo of ``halo_fraction`` of the
         remote nodes per part (sent as much as received)."""
         n = math.ceil(num_nodes / p)
@@ -57,13 +58,15 @@ class GraphShape:
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1 or self.num_edges < 0:
-            raise ValueError(f"graph shape: need num_nodes >= 1 and num_edges >= 0, got {self.num_nodes}, {self.num_edges}")
+            raise ValueError(
+                f"graph shape: need num_nodes >= 1 and num_edges >= 0, got {self.num_nodes}, {self.num_edges}"
+            )
 
     def row_split(self, p: int) -> SplitShape:
         return self.rows.get(p) or SplitShape.even(self.num_nodes, self.num_edges, p)
 
     @classmethod
-    def from_counts(cls, num_nodes: int, num_edges: int, rank_counts, halo_fraction: float | None = None) -> "GraphShape":
+    def from_counts(cls, num_nodes: int, num_edges: int, rank_counts, halo_fraction: float | None = None) -> GraphShape:
         """A graph known only by its sizes: even parts, and (when ``halo_fraction`` is given) an
         assumed partition whose parts read ``halo_fraction * (N - N/p)`` remote rows, for
         projections of graphs that are not at hand."""
@@ -76,7 +79,7 @@ class GraphShape:
         return shape
 
     @classmethod
-    def from_graph(cls, graph, rank_counts, partition_method: str | None = "metis", seed: int = 0) -> "GraphShape":
+    def from_graph(cls, graph, rank_counts, partition_method: str | None = "metis", seed: int = 0) -> GraphShape:
         """Measures ``graph`` for every p in ``rank_counts``: the default row split, and (when
         ``partition_method`` is given) a partition with that method, relabelled."""
         shape = cls(graph.num_nodes, graph.num_edges)
@@ -152,10 +155,14 @@ class ModelShape:
         if min(self.layers, self.hidden, self.heads, self.ffn_mult) < 1 or self.hidden % self.heads:
             raise ValueError(f"model shape: need positive sizes and hidden divisible by heads, got {self}")
         if self.checkpoint_every < 0:
-            raise ValueError(f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}")
+            raise ValueError(
+                f"model shape: checkpoint_every must be >= 0 (0: no checkpointing), got {self.checkpoint_every}"
+            )
         if self.block not in BLOCKS or self.head not in HEADS or self.global_attention not in GLOBAL_ATTENTIONS:
-            raise ValueError(f"model shape: block must be one of {BLOCKS}, head one of {HEADS} and global_attention one of "
-                             f"{GLOBAL_ATTENTIONS}, got {self}")  # fmt: skip
+            raise ValueError(
+                f"model shape: block must be one of {BLOCKS}, head one of {HEADS} and global_attention one of "
+                f"{GLOBAL_ATTENTIONS}, got {self}"
+            )
         if self.head == "attention" and self.num_classes < 1:
             raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
 
@@ -163,7 +170,7 @@ class ModelShape:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
-    def layer_kinds(self) -> list["LayerKind"]:
+    def layer_kinds(self) -> list[LayerKind]:
         """The model's attention layers grouped by kind: the hidden blocks, then (head 'attention') the
         output layer, which attends with H x pad(C) values; each with how many of them checkpointing
         recomputes (blocks 0, k, 2k, ... of all of them, as ``models/checkpointing.py`` picks)."""
@@ -180,7 +187,9 @@ class ModelShape:
         if self.head == "attention":
             c = padded_head_dim(self.num_classes)
             out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
-            kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), d * self.heads * (2 * c + self.num_classes), False))
+            kinds.append(
+                LayerKind(out, 1, checkpointed(hidden, self.layers), d * self.heads * (2 * c + self.num_classes), False)
+            )
         return kinds
 
     @property
@@ -224,7 +233,9 @@ class LayerKind:
     @property
     def attention_macs_per_node(self) -> int:
         """The attention sublayer's share of ``macs_per_node`` (what a nested recompute runs again)."""
-        local = self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node - self.global_macs_per_node
+        local = (
+            self.shape.hidden * self.shape.hidden * 4 if self.ffn else self.macs_per_node - self.global_macs_per_node
+        )
         return local + self.global_macs_per_node
 
     @property
@@ -259,7 +270,7 @@ class GlobalAttentionCost:
     forward_bytes: int
 
     @classmethod
-    def of(cls, p: int, model: ModelShape) -> "GlobalAttentionCost":
+    def of(cls, p: int, model: ModelShape) -> GlobalAttentionCost:
         payload = 4 * sum_values(model.heads, model.head_dim)
         one = (("reduce_scatter", payload / p, 1), ("all_gather", payload / p, 1)) if p > 1 else ()
         twice = tuple((name, size, 2 * times) for name, size, times in one)

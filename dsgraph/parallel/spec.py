@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,9 +30,9 @@ from dsgraph.comm.control import TorchControlPlane
 from dsgraph.parallel.config import ParallelConfig
 
 if TYPE_CHECKING:
-    from dsgraph.parallel.shapes import GraphShape, ModelShape
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.graph.rank_graph import RankGraph
+    from dsgraph.parallel.shapes import GraphShape, ModelShape
 
 
 class Needs(enum.Enum):
@@ -53,7 +54,7 @@ class GraphAttention(ABC):
     name: str = ""
     edges = None
     """The ``EdgeData`` of the rank's in-edges (block order), or None."""
-    pg: "GraphParallelGroup"
+    pg: GraphParallelGroup
     """The group its rows are split over (every strategy sets it)."""
     global_nodes: GlobalNodes | None = None
     """The nodes global attention spans from this rank (``global_scope``); None: every row of the
@@ -66,8 +67,14 @@ class GraphAttention(ABC):
         return self.global_nodes if self.global_nodes is not None else GlobalNodes(self.pg)
 
     @abstractmethod
-    def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH: torch.Tensor | None = None,
-                 edge_values: torch.Tensor | None = None):  # fmt: skip
+    def __call__(
+        self,
+        q_nHD: torch.Tensor,
+        k_nHD: torch.Tensor,
+        v_nHD: torch.Tensor,
+        bias_eH: torch.Tensor | None = None,
+        edge_values: torch.Tensor | None = None,
+    ):
         """y_nHD in q's dtype; differentiable in q, k, v and the bias. With ``edge_values`` u [e, C]
         (block order, constants; only where the spec's ``edge_values`` is True) returns (y_nHD,
         z_nHC), z_i = sum_j a_ij u_ij (``dsgraph.ops.edge_values``)."""
@@ -129,7 +136,7 @@ class StrategyContext:
     """The sparse attention backend name every local op call uses."""
     control: Any = None
     """The run's ControlPlane (small objects between ranks); None: torch object collectives."""
-    model: "ModelShape | None" = None
+    model: ModelShape | None = None
     """The model's shape, for strategies that predict their own cost (auto)."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """The run's ``parallel`` section: how rows and their gradients travel (``codec``,
@@ -168,16 +175,16 @@ class Strategy(ABC):
         """'' when the strategy can run ``heads`` heads on ``world_size`` ranks, else why not."""
         return ""
 
-    def prepare(self, graph: "RankGraph", pg: "GraphParallelGroup", ctx: StrategyContext) -> None:
+    def prepare(self, graph: RankGraph, pg: GraphParallelGroup, ctx: StrategyContext) -> None:
         """Derives what ``build`` needs from the rank's graph (CPU; collective when it exchanges
         anything), into ``graph.derived``. Called once per graph, before ``graph.to(device)``."""
 
     @abstractmethod
-    def build(self, graph: "RankGraph", pg: "GraphParallelGroup", ctx: StrategyContext) -> GraphAttention:
+    def build(self, graph: RankGraph, pg: GraphParallelGroup, ctx: StrategyContext) -> GraphAttention:
         """The attention of this rank, reading only tensors of ``graph`` (already on its device)."""
 
     @abstractmethod
-    def cost(self, p: int, shape: "GraphShape", model: "ModelShape", dtype_bytes: int) -> CostTerms | str:
+    def cost(self, p: int, shape: GraphShape, model: ModelShape, dtype_bytes: int) -> CostTerms | str:
         """Its cost terms on p ranks, or why it cannot run there (a non-empty string)."""
 
     def check_feasible(self, heads: int, world_size: int) -> None:

@@ -64,10 +64,14 @@ def lock_message(lock: str) -> str:
     holders = procscan.scan([lock]).users.get(os.path.abspath(lock))
     if holders:
         pids = ", ".join(str(p) for p in sorted(holders))
-        return (f"waiting for the build of the C++ op '{op}' that process {pids} is running (lock file {lock}); "
-                "let it finish, or raise timeout_s if builds take longer here")  # fmt: skip
-    return (f"waiting for the build lock {lock} of the C++ op '{op}', which no running process holds: a run stopped "
-            f"during a build left it behind. Remove it and start again: rm {lock}")  # fmt: skip
+        return (
+            f"waiting for the build of the C++ op '{op}' that process {pids} is running (lock file {lock}); "
+            "let it finish, or raise timeout_s if builds take longer here"
+        )
+    return (
+        f"waiting for the build lock {lock} of the C++ op '{op}', which no running process holds: a run stopped "
+        f"during a build left it behind. Remove it and start again: rm {lock}"
+    )
 
 
 def stuck_build(thread_id: int) -> str | None:

@@ -4,21 +4,21 @@ Every rank is a process of its own, so what a process holds besides its share of
 the activations is paid once per rank, and at P ranks it is what keeps the per-rank peak from
 falling as 1/P. Memory the allocator keeps after tensors are freed is one such part, and avoidable.
 
-torch allocates CPU tensors with malloc. glibc serves a request of at least the mmap threshold with a mapping of its own, unmapped on free; smaller ones
-come from the heap, which keeps freed memory resident (counted in RSS) for reuse. The threshold is
-dynamic by default: each free of a mapped block raises it to that block's size, up to 32 MiB, so
-once the first large tensor is freed every tensor below 32 MiB comes from the heap. A training step
-allocates and frees many such tensors of shifting sizes (a rank's row blocks, head groups, per-layer
-temporaries), and the heap keeps the high-water mark of them all, with the fragments between, for
-the rest of the run. ``fix_mmap_threshold`` sets the threshold once (``mallopt(M_MMAP_THRESHOLD)``,
-which also ends the dynamic raising); the training entry point calls it with the config's
-``host_mmap_threshold_mb`` (0, the default: not at all). A threshold the user set
-(``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``) is left as it is. The price: every tensor of the
-threshold or more is a fresh mapping whose pages fault in when first written, and is unmapped when
-freed. Measured (rmat:18, GP-AG, 2 layers, regather_kv, 8 head groups, 4 CPU ranks on 2 shared
-cores; peak RSS per rank max, seconds per step): glibc's dynamic threshold 1,797 MB, about 6 s;
-fixed at 8 MiB 1,057 MB, about 8.5 s; at 1 MiB 987 MB, about 10.7 s. One rank, 1 MiB: 2,482 MB
-against 2,507 MB, 3.5 s against 2.8 s.
+torch allocates CPU tensors with malloc. glibc serves a request of at least the mmap threshold with
+a mapping of its own, unmapped on free; smaller ones come from the heap, which keeps freed memory
+resident (counted in RSS) for reuse. The threshold is dynamic by default: each free of a mapped
+block raises it to that block's size, up to 32 MiB, so once the first large tensor is freed every
+tensor below 32 MiB comes from the heap. A training step allocates and frees many such tensors of
+shifting sizes (a rank's row blocks, head groups, per-layer temporaries), and the heap keeps the
+high-water mark of them all, with the fragments between, for the rest of the run.
+``fix_mmap_threshold`` sets the threshold once (``mallopt(M_MMAP_THRESHOLD)``, which also ends the
+dynamic raising); the training entry point calls it with the config's ``host_mmap_threshold_mb`` (0,
+the default: not at all). A threshold the user set (``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``)
+is left as it is. The price: every tensor of the threshold or more is a fresh mapping whose pages
+fault in when first written, and is unmapped when freed. Measured (rmat:18, GP-AG, 2 layers,
+regather_kv, 8 head groups, 4 CPU ranks on 2 shared cores; peak RSS per rank max, seconds per step):
+glibc's dynamic threshold 1,797 MB, about 6 s; fixed at 8 MiB 1,057 MB, about 8.5 s; at 1 MiB
+987 MB, about 10.7 s. One rank, 1 MiB: 2,482 MB against 2,507 MB, 3.5 s against 2.8 s.
 """
 
 from __future__ import annotations

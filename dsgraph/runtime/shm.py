@@ -71,8 +71,10 @@ class Freed:
     kept: int = 0
 
     def message(self, shm_dir: str = SHM_DIR) -> str:
-        line = (f"dsgraph: removed {self.files} DeepSpeed all-reduce buffer(s) of finished runs from {shm_dir}, "
-                f"{self.bytes / 1e6:.0f} MB freed")  # fmt: skip
+        line = (
+            f"dsgraph: removed {self.files} DeepSpeed all-reduce buffer(s) of finished runs from {shm_dir}, "
+            f"{self.bytes / 1e6:.0f} MB freed"
+        )
         return line + (f"; kept {self.kept} that live processes use" if self.kept else "")
 
 

@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 EXIT_PEER_FAILURE = 3
 EXIT_STUCK = 2  # the cause is on this machine and the message names the fix (as for a bad config)
@@ -32,7 +32,8 @@ EXIT_STUCK = 2  # the cause is on this machine and the message names the fix (as
 
 def peer_failure_message(rank: int | None, timeout_s: float, detail: str) -> str:
     return (
-        f"dsgraph: error (rank {_rank_text(rank)}): another rank died or did not answer within {timeout_s:g} s ({detail}); "
+        f"dsgraph: error (rank {_rank_text(rank)}): another rank died or did not answer within {timeout_s:g} s "
+        f"({detail}); "
         "the job stops. Restart it from the last checkpoint with --resume (set checkpoint_every to save them)."
     )
 
@@ -112,7 +113,7 @@ class Watchdog:
             print(f"dsgraph: watchdog callback {fn!r} failed: {err!r}", file=sys.stderr, flush=True)
             return None
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         self._thread.start()
         return self
 

@@ -38,8 +38,10 @@ class LinkConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"'{name}' must be in [0, 1), got {getattr(self, name)}")
         if self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError(f"'val_fraction' + 'test_fraction' must leave training edges, got "
-                             f"{self.val_fraction} + {self.test_fraction}")  # fmt: skip
+            raise ValueError(
+                f"'val_fraction' + 'test_fraction' must leave training edges, got "
+                f"{self.val_fraction} + {self.test_fraction}"
+            )
         if self.negatives < 1 or self.embedding_dim < 1 or self.decoder_hidden < 0:
             raise ValueError("'negatives' and 'embedding_dim' must be >= 1 and 'decoder_hidden' >= 0")
         if self.decoder not in DECODERS:

@@ -42,9 +42,12 @@ def split_values(split: str, pos: np.ndarray, neg: np.ndarray, per_positive: int
     labels = np.r_[np.ones(pos.size), np.zeros(neg.size)]
     both = np.r_[pos, neg]
     ranked = neg.reshape(pos.size, per_positive) if per_positive else neg
-    out = {f"{split}_acc": float(((both > 0) == (labels > 0.5)).mean()) if both.size else 0.0,
-           f"{split}_rocauc": scores.roc_auc(both, labels), f"{split}_ap": scores.average_precision(both, labels),
-           f"{split}_mrr": scores.mrr(pos, ranked)}  # fmt: skip
+    out = {
+        f"{split}_acc": float(((both > 0) == (labels > 0.5)).mean()) if both.size else 0.0,
+        f"{split}_rocauc": scores.roc_auc(both, labels),
+        f"{split}_ap": scores.average_precision(both, labels),
+        f"{split}_mrr": scores.mrr(pos, ranked),
+    }
     out.update({f"{split}_hits@{k}": scores.hits_at_k(pos, ranked, k) for k in hits_at})
     return out
 
@@ -62,4 +65,6 @@ def link_values(sets: dict, per_positive: dict[str, int], hits_at: list[int]) ->
 def evaluate_links(scores_m: torch.Tensor, sets: PairSets, hits_at: list[int], reduce: bool = True) -> dict:
     """The eval row's numbers from the scores [m] of this rank's evaluation pairs (collective)."""
     part = (sets.set_id.cpu().numpy(), sets.index.cpu().numpy(), scores_m.detach().double().cpu().numpy())
-    return on_root(part, lambda everyone: link_values(assemble(everyone, sets.sizes), sets.per_positive, hits_at), reduce)
+    return on_root(
+        part, lambda everyone: link_values(assemble(everyone, sets.sizes), sets.per_positive, hits_at), reduce
+    )

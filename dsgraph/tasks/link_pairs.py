@@ -49,7 +49,7 @@ class LinkPairs:
     eval_index: torch.Tensor
     """int64 [k]: its position in that set (the dataset's order of the set)."""
 
-    def to(self, device: torch.device) -> "LinkPairs":
+    def to(self, device: torch.device) -> LinkPairs:
         return LinkPairs(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
 
@@ -104,8 +104,12 @@ class LinkOnRanks:
         self.train_total = int(self.split.positives["train"].shape[0])
         self.ranks.graph.derived[PAIRS] = self._fixed_pairs()
         sizes = self.split.sizes()
-        log("link split (" + ", ".join(f"{k} {v:,}" for k, v in sizes.items()) + f"); encoder graph {graph.num_edges:,} "
-            f"directed training edges; {cfg.link.negatives} training negative(s) per edge and step")  # fmt: skip
+        log(
+            "link split ("
+            + ", ".join(f"{k} {v:,}" for k, v in sizes.items())
+            + f"); encoder graph {graph.num_edges:,} "
+            f"directed training edges; {cfg.link.negatives} training negative(s) per edge and step"
+        )
         self.eval_pairs = None
 
     def _mine(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,8 +127,14 @@ class LinkOnRanks:
             u, v, index = self._mine(pairs)
             parts.append((u, v, np.full(index.size, code, dtype=np.int64), index))
         t = lambda i: torch.from_numpy(np.concatenate([p[i] for p in parts]).astype(np.int64))  # noqa: E731
-        return LinkPairs(train_u=torch.from_numpy(train_u), train_v=torch.from_numpy(train_v), eval_u=t(0), eval_v=t(1),
-                         eval_set=t(2), eval_index=t(3))  # fmt: skip
+        return LinkPairs(
+            train_u=torch.from_numpy(train_u),
+            train_v=torch.from_numpy(train_v),
+            eval_u=t(0),
+            eval_v=t(1),
+            eval_set=t(2),
+            eval_index=t(3),
+        )
 
     def negatives(self, epoch: int) -> np.ndarray:
         """int64 [M, 2]: the training negatives of ``epoch`` in dataset ids (every rank draws all)."""
@@ -143,9 +153,18 @@ class LinkOnRanks:
         v = torch.cat([pairs.train_v, torch.from_numpy(neg_v).to(device)])
         labels = torch.cat([torch.ones(pairs.train_u.numel(), device=device), torch.zeros(neg_u.size, device=device)])
         nodes = graph.nodes
-        return Step(epoch=epoch, x=nodes.x, attention=self.ranks.attention, node_ids=nodes.node_ids, loss_rows=slice(None),
-                    labels=labels, global_count=self.train_total * (1 + self.cfg.link.negatives), dropout_step=epoch,
-                    pairs=PairRows(u, v, self.pg), enc=nodes.enc)  # fmt: skip
+        return Step(
+            epoch=epoch,
+            x=nodes.x,
+            attention=self.ranks.attention,
+            node_ids=nodes.node_ids,
+            loss_rows=slice(None),
+            labels=labels,
+            global_count=self.train_total * (1 + self.cfg.link.negatives),
+            dropout_step=epoch,
+            pairs=PairRows(u, v, self.pg),
+            enc=nodes.enc,
+        )
 
     def eval_batch(self) -> EvalBatch:
         """The whole graph and every evaluation pair (the pairs' exchange plan is kept between evaluations)."""
@@ -153,9 +172,13 @@ class LinkOnRanks:
         pairs: LinkPairs = graph.derived[PAIRS]
         if self.eval_pairs is None:
             self.eval_pairs = PairRows(pairs.eval_u, pairs.eval_v, self.pg)
-        sizes = {(split, kind): int((self.split.positives if kind == "pos" else self.split.negatives)[split].shape[0])
-                 for split, kind in EVAL_SETS}  # fmt: skip
-        sets = PairSets(set_id=pairs.eval_set, index=pairs.eval_index, sizes=sizes, per_positive=dict(self.split.per_positive))
+        sizes = {
+            (split, kind): int((self.split.positives if kind == "pos" else self.split.negatives)[split].shape[0])
+            for split, kind in EVAL_SETS
+        }
+        sets = PairSets(
+            set_id=pairs.eval_set, index=pairs.eval_index, sizes=sizes, per_positive=dict(self.split.per_positive)
+        )
         batch = self.ranks.eval_batch()
         batch.pairs, batch.pair_sets = self.eval_pairs, sets
         return batch

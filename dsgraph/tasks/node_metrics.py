@@ -63,9 +63,16 @@ def ranking_metric(metric: str, scores_nk: np.ndarray, labels_nk: np.ndarray) ->
 
 def _gathered_ranking(metric: str, task, parts: list, reduce: bool) -> list[float]:
     """The ranking metric of each split, from every rank's (scores, labels) of that split."""
-    return on_root(parts, lambda everyone: [
-        ranking_metric(metric, np.concatenate([p[i][0] for p in everyone]), np.concatenate([p[i][1] for p in everyone]))
-        for i in range(len(parts))], reduce)  # fmt: skip
+    return on_root(
+        parts,
+        lambda everyone: [
+            ranking_metric(
+                metric, np.concatenate([p[i][0] for p in everyone]), np.concatenate([p[i][1] for p in everyone])
+            )
+            for i in range(len(parts))
+        ],
+        reduce,
+    )
 
 
 def evaluate_splits(task, metric: str, logits: torch.Tensor, y: torch.Tensor, masks, reduce: bool, all_reduce) -> dict:
@@ -83,7 +90,9 @@ def evaluate_splits(task, metric: str, logits: torch.Tensor, y: torch.Tensor, ma
     if want_counts:
         k = task.num_outputs
         for name, row in zip(SPLITS, sums):
-            out[f"{name}_{key}"] = scores.f1_from_counts(row[3 : 3 + k], row[3 + k : 3 + 2 * k], row[3 + 2 * k :], metric[3:])
+            out[f"{name}_{key}"] = scores.f1_from_counts(
+                row[3 : 3 + k], row[3 + k : 3 + 2 * k], row[3 + 2 * k :], metric[3:]
+            )
     elif metric in RANKING_METRICS:
         parts = [ranking_inputs(task, logits[m], y[m]) for m in masks]
         for name, value in zip(SPLITS, _gathered_ranking(metric, task, parts, reduce)):

@@ -88,7 +88,11 @@ def engine_facts(engine) -> dict:
 def save(engine, cfg, epoch: int, best: dict) -> str:
     """Writes the checkpoint of ``epoch`` on every rank, then (rank 0) its manifest, last; then
     deletes checkpoints beyond ``keep_checkpoints``. Returns the checkpoint folder."""
-    from deepspeed.checkpoint.constants import UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY, UNIVERSAL_CHECKPOINT_VERSION_VALUE
+    from deepspeed.checkpoint.constants import (
+        UNIVERSAL_CHECKPOINT_INFO,
+        UNIVERSAL_CHECKPOINT_VERSION_KEY,
+        UNIVERSAL_CHECKPOINT_VERSION_VALUE,
+    )
 
     directory, tag = cfg.checkpoint_dir, tag_of(epoch)
     folder = os.path.join(directory, tag)
@@ -99,10 +103,13 @@ def save(engine, cfg, epoch: int, best: dict) -> str:
         os.makedirs(directory, exist_ok=True)
     _barrier()
     client_state = {
-        "epoch": epoch, "seed": cfg.seed, "best": best, "torch_rng_state": torch.get_rng_state(),
+        "epoch": epoch,
+        "seed": cfg.seed,
+        "best": best,
+        "torch_rng_state": torch.get_rng_state(),
         # ZeRO-1/2 checkpoints convert to universal ones only with this entry (ds_to_universal checks it)
         UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
-    }  # fmt: skip
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         client_state["cuda_rng_state"] = torch.cuda.get_rng_state()
     engine.save_checkpoint(directory, tag=tag, client_state=client_state)
@@ -113,11 +120,21 @@ def save(engine, cfg, epoch: int, best: dict) -> str:
         files.update(share)
     if rank == 0:
         settings = json.loads(json.dumps(mf.resume_settings(cfg.to_dict())))
-        mf.write(folder, {
-            "format_version": mf.FORMAT_VERSION, "kind": "deepspeed", "tag": tag, "epoch": epoch,
-            "global_steps": int(engine.global_steps), **engine_facts(engine), "seed": cfg.seed,
-            "resume_settings": settings, "config_hash": mf.config_hash(settings), "files": files,
-        })  # fmt: skip
+        mf.write(
+            folder,
+            {
+                "format_version": mf.FORMAT_VERSION,
+                "kind": "deepspeed",
+                "tag": tag,
+                "epoch": epoch,
+                "global_steps": int(engine.global_steps),
+                **engine_facts(engine),
+                "seed": cfg.seed,
+                "resume_settings": settings,
+                "config_hash": mf.config_hash(settings),
+                "files": files,
+            },
+        )
         prune(directory, cfg.keep_checkpoints)
     _barrier()
     return folder
@@ -191,7 +208,9 @@ def load_latest(engine, cfg, heartbeat=None, warn=None) -> Resumed:
     directory = cfg.checkpoint_dir
     tags = list_tags(directory)
     if not tags:
-        raise FileNotFoundError(f"{directory}: no checkpoint to resume from (no epochNNNNNN folder; set checkpoint_every)")
+        raise FileNotFoundError(
+            f"{directory}: no checkpoint to resume from (no epochNNNNNN folder; set checkpoint_every)"
+        )
     skipped = []
     for _, tag in tags:
         folder = os.path.join(directory, tag)
@@ -222,17 +241,21 @@ def _check_settings(folder: str, manifest: dict, cfg) -> None:
     have = manifest.get("resume_settings", want)
     changed = [f"{k} {have.get(k)!r} -> {want[k]!r}" for k in want if have.get(k) != want[k]]
     if changed:
-        raise ValueError(f"{folder}: checkpoint was made with other settings ({'; '.join(changed)}); resume with the "
-                         "checkpoint's settings, or start a new run in another checkpoint_dir")  # fmt: skip
+        raise ValueError(
+            f"{folder}: checkpoint was made with other settings ({'; '.join(changed)}); resume with the "
+            "checkpoint's settings, or start a new run in another checkpoint_dir"
+        )
 
 
 def _load(engine, directory: str, tag: str, manifest: dict, skipped: list[str], heartbeat) -> Resumed:
     facts = engine_facts(engine)
     folder = os.path.join(directory, tag)
     if manifest["zero_stage"] != facts["zero_stage"]:
-        raise ValueError(f"{folder}: checkpoint was written with ZeRO stage {manifest['zero_stage']}, this run uses stage "
-                         f"{facts['zero_stage']}; resume with stage {manifest['zero_stage']} (at any world size), or export "
-                         "the model with `dsgraph checkpoint export`")  # fmt: skip
+        raise ValueError(
+            f"{folder}: checkpoint was written with ZeRO stage {manifest['zero_stage']}, this run uses stage "
+            f"{facts['zero_stage']}; resume with stage {manifest['zero_stage']} (at any world size), or export "
+            "the model with `dsgraph checkpoint export`"
+        )
     same = all(manifest[k] == facts[k] for k in ("world_size", "dtype")) or facts["zero_stage"] == 0
     if same:
         path, state = engine.load_checkpoint(directory, tag=tag)

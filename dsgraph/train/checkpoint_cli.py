@@ -23,9 +23,11 @@ from dsgraph.train import manifest as mf
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dsgraph checkpoint", description="Check, convert and export dsgraph checkpoints.")
     sub = p.add_subparsers(dest="action", required=True)
-    for name, text in (("verify", "check every checkpoint's manifest, sizes and sha256 checksums"),
-                       ("convert", "write the universal checkpoint (loads at any world size) beside a checkpoint"),
-                       ("export", "write the model's consolidated fp32 state_dict (torch.save) for use outside DeepSpeed")):  # fmt: skip
+    for name, text in (
+        ("verify", "check every checkpoint's manifest, sizes and sha256 checksums"),
+        ("convert", "write the universal checkpoint (loads at any world size) beside a checkpoint"),
+        ("export", "write the model's consolidated fp32 state_dict (torch.save) for use outside DeepSpeed"),
+    ):
         s = sub.add_parser(name, help=text, description=text)
         s.add_argument("--dir", required=True, help="the checkpoint_dir (folders epochNNNNNN)")
         if name != "verify":
@@ -66,7 +68,9 @@ def main(argv: list[str]) -> int:
             from dsgraph.train.universal import convert
 
             out = convert(folder, ck.universal_dir(args.dir, os.path.basename(folder)))
-            print(f"dsgraph: universal checkpoint {out} (resume at any world size: dsgraph converts and loads it itself)")
+            print(
+                f"dsgraph: universal checkpoint {out} (resume at any world size: dsgraph converts and loads it itself)"
+            )
         else:
             from dsgraph.train.universal import export_fp32
 
@@ -97,9 +101,11 @@ def _verify(directory: str) -> int:
         usable += 1
         size = sum(f["size"] for f in manifest["files"].values())
         converted = os.path.isfile(os.path.join(ck.universal_dir(directory, tag), mf.MANIFEST))
-        print(f"{folder}: complete: epoch {manifest['epoch']}, {manifest['world_size']} ranks, ZeRO stage "
-              f"{manifest['zero_stage']}, {manifest['dtype']}, {len(manifest['files'])} files, {size:,} bytes"
-              + (", universal conversion beside it" if converted else ""))  # fmt: skip
+        print(
+            f"{folder}: complete: epoch {manifest['epoch']}, {manifest['world_size']} ranks, ZeRO stage "
+            f"{manifest['zero_stage']}, {manifest['dtype']}, {len(manifest['files'])} files, {size:,} bytes"
+            + (", universal conversion beside it" if converted else "")
+        )
     if not usable:
         print(f"dsgraph checkpoint: error: {directory}: no usable checkpoint", file=sys.stderr)
         return 2

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from dsgraph.agp.config import AgpConfig
 from dsgraph.graph.label_checks import SplitChoice
 from dsgraph.models.options import ModelOptions
-from dsgraph.ops.dispatch import backend_names
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.registry import DEFAULT_MODE, MODES, mode_names
 from dsgraph.modes.sampled.config import SampledConfig
+from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import Needs, ParallelConfig, get_strategy, strategy_names
 from dsgraph.tasks import TASKS, get_task, task_names
 from dsgraph.tasks.link_config import LinkConfig
@@ -186,7 +186,9 @@ class DsgraphConfig:
             raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
         _check_task(self)
         if self.backend != "auto" and self.backend not in backend_names():
-            raise ValueError(f"dsgraph config: 'backend' must be one of auto, {', '.join(backend_names())}; got '{self.backend}'")
+            raise ValueError(
+                f"dsgraph config: 'backend' must be one of auto, {', '.join(backend_names())}; got '{self.backend}'"
+            )
         if self.trace_steps is not None:
             parse_trace_steps(self.trace_steps)
         _check_mode_sections(self)
@@ -198,20 +200,22 @@ class DsgraphConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"dsgraph config: '{name}' must be in [0, 1), got {getattr(self, name)}")
         if self.keep_checkpoints < 0:
-            raise ValueError(f"dsgraph config: 'keep_checkpoints' must be >= 0 (0: keep all), got {self.keep_checkpoints}")
+            raise ValueError(
+                f"dsgraph config: 'keep_checkpoints' must be >= 0 (0: keep all), got {self.keep_checkpoints}"
+            )
         _check_preempt_signals(self.preempt_signals)
 
     @classmethod
-    def from_dict(cls, section: dict, source: str = "config") -> "DsgraphConfig":
+    def from_dict(cls, section: dict, source: str = "config") -> DsgraphConfig:
         """The validated section; a mode's keys may also be given at the top level (older spellings)."""
         if not isinstance(section, dict):
-            raise ValueError(f"{source}: the \"dsgraph\" section must be a JSON object")
+            raise ValueError(f'{source}: the "dsgraph" section must be a JSON object')
         section = _nest_flat_keys(section, source)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(section) - set(fields))
         if unknown:
             raise ValueError(
-                f"{source}: unknown key(s) {', '.join(repr(k) for k in unknown)} in the \"dsgraph\" section; "
+                f'{source}: unknown key(s) {", ".join(repr(k) for k in unknown)} in the "dsgraph" section; '
                 f"valid keys: {', '.join(fields)}"
             )
         for key, value in section.items():
@@ -284,8 +288,10 @@ def _section(cls, data: dict, name: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"dsgraph config: unknown key(s) {', '.join(repr(k) for k in unknown)} in '{name}'; "
-                         f"valid keys: {', '.join(fields)}")  # fmt: skip
+        raise ValueError(
+            f"dsgraph config: unknown key(s) {', '.join(repr(k) for k in unknown)} in '{name}'; "
+            f"valid keys: {', '.join(fields)}"
+        )
     for key, value in data.items():
         _check_type(f"{name}.{key}", value, fields[key].type, "dsgraph config")
     try:
@@ -346,8 +352,10 @@ def _check_edge_values(cfg: DsgraphConfig) -> None:
         return
     takes = [n for n in strategy_names() if get_strategy(n).edge_values]
     if MODES[cfg.mode].uses_strategy and not get_strategy(cfg.strategy).edge_values:
-        raise ValueError(f"dsgraph config: model.edge_features 'bias_value' (edge-conditioned values) runs with strategy "
-                         f"{' or '.join(takes)}, not '{cfg.strategy}'; or use model.edge_features 'bias'")  # fmt: skip
+        raise ValueError(
+            f"dsgraph config: model.edge_features 'bias_value' (edge-conditioned values) runs with strategy "
+            f"{' or '.join(takes)}, not '{cfg.strategy}'; or use model.edge_features 'bias'"
+        )
 
 
 def _check_preempt_signals(names: list[str]) -> None:
@@ -355,7 +363,9 @@ def _check_preempt_signals(names: list[str]) -> None:
 
     for name in names:
         if name not in SIGNALS:
-            raise ValueError(f"dsgraph config: 'preempt_signals' entries must be among {', '.join(SIGNALS)}; got {name!r}")
+            raise ValueError(
+                f"dsgraph config: 'preempt_signals' entries must be among {', '.join(SIGNALS)}; got {name!r}"
+            )
 
 
 def parse_trace_steps(spec: str) -> tuple[int, int]:
@@ -369,8 +379,17 @@ def parse_trace_steps(spec: str) -> tuple[int, int]:
     return a, b
 
 
-_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "str | None": (str, type(None)), "list[int]": (list,),
-          "list[str]": (list,), "ModelOptions": (dict, ModelOptions), "int | None": (int, type(None))}  # fmt: skip
+_TYPES = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str | None": (str, type(None)),
+    "list[int]": (list,),
+    "list[str]": (list,),
+    "ModelOptions": (dict, ModelOptions),
+    "int | None": (int, type(None)),
+}
 _TYPES.update({cls.__name__: (dict, cls) for cls in SECTIONS.values()})  # a section: a JSON object (or its dataclass)
 
 
@@ -399,6 +418,9 @@ def load_ds_config(path: str) -> tuple[dict, DsgraphConfig]:
     if not isinstance(config, dict):
         raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
     if "sequence_parallel_size" in config:
-        raise ValueError(f"{path}: remove 'sequence_parallel_size'; dsgraph's graph parallelism is not DeepSpeed sequence parallelism")
+        raise ValueError(
+            f"{path}: remove 'sequence_parallel_size'; dsgraph's graph parallelism is not DeepSpeed sequence "
+            "parallelism"
+        )
     section = config.pop("dsgraph", {})
     return config, DsgraphConfig.from_dict(section, source=path)

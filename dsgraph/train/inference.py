@@ -15,7 +15,15 @@ from dsgraph.train.weights import load_module_weights
 
 
 class Inference:
-    def __init__(self, cfg: DsgraphConfig, device: torch.device, checkpoint_dir: str, tag: str | None, bf16: bool = False, log=print):
+    def __init__(
+        self,
+        cfg: DsgraphConfig,
+        device: torch.device,
+        checkpoint_dir: str,
+        tag: str | None,
+        bf16: bool = False,
+        log=print,
+    ):
         self.cfg, self.device = cfg, device
         pg = GraphParallelGroup.from_world()
         rank_log = log if pg.rank == 0 else (lambda line: None)
@@ -31,12 +39,17 @@ class Inference:
         )
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if missing or unexpected:
-            raise ValueError(f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "
-                             f"(missing {missing[:5]}, unexpected {unexpected[:5]})")  # fmt: skip
+            raise ValueError(
+                f"{checkpoint_dir}/{self.tag}: the checkpoint does not fit this config's model "
+                f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
+            )
         self.model = self.model.to(device=device, dtype=dtype).eval()
         self.mode.attach(device, dtype)
-        rank_log(f"checkpoint {checkpoint_dir}/{self.tag} (epoch {self.client.get('epoch')}) on {self.pg.world_size} rank(s), "
-                 f"strategy {self.mode.strategy_label}")  # fmt: skip
+        rank_log(
+            f"checkpoint {checkpoint_dir}/{self.tag} (epoch {self.client.get('epoch')}) on {self.pg.world_size} "
+            "rank(s), "
+            f"strategy {self.mode.strategy_label}"
+        )
 
     @torch.no_grad()
     def metrics(self) -> dict:

@@ -14,8 +14,10 @@ def main(argv: list[str]) -> int:
         description="Launch training with the deepspeed launcher; other options go to the training script "
         "(see `python launch/train.py --help`).",
     )
-    p.add_argument("--nprocs", type=int, default=2, help="ranks on this machine (GPUs when present, else CPU processes)")
-    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="DeepSpeed JSON with a \"dsgraph\" section")
+    p.add_argument(
+        "--nprocs", type=int, default=2, help="ranks on this machine (GPUs when present, else CPU processes)"
+    )
+    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help='DeepSpeed JSON with a "dsgraph" section')
     args, rest = p.parse_known_args(argv)
     run_deepspeed("dsgraph.train.main", args.nprocs, ["--deepspeed_config", args.config, *rest])
 

@@ -14,13 +14,13 @@ import sys
 import threading
 
 from dsgraph.graph.partition import METHODS
+from dsgraph.modes.registry import DEFAULT_MODE, mode_names
 from dsgraph.ops.dispatch import backend_names
 from dsgraph.parallel import get_strategy, strategy_names
+from dsgraph.runtime.watchdog import Watchdog
 from dsgraph.tasks import TASKS
 from dsgraph.tasks.base import metrics_help
 from dsgraph.train.config import SECTIONS, DsgraphConfig, load_ds_config, with_overrides
-from dsgraph.modes.registry import DEFAULT_MODE, mode_names
-from dsgraph.runtime.watchdog import Watchdog
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "ds_configs", "cpu_quickstart.json")
 
@@ -29,43 +29,105 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="launch/train.py",
         description="Full-graph Graph Transformer training on DeepSpeed. Run it under `deepspeed` (or mpirun); "
-        "settings live in the config's \"dsgraph\" section and these options override them.",
+        'settings live in the config\'s "dsgraph" section and these options override them.',
     )
-    p.add_argument("--deepspeed_config", "--config", dest="config", required=True, help="DeepSpeed JSON with a \"dsgraph\" section")
+    p.add_argument(
+        "--deepspeed_config", "--config", dest="config", required=True, help='DeepSpeed JSON with a "dsgraph" section'
+    )
     p.add_argument("--dataset", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz")
+    _add_parallel_arguments(p)
+    _add_execution_arguments(p)
+    _add_training_arguments(p)
+    _add_output_arguments(p)
+    p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
+    return p.parse_args(argv)
+
+
+def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
+    """How the graph is trained over the ranks: the strategy, the mode and AGP's profile."""
     strategies = "; ".join(f"{name}: {get_strategy(name).summary}" for name in strategy_names())
-    p.add_argument("--strategy", choices=[*strategy_names(), *(m for m in mode_names() if m != DEFAULT_MODE)],
-                   help=f"graph-parallel attention strategy ({strategies}). 'sampled' and 'isolated' are older "
-                   "spellings of --mode; a strategy without --mode trains the full graph")
-    p.add_argument("--mode", choices=mode_names(), help="training mode: full graph (default), sampled mini-batches, "
-                   "or isolated (Grappa) training")
-    p.add_argument("--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)")
-    p.add_argument("--trace-steps", dest="trace_steps", metavar="A:B",
-                   help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)")
+    p.add_argument(
+        "--strategy",
+        choices=[*strategy_names(), *(m for m in mode_names() if m != DEFAULT_MODE)],
+        help=f"graph-parallel attention strategy ({strategies}). 'sampled' and 'isolated' are older "
+        "spellings of --mode; a strategy without --mode trains the full graph",
+    )
+    p.add_argument(
+        "--mode",
+        choices=mode_names(),
+        help="training mode: full graph (default), sampled mini-batches, or isolated (Grappa) training",
+    )
+    p.add_argument(
+        "--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)"
+    )
+
+
+def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
+    """Traces, the partition each rank reads, the watchdog and the attention kernel."""
+    p.add_argument(
+        "--trace-steps",
+        dest="trace_steps",
+        metavar="A:B",
+        help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)",
+    )
     p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/RUN_NAME/traces)")
-    p.add_argument("--partitions", metavar="DIR", help="partition store with one part per rank (`dsgraph partition`); "
-                   "each rank memory-maps only its own part")
-    p.add_argument("--partition-method", dest="partition_method", choices=list(METHODS),
-                   help="in-memory partitioning for a strategy that needs a partition, without --partitions (default metis)")
-    p.add_argument("--timeout", type=float, dest="timeout_s", metavar="SECONDS",
-                   help="stop every rank if another rank dies or is silent this long (default 300)")
-    p.add_argument("--backend", choices=["auto", *backend_names()], help="sparse attention kernel (default auto: the fastest "
-                   "that runs the inputs)")
+    p.add_argument(
+        "--partitions",
+        metavar="DIR",
+        help="partition store with one part per rank (`dsgraph partition`); each rank memory-maps only its own part",
+    )
+    p.add_argument(
+        "--partition-method",
+        dest="partition_method",
+        choices=list(METHODS),
+        help="in-memory partitioning for a strategy that needs a partition, without --partitions (default metis)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="stop every rank if another rank dies or is silent this long (default 300)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", *backend_names()],
+        help="sparse attention kernel (default auto: the fastest that runs the inputs)",
+    )
+
+
+def _add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """The split, the metric, the epochs, the seed and how often to evaluate and where to log."""
     p.add_argument("--split", type=int, help="which of the dataset's fixed splits (masks [S, N]) to train on, 0-based")
-    p.add_argument("--metric", help=f"evaluation metric and model selection, by task: {metrics_help(TASKS)} (default: "
-                   "accuracy for multi-class, rocauc for binary, multi-label and link tasks, mse for regression)")
+    p.add_argument(
+        "--metric",
+        help=f"evaluation metric and model selection, by task: {metrics_help(TASKS)} (default: accuracy for "
+        "multi-class, rocauc for binary, multi-label and link tasks, mse for regression)",
+    )
     p.add_argument("--epochs", type=int, help="number of full-graph epochs (one optimizer step each)")
     p.add_argument("--seed", type=int, help="seed for parameters, dropout masks and synthetic data")
     p.add_argument("--eval-every", type=int, dest="eval_every", help="evaluate every this many epochs")
     p.add_argument("--metrics-out", dest="metrics_out", help="JSON-lines metrics file (rank 0 writes it)")
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Checkpoints, resuming and the run's name (which names its output folder)."""
     p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="folder for DeepSpeed checkpoints")
-    p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)")
-    p.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint in --checkpoint-dir "
-                   "(at any world size; docs/checkpoints.md; with the default paths: pass the --run-name of the run to continue)")
-    p.add_argument("--run-name", dest="run_name", help="name of this run: outputs go to runs/NAME/ (metrics.jsonl, "
-                   "checkpoints/) and TensorBoard's job is NAME (default: CONFIG_STEM-UTC_TIMESTAMP)")
-    p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # passed by the deepspeed launcher
-    return p.parse_args(argv)
+    p.add_argument(
+        "--checkpoint-every", type=int, dest="checkpoint_every", help="save every this many epochs (0: never)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume from the newest complete checkpoint in --checkpoint-dir "
+        "(at any world size; docs/checkpoints.md; with the default paths: pass the --run-name of the run to continue)",
+    )
+    p.add_argument(
+        "--run-name",
+        dest="run_name",
+        help="name of this run: outputs go to runs/NAME/ (metrics.jsonl, "
+        "checkpoints/) and TensorBoard's job is NAME (default: CONFIG_STEM-UTC_TIMESTAMP)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         ds_config, cfg = load_ds_config(args.config)
         cfg = with_options(cfg, args)
         if args.resume and cfg.run_name is None and (cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir):
-            raise ValueError("--resume continues a named run: pass --run-name NAME (its checkpoints are in "
-                             "runs/NAME/checkpoints), or --checkpoint-dir DIR")
+            raise ValueError(
+                "--resume continues a named run: pass --run-name NAME (its checkpoints are in "
+                "runs/NAME/checkpoints), or --checkpoint-dir DIR"
+            )
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
@@ -94,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     with Watchdog(launcher_rank(), cfg.timeout_s, diagnose=lambda: extensions.stuck_build(main_thread)) as watchdog:
         watchdog.beat("start-up: importing DeepSpeed")  # armed before DeepSpeed is imported
         extensions.use_environment_build_dir()
-        host_memory.defer_muon_compile()  # TorchInductor is not imported for DeepSpeed's unused Muon (see host_memory.py)
+        # TorchInductor is not imported for DeepSpeed's unused Muon (see host_memory.py)
+        host_memory.defer_muon_compile()
         return _run(args, cfg, ds_config, watchdog)
 
 
@@ -123,9 +188,9 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     import deepspeed.comm as dist
 
     from dsgraph.runtime import shm
+    from dsgraph.runtime.watchdog import is_peer_failure
     from dsgraph.train.preemption import EXIT_PREEMPTED, Preempted
     from dsgraph.train.trainer import init_distributed
-    from dsgraph.runtime.watchdog import is_peer_failure
 
     watchdog.beat("start-up: joining the process group (init_distributed)")
     try:
@@ -216,8 +281,11 @@ def _cpu_optimizer(ds_config: dict, rank: int) -> dict:
 
     ds_config, changed = extensions.prefer_torch_adam(ds_config)
     if changed and rank == 0:
-        print('dsgraph: CPU run: Adam through torch.optim ("torch_adam": true), so no C++ op is built at start-up; '
-              'set "torch_adam": false in the optimizer params for DeepSpeed\'s FusedAdam', flush=True)  # fmt: skip
+        print(
+            'dsgraph: CPU run: Adam through torch.optim ("torch_adam": true), so no C++ op is built at start-up; '
+            'set "torch_adam": false in the optimizer params for DeepSpeed\'s FusedAdam',
+            flush=True,
+        )
     return ds_config
 
 

@@ -18,8 +18,19 @@ FORMAT_VERSION = 1
 KINDS = ("deepspeed", "universal")
 
 # the settings a checkpoint's steps depend on: resuming with others would not continue the same run
-RESUME_KEYS = ("seed", "hidden", "heads", "layers", "ffn_mult", "model", "dropout", "input_dropout", "attention_dropout",
-               "self_loops", "mode")  # fmt: skip
+RESUME_KEYS = (
+    "seed",
+    "hidden",
+    "heads",
+    "layers",
+    "ffn_mult",
+    "model",
+    "dropout",
+    "input_dropout",
+    "attention_dropout",
+    "self_loops",
+    "mode",
+)
 
 
 def resume_settings(cfg_dict: dict) -> dict:
@@ -51,7 +62,10 @@ def list_files(folder: str) -> list[str]:
 
 def describe(folder: str, rels: list[str]) -> dict[str, dict]:
     """{relpath: {"size": bytes, "sha256": hex}} of ``rels`` under ``folder``."""
-    return {rel: {"size": os.path.getsize(os.path.join(folder, rel)), "sha256": sha256_file(os.path.join(folder, rel))} for rel in rels}
+    return {
+        rel: {"size": os.path.getsize(os.path.join(folder, rel)), "sha256": sha256_file(os.path.join(folder, rel))}
+        for rel in rels
+    }
 
 
 def write(folder: str, manifest: dict) -> str:
@@ -85,11 +99,17 @@ def read(folder: str) -> dict:
         raise ValueError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"{path} is not a JSON object")
-    missing = [k for k in ("format_version", "kind", "epoch", "world_size", "zero_stage", "dtype", "files") if k not in manifest]
+    missing = [
+        k
+        for k in ("format_version", "kind", "epoch", "world_size", "zero_stage", "dtype", "files")
+        if k not in manifest
+    ]
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}")
     if manifest["format_version"] > FORMAT_VERSION:
-        raise ValueError(f"{path}: format_version {manifest['format_version']} is newer than this dsgraph reads ({FORMAT_VERSION})")
+        raise ValueError(
+            f"{path}: format_version {manifest['format_version']} is newer than this dsgraph reads ({FORMAT_VERSION})"
+        )
     if manifest["kind"] not in KINDS or not isinstance(manifest["files"], dict) or not manifest["files"]:
         raise ValueError(f"{path}: unknown kind {manifest['kind']!r} or an empty file list")
     return manifest
@@ -104,7 +124,9 @@ def check_files(folder: str, files: dict[str, dict], rels: list[str]) -> list[st
         if not os.path.isfile(path):
             problems.append(f"{path} is missing")
         elif os.path.getsize(path) != want["size"]:
-            problems.append(f"{path} is truncated or changed ({os.path.getsize(path)} bytes, the manifest says {want['size']})")
+            problems.append(
+                f"{path} is truncated or changed ({os.path.getsize(path)} bytes, the manifest says {want['size']})"
+            )
         elif sha256_file(path) != want["sha256"]:
             problems.append(f"{path}: sha256 checksum mismatch (the file is corrupted)")
     return problems

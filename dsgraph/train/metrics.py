@@ -14,9 +14,21 @@ from dataclasses import dataclass, field
 import torch
 
 STEP_KEYS = (
-    "kind", "epoch", "step", "loss", "train_acc", "val_acc", "test_acc", "strategy", "world_size",
-    "step_time_s", "comm_time_s", "comm_bytes", "sync_bytes", "peak_mem_mb",
-)  # fmt: skip
+    "kind",
+    "epoch",
+    "step",
+    "loss",
+    "train_acc",
+    "val_acc",
+    "test_acc",
+    "strategy",
+    "world_size",
+    "step_time_s",
+    "comm_time_s",
+    "comm_bytes",
+    "sync_bytes",
+    "peak_mem_mb",
+)
 
 
 @dataclass(kw_only=True)

@@ -15,11 +15,9 @@ pairs and their ``scores``; for a regression task ``predictions`` [N] (or [N, T]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
-import numpy as np
 import torch
 
 from dsgraph.parallel import strategy_names
@@ -30,22 +28,40 @@ from dsgraph.train.run_name import with_run_name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="launch/predict.py", description="Full-graph inference from a DeepSpeed checkpoint "
-                                "(any world size, any ZeRO stage); run it under `deepspeed` or `dsgraph predict`.")
-    p.add_argument("--config", "--deepspeed_config", dest="config", required=True, help="the training run's DeepSpeed JSON")
-    p.add_argument("--checkpoint-dir", dest="checkpoint_dir", help="checkpoint folder (default: the config's checkpoint_dir)")
-    p.add_argument("--run-name", dest="run_name", help="the training run whose checkpoints to read (runs/NAME/checkpoints)")
+    p = argparse.ArgumentParser(
+        prog="launch/predict.py",
+        description="Full-graph inference from a DeepSpeed checkpoint "
+        "(any world size, any ZeRO stage); run it under `deepspeed` or `dsgraph predict`.",
+    )
+    p.add_argument(
+        "--config", "--deepspeed_config", dest="config", required=True, help="the training run's DeepSpeed JSON"
+    )
+    p.add_argument(
+        "--checkpoint-dir", dest="checkpoint_dir", help="checkpoint folder (default: the config's checkpoint_dir)"
+    )
+    p.add_argument(
+        "--run-name", dest="run_name", help="the training run whose checkpoints to read (runs/NAME/checkpoints)"
+    )
     p.add_argument("--tag", help="checkpoint tag, e.g. epoch000199 (default: the one named in 'latest')")
     p.add_argument("--out", help="output .npz: logits, embeddings and the split masks in dataset order")
-    p.add_argument("--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)")
+    p.add_argument(
+        "--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)"
+    )
     p.add_argument("--dataset", help="dataset (default: the config's)")
     p.add_argument("--split", type=int, help="which fixed split's masks to write and evaluate")
-    p.add_argument("--metric", help=f"metric for --eval-only, by task: {metrics_help(TASKS)} (default: the config's, "
-                   "or the task's)")
-    p.add_argument("--edges", help="link task: node pairs to score, a .npy [m, 2] or a .npz with 'edges' [m, 2] of dataset "
-                   "ids; --out then also holds 'edges' and their 'scores' [m] (logits)")
+    p.add_argument(
+        "--metric",
+        help=f"metric for --eval-only, by task: {metrics_help(TASKS)} (default: the config's, or the task's)",
+    )
+    p.add_argument(
+        "--edges",
+        help="link task: node pairs to score, a .npy [m, 2] or a .npz with 'edges' [m, 2] of dataset "
+        "ids; --out then also holds 'edges' and their 'scores' [m] (logits)",
+    )
     p.add_argument("--bf16", action="store_true", help="run the model in bfloat16 (outputs are still float32)")
-    p.add_argument("--eval-only", dest="eval_only", action="store_true", help="print the checkpoint's metrics; write nothing")
+    p.add_argument(
+        "--eval-only", dest="eval_only", action="store_true", help="print the checkpoint's metrics; write nothing"
+    )
     p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not args.eval_only and not args.out:
@@ -59,13 +75,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def predict_config(args: argparse.Namespace) -> DsgraphConfig:
     _, cfg = load_ds_config(args.config)
-    overrides = {k: getattr(args, k) for k in ("strategy", "dataset", "split", "metric", "checkpoint_dir") if getattr(args, k) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in ("strategy", "dataset", "split", "metric", "checkpoint_dir")
+        if getattr(args, k) is not None
+    }
     cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, "mode": "full"}, source="command line")
     if args.run_name:
         return with_run_name(cfg, args.run_name)
     if cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir:
-        raise ValueError("which run's checkpoints? pass --run-name NAME of the training run (runs/NAME/checkpoints), "
-                         "or --checkpoint-dir DIR")
+        raise ValueError(
+            "which run's checkpoints? pass --run-name NAME of the training run (runs/NAME/checkpoints), "
+            "or --checkpoint-dir DIR"
+        )
     return cfg
 
 

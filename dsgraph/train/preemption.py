@@ -40,7 +40,7 @@ class Preemption:
         self.received: str | None = None
         self._previous: dict[int, object] = {}
 
-    def install(self) -> "Preemption":
+    def install(self) -> Preemption:
         for name in self.signal_names:
             number = getattr(signal, name)
             try:
@@ -71,4 +71,3 @@ class Preemption:
         if flag.item() and self.received is None:
             self.received = "another rank's signal"
         return bool(flag.item())
-

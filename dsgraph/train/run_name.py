@@ -17,7 +17,11 @@ import time
 
 PLACEHOLDER = "{run_name}"
 PATH_KEYS = ("checkpoint_dir", "trace_dir", "metrics_out")
-DEFAULTS = {"checkpoint_dir": "checkpoints", "trace_dir": "traces", "metrics_out": "metrics.jsonl"}  # under runs/<run_name>/
+DEFAULTS = {
+    "checkpoint_dir": "checkpoints",
+    "trace_dir": "traces",
+    "metrics_out": "metrics.jsonl",
+}  # under runs/<run_name>/
 
 
 def default_run_name(stem: str, now: float | None = None) -> str:

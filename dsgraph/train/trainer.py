@@ -43,8 +43,13 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     accel = deepspeed.get_accelerator()
     backend = "nccl" if accel.device_name() == "cuda" else "gloo"
     port = int(os.environ.get("MASTER_PORT", 29500))  # mpi_discovery would overwrite MASTER_PORT with its default
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=mpi_discovery, distributed_port=port,
-                               timeout=timedelta(seconds=timeout_s), verbose=False)  # fmt: skip
+    deepspeed.init_distributed(
+        dist_backend=backend,
+        auto_mpi_discovery=mpi_discovery,
+        distributed_port=port,
+        timeout=timedelta(seconds=timeout_s),
+        verbose=False,
+    )
     if accel.device_name() == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
         accel.set_device(local)
@@ -52,8 +57,9 @@ def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) ->
     return torch.device("cpu")
 
 
-def build_model(cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None,
-                edge_dim: int = 0) -> torch.nn.Module:  # fmt: skip
+def build_model(
+    cfg: DsgraphConfig, in_dim: int, num_classes: int, encoding_widths: dict[str, int] | None = None, edge_dim: int = 0
+) -> torch.nn.Module:
     """The model of the run's task (``Task.build_model``): ``num_classes`` outputs per node (a link
     task's encoder has the embedding width instead, and a decoder); ``encoding_widths``: the widths
     of the encoding arrays the data carries; ``edge_dim``: F_e of the dataset's edge features (0: none)."""
@@ -70,8 +76,12 @@ def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelG
 def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
     """``cfg`` with a run name in its paths (the command names runs; a Trainer built in Python gets
     'dsgraph-<rank 0's UTC time stamp>')."""
-    if cfg.run_name is not None and cfg.checkpoint_dir is not None and cfg.trace_dir is not None and not any(
-            "{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS):
+    if (
+        cfg.run_name is not None
+        and cfg.checkpoint_dir is not None
+        and cfg.trace_dir is not None
+        and not any("{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS)
+    ):
         return cfg
     return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
 
@@ -112,7 +122,9 @@ class Trainer:
         self.pg = self.mode.pg
         self.sync = self.mode.sync()  # gradient reduction every step, or local steps (isolated mode)
         host = control.allgather(round(peak_memory_mb(torch.device("cpu"))))
-        rank_log("peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host)))
+        rank_log(
+            "peak host memory after loading the graph: " + ", ".join(f"rank {r} {mb:,} MB" for r, mb in enumerate(host))
+        )
         mode = self.mode
         model = self.task.build_model(mode.num_features, mode.num_classes, mode.encoding_widths, mode.num_edge_features)
         if cfg.checkpoint_activations:
@@ -155,8 +167,14 @@ class Trainer:
         count = step.global_count if step.reduce else max(sums[2], 1.0)  # else: this rank's own rows only
         summed = dict(zip(step.summed, sums[3:]))
         extra = {**step.fields, **self.mode.step_fields(step, summed)}
-        row = Row(kind="step", epoch=step.epoch, step=engine.global_steps, loss=sums[0] / count, train_acc=sums[1] / max(sums[2], 1.0),
-                  **self._system(step_time, extra, step.input_bytes, sync_bytes))  # fmt: skip
+        row = Row(
+            kind="step",
+            epoch=step.epoch,
+            step=engine.global_steps,
+            loss=sums[0] / count,
+            train_acc=sums[1] / max(sums[2], 1.0),
+            **self._system(step_time, extra, step.input_bytes, sync_bytes),
+        )
         attention = self.mode.train_attention
         if attention is not None:  # e.g. auto may switch strategies for the next step (collective)
             attention.after_step(step_time, row.comm_time_s)
@@ -185,10 +203,22 @@ class Trainer:
         if improves(val, self.best["val"], self.higher_is_better):
             tests = {k: v for k, v in values.items() if k.startswith("test_")}  # every test column at the best epoch
             self.best = {**self.best, "val": val, "test": test, "epoch": epoch, "tests": tests}
-        best = {f"best_val_{key}": self.best["val"], f"test_{key}_at_best_val": self.best["test"], "metric": self.metric}
+        best = {
+            f"best_val_{key}": self.best["val"],
+            f"test_{key}_at_best_val": self.best["test"],
+            "metric": self.metric,
+        }
         extra = {k: v for k, v in values.items() if k not in ("loss", "train_acc", "val_acc", "test_acc")}
-        row = Row(kind="eval", epoch=epoch, step=engine.global_steps, loss=values["loss"], train_acc=values["train_acc"],
-                  val_acc=values["val_acc"], test_acc=values["test_acc"], **self._system(eval_time, {**extra, **best}))  # fmt: skip
+        row = Row(
+            kind="eval",
+            epoch=epoch,
+            step=engine.global_steps,
+            loss=values["loss"],
+            train_acc=values["train_acc"],
+            val_acc=values["val_acc"],
+            test_acc=values["test_acc"],
+            **self._system(eval_time, {**extra, **best}),
+        )
         return row.as_dict()
 
     def _system(self, seconds: float, extra: dict, input_bytes: int = 0, sync_bytes: int = 0) -> dict:
@@ -196,10 +226,16 @@ class Trainer:
         attention = self.mode.train_attention
         fields = attention.row_fields() if attention is not None else {}
         return {
-            "strategy": self.mode.strategy_label, "mode": self.mode.name, "world_size": self.world, "step_time_s": seconds,
-            "comm_time_s": self.pg.stats.time_s, "comm_bytes": self.pg.stats.bytes_sent + input_bytes,
-            "sync_bytes": sync_bytes, "peak_mem_mb": peak_memory_mb(self.device), "extra": {**fields, **extra},
-        }  # fmt: skip
+            "strategy": self.mode.strategy_label,
+            "mode": self.mode.name,
+            "world_size": self.world,
+            "step_time_s": seconds,
+            "comm_time_s": self.pg.stats.time_s,
+            "comm_bytes": self.pg.stats.bytes_sent + input_bytes,
+            "sync_bytes": sync_bytes,
+            "peak_mem_mb": peak_memory_mb(self.device),
+            "extra": {**fields, **extra},
+        }
 
     # --- the loop ---------------------------------------------------------------------------
     def resume(self) -> None:
@@ -259,12 +295,17 @@ class Trainer:
             metrics.close()
             self.mode.close()
         if rank == 0 and self.stopped_early_at is not None:
-            log(f"early stop after epoch {self.stopped_early_at}: {cfg.early_stop_patience} evaluations without a better "
-                f"val_{metric_key(self.metric)} than at epoch {self.best['epoch']}")  # fmt: skip
+            log(
+                f"early stop after epoch {self.stopped_early_at}: {cfg.early_stop_patience} evaluations without a "
+                "better "
+                f"val_{metric_key(self.metric)} than at epoch {self.best['epoch']}"
+            )
         if rank == 0 and last is not None:
             key = metric_key(self.metric)
-            log(f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
-                f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}")  # fmt: skip
+            log(
+                f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
+                f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}"
+            )
         return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
 
     def _stalled(self, epoch: int) -> bool:

@@ -32,8 +32,15 @@ def convert(folder: str, out: str) -> str:
     source = mf.read(folder)
     partial = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    args = argparse.Namespace(input_folder=folder, output_folder=partial, num_extract_workers=1, num_merge_workers=1,
-                              keep_temp_folder=False, strict=True, inject_missing_state=True)  # fmt: skip
+    args = argparse.Namespace(
+        input_folder=folder,
+        output_folder=partial,
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=True,
+    )
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
@@ -41,12 +48,19 @@ def convert(folder: str, out: str) -> str:
     except Exception as err:
         shutil.rmtree(partial, ignore_errors=True)
         tail = captured.getvalue()[-1500:]
-        raise ValueError(f"{folder}: conversion to a universal checkpoint failed: {type(err).__name__}: {err}\n{tail}") from None
+        raise ValueError(
+            f"{folder}: conversion to a universal checkpoint failed: {type(err).__name__}: {err}\n{tail}"
+        ) from None
     files = mf.describe(partial, mf.list_files(partial))
-    mf.write(partial, {**{k: v for k, v in source.items() if k != "files"}, "kind": "universal", "source": folder, "files": files})
+    mf.write(
+        partial,
+        {**{k: v for k, v in source.items() if k != "files"}, "kind": "universal", "source": folder, "files": files},
+    )
     shutil.rmtree(out, ignore_errors=True)
     os.replace(partial, out)
-    with open(os.path.join(os.path.dirname(out), "latest_universal"), "w") as f:  # ds_to_universal named the partial folder
+    with open(
+        os.path.join(os.path.dirname(out), "latest_universal"), "w"
+    ) as f:  # ds_to_universal named the partial folder
         f.write(os.path.basename(out))
     return out
 

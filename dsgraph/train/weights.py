@@ -20,8 +20,10 @@ def checkpoint_tag(directory: str, tag: str | None) -> str:
     if tag is None:
         latest = os.path.join(directory, "latest")
         if not os.path.isfile(latest):
-            raise FileNotFoundError(f"{directory}: no 'latest' file; name a checkpoint with --tag (one of: "
-                                    f"{', '.join(sorted(os.listdir(directory))) or 'none'})")  # fmt: skip
+            raise FileNotFoundError(
+                f"{directory}: no 'latest' file; name a checkpoint with --tag (one of: "
+                f"{', '.join(sorted(os.listdir(directory))) or 'none'})"
+            )
         with open(latest) as f:
             tag = f.read().strip()
     if not os.path.isdir(os.path.join(directory, tag)):
@@ -40,7 +42,9 @@ def load_module_weights(directory: str, tag: str | None = None) -> tuple[dict[st
     else:
         shard = os.path.join(folder, "zero_pp_rank_0_mp_rank_00_model_states.pt")
         if not os.path.isfile(shard):
-            raise FileNotFoundError(f"{folder}: neither mp_rank_00_model_states.pt nor ZeRO-3 shards; not a DeepSpeed checkpoint")
+            raise FileNotFoundError(
+                f"{folder}: neither mp_rank_00_model_states.pt nor ZeRO-3 shards; not a DeepSpeed checkpoint"
+            )
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         state = torch.load(shard, map_location="cpu", weights_only=True)

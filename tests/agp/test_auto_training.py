@@ -24,14 +24,26 @@ STEPS = 5
 def _profile(tmp) -> str:
     path = os.path.join(tmp, "profile.json")
     if not os.path.exists(path):
-        linear_profile(max_ranks=2, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12,
-                       collective_s_per_byte=A2A_WINS, backend="reference").save(path)  # fmt: skip
+        linear_profile(
+            max_ranks=2,
+            attention_s_per_edge_head=1e-9,
+            rest_s_per_mac=1e-12,
+            collective_s_per_byte=A2A_WINS,
+            backend="reference",
+        ).save(path)
     return path
 
 
 def _trainer(tmp, strategy, **extra):
-    return make_trainer(tmp, ds_config(stage=1, **extra.pop("ds", {})), strategy=strategy, backend="reference",
-                        agp_profile=_profile(tmp), agp_recalibrate_after=0, **extra)  # fmt: skip
+    return make_trainer(
+        tmp,
+        ds_config(stage=1, **extra.pop("ds", {})),
+        strategy=strategy,
+        backend="reference",
+        agp_profile=_profile(tmp),
+        agp_recalibrate_after=0,
+        **extra,
+    )
 
 
 def _decision(trainer):
@@ -70,8 +82,16 @@ def test_auto_equals_its_pick_and_switching_keeps_losses(tmp_path):
 
 def _fit_with_metrics(rank, world, tmp, dataset):
     tb = {"enabled": True, "output_path": f"{tmp}/tb", "job_name": "auto"}
-    trainer = _trainer(tmp, "auto", ds={"tensorboard": tb}, dataset=dataset, metrics_out=f"{tmp}/metrics.jsonl",
-                       epochs=3, eval_every=3, self_loops=True)  # fmt: skip
+    trainer = _trainer(
+        tmp,
+        "auto",
+        ds={"tensorboard": tb},
+        dataset=dataset,
+        metrics_out=f"{tmp}/metrics.jsonl",
+        epochs=3,
+        eval_every=3,
+        self_loops=True,
+    )
     trainer.fit(log=lambda line: None)
     pick = _decision(trainer).current
     hand = _trainer(tmp, pick, dataset=dataset, self_loops=True, partition_method=get_strategy("auto").split_method)
@@ -93,7 +113,9 @@ def test_auto_trains_cora_and_rmat_and_reports_the_decision(tmp_path, dataset):
     assert [r["loss"] for r in steps] == hand["losses"]
     for r in steps:
         assert r["strategy"] == "a2a" and r["predicted_step_time_s"] > 0 and r["step_time_s"] > 0
-    files = glob.glob(os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True)  # DeepSpeed may name the folder itself
+    files = glob.glob(
+        os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True
+    )  # DeepSpeed may name the folder itself
     acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     assert "dsgraph/step/predicted_step_time_s" in acc.Tags()["scalars"]

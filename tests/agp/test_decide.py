@@ -5,10 +5,10 @@ import re
 import pytest
 
 from dsgraph.agp.decide import AutoStrategy, contiguous_shape
-from dsgraph.parallel.shapes import ModelShape
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.parallel import auto_candidates
+from dsgraph.parallel.shapes import ModelShape
 from dsgraph.train.config import DsgraphConfig
 from tests.graphs import random_graph
 
@@ -36,14 +36,20 @@ def _auto(tmp_path, profile_path=None, backend="reference", world=2, **cfg):
     shape = contiguous_shape(graph, list(RowSplit.even(graph.num_nodes, world).counts))
     model = ModelShape(cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_mult, graph.num_features, graph.num_classes)
     agp = cfg.agp
-    return AutoStrategy(agp.profile, agp.recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32",
-                        log=lambda m: None)  # fmt: skip
+    return AutoStrategy(
+        agp.profile, agp.recalibrate_after, shape, model, pg, OneRankControl(), backend, "float32", log=lambda m: None
+    )
 
 
 def _write_profile(tmp_path, per_byte=COMM_HEAVY, backend="reference", max_ranks=2):
     path = str(tmp_path / "profile.json")
-    linear_profile(max_ranks=max_ranks, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-13,
-                   collective_s_per_byte=per_byte, backend=backend).save(path)  # fmt: skip
+    linear_profile(
+        max_ranks=max_ranks,
+        attention_s_per_edge_head=1e-9,
+        rest_s_per_mac=1e-13,
+        collective_s_per_byte=per_byte,
+        backend=backend,
+    ).save(path)
     return path
 
 
@@ -62,7 +68,10 @@ def test_decision_names_strategy_and_prediction(tmp_path):
         (lambda tmp: None, "needs 'agp.profile'"),
         (lambda tmp: str(tmp / "absent.json"), "no such AGP profile"),
         (lambda tmp: (tmp / "bad.json").write_text("{") and str(tmp / "bad.json"), "not valid JSON"),
-        (lambda tmp: _write_profile(tmp, backend="cuda"), "measured with the 'cuda' attention backend, but this run uses 'reference'"),
+        (
+            lambda tmp: _write_profile(tmp, backend="cuda"),
+            "measured with the 'cuda' attention backend, but this run uses 'reference'",
+        ),
         (lambda tmp: _write_profile(tmp, max_ranks=1), "covers rank counts \\[1\\], not the world size 2"),
     ],
 )
@@ -89,7 +98,9 @@ def test_recalibration_switches_when_another_is_20_percent_faster(tmp_path):
     others = [row for name, row in table.items() if name != "ag" and row["feasible"]]
     assert auto.current == min(others, key=lambda row: row["time_s"])["strategy"], auto.events  # the fastest other
     switch = auto.events[-1]
-    assert switch["event"] == "switch" and switch["measured_step_time_s"] == pytest.approx(ag["time_s"] + 9 * ag["comm_s"])
+    assert switch["event"] == "switch" and switch["measured_step_time_s"] == pytest.approx(
+        ag["time_s"] + 9 * ag["comm_s"]
+    )
     assert switch["reasons"][0].startswith("recalibrated (comm x10.00")
     for _ in range(4 * len(others)):  # every other strategy measures far slower than AG did: each is tried once,
         auto.after_step(100.0, 1.0)  # then AG, measured fastest, stays

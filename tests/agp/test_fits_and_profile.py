@@ -15,7 +15,9 @@ PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 2e-9, "all
 
 
 def _profile(max_ranks=2, **kw):
-    return linear_profile(max_ranks=max_ranks, attention_s_per_edge_head=1e-8, rest_s_per_mac=1e-11, collective_s_per_byte=PER_BYTE, **kw)
+    return linear_profile(
+        max_ranks=max_ranks, attention_s_per_edge_head=1e-8, rest_s_per_mac=1e-11, collective_s_per_byte=PER_BYTE, **kw
+    )
 
 
 def test_power_law_is_recovered_exactly():
@@ -75,9 +77,18 @@ def test_missing_profile(tmp_path):
         (lambda d: {**d, "dtype": "int8"}, "dtype 'int8' is not one of"),
         (lambda d: {**d, "ranks": {k: v for k, v in d["ranks"].items() if k != "1"}}, "no single-rank fits"),
         (lambda d: {**d, "ranks": {**d["ranks"], "x": {}}}, "rank count key 'x'"),
-        (lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "collectives": {}}}}, r"ranks.2.collectives must hold fits"),
-        (lambda d: {**d, "ranks": {**d["ranks"], "1": {**d["ranks"]["1"], "attention": {"slope": 1}}}}, r"ranks.1.attention: malformed fit"),
-        (lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "head_dim_knee": -3}}}, r"ranks.2.head_dim_knee must be a non-negative number"),
+        (
+            lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "collectives": {}}}},
+            r"ranks.2.collectives must hold fits",
+        ),
+        (
+            lambda d: {**d, "ranks": {**d["ranks"], "1": {**d["ranks"]["1"], "attention": {"slope": 1}}}},
+            r"ranks.1.attention: malformed fit",
+        ),
+        (
+            lambda d: {**d, "ranks": {**d["ranks"], "2": {**d["ranks"]["2"], "head_dim_knee": -3}}},
+            r"ranks.2.head_dim_knee must be a non-negative number",
+        ),
     ],
 )
 def test_malformed_profiles_name_the_problem(tmp_path, mutate, message):

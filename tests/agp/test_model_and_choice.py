@@ -6,8 +6,17 @@ import math
 import pytest
 
 from dsgraph.agp.choose import choose, switch_target
-from dsgraph.agp.model import (Calibration, GraphShape, ModelShape, SplitShape, attention_sublayer_units, ffn_sublayer_units,
-                               predict, predict_all, scaling_test)  # fmt: skip
+from dsgraph.agp.model import (
+    Calibration,
+    GraphShape,
+    ModelShape,
+    SplitShape,
+    attention_sublayer_units,
+    ffn_sublayer_units,
+    predict,
+    predict_all,
+    scaling_test,
+)
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.parallel.config import ParallelConfig
 from dsgraph.parallel.registry import get_strategy
@@ -18,9 +27,13 @@ PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all
 
 def _profile(max_ranks=4, per_byte=PER_BYTE, attention=1e-8, **kw):
     return linear_profile(
-        max_ranks=max_ranks, attention_s_per_edge_head=attention, rest_s_per_mac=1e-12,
-        collective_s_per_byte=per_byte, head_dim=16, **kw,
-    )  # fmt: skip
+        max_ranks=max_ranks,
+        attention_s_per_edge_head=attention,
+        rest_s_per_mac=1e-12,
+        collective_s_per_byte=per_byte,
+        head_dim=16,
+        **kw,
+    )
 
 
 MODEL = ModelShape(layers=2, hidden=128, heads=8)
@@ -41,7 +54,9 @@ def test_comm_bytes_per_strategy():
 
 def test_attention_work_and_imbalance():
     profile = _profile(attention=1e-8)
-    skewed = GraphShape(100_000, 2_000_000, rows={4: SplitShape([25_000] * 4, [1_400_000, 200_000, 200_000, 200_000], [0] * 4, [0] * 4)})
+    skewed = GraphShape(
+        100_000, 2_000_000, rows={4: SplitShape([25_000] * 4, [1_400_000, 200_000, 200_000, 200_000], [0] * 4, [0] * 4)}
+    )
     ag = predict("ag", 4, skewed, MODEL, profile, step=False)
     a2a = predict("a2a", 4, skewed, MODEL, profile, step=False)
     # AG waits for the rank with 70% of the edges; A2A splits heads, so every rank has E*H/p
@@ -55,7 +70,10 @@ def test_attention_cost_per_head_dim_follows_the_knee():
     wide = ModelShape(layers=2, hidden=256, heads=8)  # head_dim 32
 
     def ratio(profile):
-        return predict("ag", 2, GRAPH, wide, profile, step=False).attention_s / predict("ag", 2, GRAPH, MODEL, profile, step=False).attention_s
+        return (
+            predict("ag", 2, GRAPH, wide, profile, step=False).attention_s
+            / predict("ag", 2, GRAPH, MODEL, profile, step=False).attention_s
+        )
 
     assert ratio(linear) == pytest.approx(2.0, rel=0.05)
     assert ratio(kneed) == pytest.approx(1.5, rel=0.05)
@@ -86,10 +104,17 @@ def test_memory_ag_keeps_all_kv_a2a_keeps_the_whole_graph():
 
 def test_halo_uses_partition_sizes():
     profile = _profile()
-    part = SplitShape(part_nodes=[50_000, 50_000], part_edges=[1_000_000, 1_000_000], halo_sizes=[1_000, 3_000], send_sizes=[3_000, 1_000])
+    part = SplitShape(
+        part_nodes=[50_000, 50_000],
+        part_edges=[1_000_000, 1_000_000],
+        halo_sizes=[1_000, 3_000],
+        send_sizes=[3_000, 1_000],
+    )
     graph = GraphShape(100_000, 2_000_000, partitions={2: part})
     x = predict("halo", 2, graph, MODEL, profile, step=False)
-    assert x.comm_bytes == pytest.approx(2 * (3_000 + 1_000) * 256 * 4)  # L * (rows sent forward + halo rows' gradients back) * 2d * bytes
+    assert x.comm_bytes == pytest.approx(
+        2 * (3_000 + 1_000) * 256 * 4
+    )  # L * (rows sent forward + halo rows' gradients back) * 2d * bytes
     assert x.comm_s < predict("ag", 2, graph, MODEL, profile, step=False).comm_s
 
 
@@ -116,8 +141,15 @@ def test_choice_picks_the_fastest_feasible_and_explains():
 
 def test_nothing_feasible_is_a_clear_error():
     preds = predict_all(GRAPH, ModelShape(layers=1, hidden=21, heads=3), _profile(max_ranks=2), 2)
-    with pytest.raises(ValueError, match=r"no feasible graph-parallel strategy: a2a@2: H % p != 0.*halo@2: no partition.*ag@2: the profile covers rank counts \[1\], not 2"):
-        choose([x for x in preds if x.p == 2 and x.strategy in ("a2a", "halo")] + [predict("ag", 2, GRAPH, MODEL, _profile(max_ranks=1))])
+    with pytest.raises(
+        ValueError,
+        match=r"no feasible graph-parallel strategy: a2a@2: H % p != 0.*halo@2: no partition"
+        r".*ag@2: the profile covers rank counts \[1\], not 2",
+    ):
+        choose(
+            [x for x in preds if x.p == 2 and x.strategy in ("a2a", "halo")]
+            + [predict("ag", 2, GRAPH, MODEL, _profile(max_ranks=1))]
+        )
 
 
 def test_switch_needs_twenty_percent():
@@ -163,9 +195,14 @@ def test_checkpointing_trades_memory_for_recomputed_forwards():
     its forward collectives again (nested: its attention's twice more)."""
     profile = _profile()
     n, d, b, L = 25_000, 128, 4, 2
-    runs = {name: predict("ag", 4, GRAPH, dataclasses.replace(MODEL, **kw), profile, step=False)
-            for name, kw in {"plain": {}, "sub": dict(checkpoint_every=1),
-                             "nested": dict(checkpoint_every=1, checkpoint_nested=True)}.items()}  # fmt: skip
+    runs = {
+        name: predict("ag", 4, GRAPH, dataclasses.replace(MODEL, **kw), profile, step=False)
+        for name, kw in {
+            "plain": {},
+            "sub": dict(checkpoint_every=1),
+            "nested": dict(checkpoint_every=1, checkpoint_nested=True),
+        }.items()
+    }
     forward_bytes = n * 2 * d * b * 3  # GP-AG's K/V all-gather of one layer
     assert runs["sub"].comm_bytes == pytest.approx(runs["plain"].comm_bytes + L * forward_bytes)
     assert runs["nested"].comm_bytes == pytest.approx(runs["plain"].comm_bytes + 2 * L * forward_bytes)
@@ -173,7 +210,11 @@ def test_checkpointing_trades_memory_for_recomputed_forwards():
     row = n * d * b
     attention = attention_sublayer_units(b) * row + get_strategy("ag").cost(4, GRAPH, MODEL, b).activation_bytes
     ffn = ffn_sublayer_units(MODEL.ffn_mult, b) * row
-    kept = {"plain": L * (attention + ffn), "sub": 2 * L * row + max(attention, ffn), "nested": L * row + max(attention, ffn + row)}
+    kept = {
+        "plain": L * (attention + ffn),
+        "sub": 2 * L * row + max(attention, ffn),
+        "nested": L * row + max(attention, ffn + row),
+    }
     for name in ("sub", "nested"):
         assert runs["plain"].memory_bytes - runs[name].memory_bytes == pytest.approx(kept["plain"] - kept[name])
     assert runs["nested"].memory_bytes < runs["sub"].memory_bytes < runs["plain"].memory_bytes
@@ -182,15 +223,24 @@ def test_checkpointing_trades_memory_for_recomputed_forwards():
 def test_gat_shaped_model_counts_its_output_layer_at_its_own_width():
     """The default model (options.py): GAT-shaped blocks (q, k, v, no W_o or FFN) and an output layer
     that attends with H x pad(C) values, so its K/V rows are that wide on the wire and in memory."""
-    gat = ModelShape(layers=3, hidden=128, heads=8, num_classes=47, block="attention", head="attention", input_projection=False)
+    gat = ModelShape(
+        layers=3, hidden=128, heads=8, num_classes=47, block="attention", head="attention", input_projection=False
+    )
     hidden, out = gat.layer_kinds()
     assert (hidden.count, hidden.ffn, hidden.macs_per_node, hidden.shape.hidden) == (2, False, 3 * 128 * 128, 128)
-    assert (out.count, out.ffn, out.shape.hidden, out.shape.head_dim) == (1, False, 8 * 64, 64)  # 47 classes padded to 64
+    assert (out.count, out.ffn, out.shape.hidden, out.shape.head_dim) == (
+        1,
+        False,
+        8 * 64,
+        64,
+    )  # 47 classes padded to 64
     profile = _profile()
     n, b = 25_000, 4
     ag = predict("ag", 4, GRAPH, gat, profile, step=False)
     assert ag.comm_bytes == pytest.approx(2 * 2 * (n * 2 * 128 * b) * 3 + 2 * (n * 2 * 512 * b) * 3)
-    transformer = predict("ag", 4, GRAPH, dataclasses.replace(gat, block="transformer", head="linear"), profile, step=False)
+    transformer = predict(
+        "ag", 4, GRAPH, dataclasses.replace(gat, block="transformer", head="linear"), profile, step=False
+    )
     assert transformer.comm_bytes == pytest.approx(3 * 2 * (n * 2 * 128 * b) * 3)
     with pytest.raises(ValueError, match="an attention head needs num_classes"):
         ModelShape(layers=2, hidden=128, heads=8, head="attention")
@@ -235,23 +285,40 @@ def test_global_attention_adds_its_all_reduces_projections_and_activations():
         plain, with_global = (predict(strategy, p, GRAPH, m, profile, step=False) for m in (MODEL, glob))
         assert with_global.comm_bytes - plain.comm_bytes == pytest.approx(L * 2 * all_reduce_bytes(payload, p))
         fits = profile.fits(p).collectives
-        all_reduces = L * 2 * (fits["reduce_scatter"](payload / p) + fits["all_gather"](payload / p))  # forward and backward
+        all_reduces = (
+            L * 2 * (fits["reduce_scatter"](payload / p) + fits["all_gather"](payload / p))
+        )  # forward and backward
         assert with_global.comm_s - plain.comm_s == pytest.approx(all_reduces, rel=1e-6), strategy
         extra = with_global.memory_terms["activations"] - plain.memory_terms["activations"]
         assert extra == pytest.approx(L * n * d * b * global_sublayer_units(b))
         assert with_global.rest_s > plain.rest_s  # its projections
     sub = dataclasses.replace(glob, checkpoint_every=1)
     assert predict("ag", p, GRAPH, sub, profile, step=False).comm_bytes - predict(
-        "ag", p, GRAPH, dataclasses.replace(MODEL, checkpoint_every=1), profile, step=False).comm_bytes == pytest.approx(
-        L * 3 * all_reduce_bytes(payload, p))  # the recompute runs the forward all-reduce again
+        "ag", p, GRAPH, dataclasses.replace(MODEL, checkpoint_every=1), profile, step=False
+    ).comm_bytes == pytest.approx(
+        L * 3 * all_reduce_bytes(payload, p)
+    )  # the recompute runs the forward all-reduce again
     for block, head, layers in (("transformer", "linear", 2), ("attention", "attention", 3)):  # what the branch adds
         counts = []
         for kind in ("none", "linear"):
             options = ModelOptions(block=block, head=head, input_projection=True, global_attention=kind)
             model = GraphTransformer(100, 7, hidden=d, heads=H, layers=layers, ffn_mult=2, options=options)
-            shape = ModelShape(layers=layers, hidden=d, heads=H, in_dim=100, num_classes=7, block=block, head=head,
-                               input_projection=True, global_attention=kind)  # fmt: skip
+            shape = ModelShape(
+                layers=layers,
+                hidden=d,
+                heads=H,
+                in_dim=100,
+                num_classes=7,
+                block=block,
+                head=head,
+                input_projection=True,
+                global_attention=kind,
+            )
             counts.append((shape.num_params, sum(t.numel() for t in model.parameters())))
-        assert counts[1][0] - counts[0][0] == counts[1][1] - counts[0][1] == (layers - (head == "attention")) * (4 * d * d + 4 * d)
+        assert (
+            counts[1][0] - counts[0][0]
+            == counts[1][1] - counts[0][1]
+            == (layers - (head == "attention")) * (4 * d * d + 4 * d)
+        )
     hidden_kind = glob.layer_kinds()[0]
     assert hidden_kind.global_attention and hidden_kind.global_macs_per_node == 4 * d * d + 2 * d * (D + 1)

@@ -18,17 +18,53 @@ from tests.graphs import random_graph
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "agp")
 BF16 = os.path.join(DOCS, "dgx_h100_8gpu_bf16_profile.json")
-PAPERS = ["--nodes", "111e6", "--edges", "1.6e9", "--layers", "3", "--hidden", "128", "--heads", "8", "--in-dim", "128",
-          "--classes", "172", "--halo-fraction", "0.05", "--dtype", "bfloat16", "--block", "transformer", "--head", "linear",
-          "--input-projection", "--global-attention", "none", "--checkpoint-every", "1"]  # fmt: skip
+PAPERS = [
+    "--nodes",
+    "111e6",
+    "--edges",
+    "1.6e9",
+    "--layers",
+    "3",
+    "--hidden",
+    "128",
+    "--heads",
+    "8",
+    "--in-dim",
+    "128",
+    "--classes",
+    "172",
+    "--halo-fraction",
+    "0.05",
+    "--dtype",
+    "bfloat16",
+    "--block",
+    "transformer",
+    "--head",
+    "linear",
+    "--input-projection",
+    "--global-attention",
+    "none",
+    "--checkpoint-every",
+    "1",
+]
 PER_BYTE = {"all_gather": 1e-10, "reduce_scatter": 1e-10, "all_to_all": 2e-10, "all_to_all_uneven": 2e-10}
 
 
 def node_profile(g=2, max_ranks=4, link_s_per_byte=1e-9):
-    flat = linear_profile(max_ranks=max_ranks, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12, collective_s_per_byte=PER_BYTE,
-                          system={"memory_capacity_bytes": 2**34, "description": "test"})  # fmt: skip
-    h = Hierarchy(g, Tier("test intra", "measured", "synthetic"),
-                  InterTier("test inter", "projected", "synthetic", links_per_node=g, link=linear_fit(link_s_per_byte, 1e-5, 10, 34)))  # fmt: skip
+    flat = linear_profile(
+        max_ranks=max_ranks,
+        attention_s_per_edge_head=1e-9,
+        rest_s_per_mac=1e-12,
+        collective_s_per_byte=PER_BYTE,
+        system={"memory_capacity_bytes": 2**34, "description": "test"},
+    )
+    h = Hierarchy(
+        g,
+        Tier("test intra", "measured", "synthetic"),
+        InterTier(
+            "test inter", "projected", "synthetic", links_per_node=g, link=linear_fit(link_s_per_byte, 1e-5, 10, 34)
+        ),
+    )
     return dataclasses.replace(flat, hierarchy=h)
 
 
@@ -44,7 +80,11 @@ def test_acceptance_papers100m_on_four_nodes_of_eight(tmp_path, capsys):
     assert sum(pick["time_terms"].values()) == pytest.approx(pick["time_s"])
     for term in ("activations", "checkpoints", "halo", "features", "graph", "optimizer states"):
         assert term in text
-    assert "[projected] InfiniBand NDR" in text and "[projected] NVLink 4" in text and "[assumed] halo per rank: 0.05" in text
+    assert (
+        "[projected] InfiniBand NDR" in text
+        and "[projected] NVLink 4" in text
+        and "[assumed] halo per rank: 0.05" in text
+    )
     assert "[estimated] cross-node halo p=32" in text
     assert "placement-aware variants" in text and "a2a|halo" in text
     # the next-smaller configuration that does not fit is one node, and nested checkpointing makes it fit
@@ -54,7 +94,9 @@ def test_acceptance_papers100m_on_four_nodes_of_eight(tmp_path, capsys):
 def test_one_node_figures_are_unchanged(tmp_path, capsys):
     """The 8-GPU papers100M figures (halo@8 81.9 GiB; nested 72.0 GiB, 1.42 s) come out as before."""
     out = tmp_path / "plan.json"
-    assert main(["plan", "--profile", BF16, "--world-size", "8", *PAPERS, "--checkpoint-nested", "--json", str(out)]) == 0
+    assert (
+        main(["plan", "--profile", BF16, "--world-size", "8", *PAPERS, "--checkpoint-nested", "--json", str(out)]) == 0
+    )
     pick = json.loads(out.read_text())["pick_at_world_size"]
     assert pick["strategy"] == "halo" and pick["memory_bytes"] / 2**30 == pytest.approx(72.0, abs=0.05)
     assert pick["time_s"] == pytest.approx(1.42, abs=0.005)
@@ -64,9 +106,29 @@ def test_world_sizes_that_are_not_whole_nodes_and_single_tier_profiles(tmp_path,
     assert main(["plan", "--profile", BF16, "--world-size", "12", *PAPERS]) == 2
     assert "not 1..8 or whole nodes of 8 ranks" in capsys.readouterr().err
     flat = str(tmp_path / "flat.json")
-    linear_profile(max_ranks=2, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12, collective_s_per_byte=PER_BYTE).save(flat)
-    assert main(["plan", "--profile", flat, "--world-size", "4", "--ranks-per-node", "2", "--nodes", "1e4", "--edges", "1e5",
-                 "--classes", "4"]) == 2  # fmt: skip
+    linear_profile(
+        max_ranks=2, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12, collective_s_per_byte=PER_BYTE
+    ).save(flat)
+    assert (
+        main(
+            [
+                "plan",
+                "--profile",
+                flat,
+                "--world-size",
+                "4",
+                "--ranks-per-node",
+                "2",
+                "--nodes",
+                "1e4",
+                "--edges",
+                "1e5",
+                "--classes",
+                "4",
+            ]
+        )
+        == 2
+    )
     assert "has one tier" in capsys.readouterr().err
 
 
@@ -85,9 +147,25 @@ def test_ranks_per_node_and_a_loaded_graph_get_a_measured_node_split(tmp_path, c
 
 
 def test_default_attention_head_over_many_classes_says_which_flags(capsys):
-    rc = main(["plan", "--profile", BF16, "--world-size", "8", *[a for a in PAPERS if a not in ("transformer", "linear")
-               and a not in ("--block", "--head", "--input-projection")], "--block", "attention", "--head", "attention",
-               "--no-input-projection"])  # fmt: skip
+    rc = main(
+        [
+            "plan",
+            "--profile",
+            BF16,
+            "--world-size",
+            "8",
+            *[
+                a
+                for a in PAPERS
+                if a not in ("transformer", "linear") and a not in ("--block", "--head", "--input-projection")
+            ],
+            "--block",
+            "attention",
+            "--head",
+            "attention",
+            "--no-input-projection",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 2  # nothing fits with the GAT-shaped model and its attention head
     assert "H x pad(C) = 8 x 172 = 1,376 values per node" in text
@@ -98,8 +176,16 @@ def test_default_attention_head_over_many_classes_says_which_flags(capsys):
 @pytest.mark.parametrize("checkpoint_every, nested", [(0, False), (1, False), (1, True), (2, False)])
 def test_terms_sum_to_the_totals(checkpoint_every, nested):
     profile = node_profile(g=2, max_ranks=2)
-    model = ModelShape(layers=3, hidden=64, heads=4, in_dim=32, num_classes=7, checkpoint_every=checkpoint_every,
-                       checkpoint_nested=nested, block="transformer")  # fmt: skip
+    model = ModelShape(
+        layers=3,
+        hidden=64,
+        heads=4,
+        in_dim=32,
+        num_classes=7,
+        checkpoint_every=checkpoint_every,
+        checkpoint_nested=nested,
+        block="transformer",
+    )
     graph = GraphShape.from_counts(20_000, 200_000, [1, 2, 4, 6], halo_fraction=0.1)
     graph.partitions[4] = estimated_node_split(20_000, 200_000, 4, 2, 0.1)
     for p in (1, 2, 4, 6):
@@ -148,8 +234,12 @@ def test_placement_variants_are_costed_and_compared():
     # inside a node the head split is the same; between nodes only the node's halo travels, so fewer bytes cross
     assert mixed.inter_node_bytes < a2a.inter_node_bytes
     assert mixed.memory_terms["graph"] < a2a.memory_terms["graph"]  # the node's graph, not the whole graph
-    assert gathered.memory_terms["K/V replicas"] == pytest.approx(2 * 40_000 * (2 * 64 / 2) * 4)  # per layer N x 2d/g in fp32
-    assert predict("a2a|halo", 2, graph, model, profile, spec=A2AHalo(2)).reason.startswith("a placement across whole nodes")
+    assert gathered.memory_terms["K/V replicas"] == pytest.approx(
+        2 * 40_000 * (2 * 64 / 2) * 4
+    )  # per layer N x 2d/g in fp32
+    assert predict("a2a|halo", 2, graph, model, profile, spec=A2AHalo(2)).reason.startswith(
+        "a placement across whole nodes"
+    )
     assert [v.p for v in predict_variants(graph, model, profile, [1, 2, 4])] == [4, 4]
 
 

@@ -16,8 +16,14 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error 
 
 
 def _profile(max_ranks, attention=1e-8, per_byte=PER_BYTE, dtype="bfloat16", description="synthetic"):
-    return linear_profile(max_ranks=max_ranks, attention_s_per_edge_head=attention, rest_s_per_mac=1e-11,
-                          collective_s_per_byte=per_byte, dtype=dtype, system={"description": description})  # fmt: skip
+    return linear_profile(
+        max_ranks=max_ranks,
+        attention_s_per_edge_head=attention,
+        rest_s_per_mac=1e-11,
+        collective_s_per_byte=per_byte,
+        dtype=dtype,
+        system={"description": description},
+    )
 
 
 def test_cuda_options_parse():
@@ -52,7 +58,9 @@ def test_merge_takes_collectives_from_the_other_profile_and_compute_from_p1(tmp_
     path = tmp_path / "merged.json"
     merged.save(str(path))
     loaded = load_profile(str(path))
-    assert loaded.ranks[5].collectives["all_to_all"](2.0**20) == pytest.approx(other.ranks[5].collectives["all_to_all"](2.0**20))
+    assert loaded.ranks[5].collectives["all_to_all"](2.0**20) == pytest.approx(
+        other.ranks[5].collectives["all_to_all"](2.0**20)
+    )
     assert json.loads(path.read_text())["system"]["collectives_source"]["ranks"] == list(range(2, 9))
 
 
@@ -73,7 +81,11 @@ def test_timing_helper_on_the_cpu():
 
 def test_gpu_sizes_reach_past_launch_latency():
     cpu, cuda = measure.sizes_for(torch.device("cpu")), measure.sizes_for(torch.device("cuda"))
-    assert max(cuda.attention_nodes) * measure.ATTENTION_DEGREE >= 2**24 > max(cpu.attention_nodes) * measure.ATTENTION_DEGREE
+    assert (
+        max(cuda.attention_nodes) * measure.ATTENTION_DEGREE
+        >= 2**24
+        > max(cpu.attention_nodes) * measure.ATTENTION_DEGREE
+    )
     assert measure.rank_device(1, "cuda") == torch.device("cuda", 1) and measure.rank_device(1, "cpu").type == "cpu"
 
 
@@ -98,7 +110,9 @@ def test_nccl_ranks_need_gpus():
 def _fake_gpu(monkeypatch, gpus):
     """measure_profile as if this machine had ``gpus`` GPUs: p = 1..gpus from a synthetic profile."""
     monkeypatch.setattr(measure, "measurable_ranks", lambda backend, max_ranks, head_dim: min(max_ranks, gpus))
-    monkeypatch.setattr(measure, "measure_profile", lambda max_ranks, **kw: _profile(max_ranks, attention=3e-9, description="fake GPU"))
+    monkeypatch.setattr(
+        measure, "measure_profile", lambda max_ranks, **kw: _profile(max_ranks, attention=3e-9, description="fake GPU")
+    )
 
 
 def test_one_gpu_run_merges_the_collectives_file(tmp_path, monkeypatch, capsys):
@@ -106,7 +120,12 @@ def test_one_gpu_run_merges_the_collectives_file(tmp_path, monkeypatch, capsys):
     other = tmp_path / "dgx.json"
     _profile(8, attention=1e-6, description="DGX H100").save(str(other))
     out = tmp_path / "gpu.json"
-    assert profile_cli.main(["--backend", "cuda", "--dtype", "bfloat16", "--collectives-from", str(other), "--out", str(out)]) == 0
+    assert (
+        profile_cli.main(
+            ["--backend", "cuda", "--dtype", "bfloat16", "--collectives-from", str(other), "--out", str(out)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"rank counts [2, 3, 4, 5, 6, 7, 8]: collective fits from {other}" in printed and "(DGX H100)" in printed
     assert "p = 1..8" in printed
@@ -126,5 +145,9 @@ def test_cpu_profile_still_measures_end_to_end(tmp_path, capsys):
     out = tmp_path / "cpu.json"
     assert profile_cli.main(["--backend", "cpu", "--max-ranks", "1", "--reps", "1", "--out", str(out)]) == 0
     profile = load_profile(str(out))
-    assert profile.backend == "cpu" and profile.system["comm_backend"] == "gloo" and profile.system["ranks_measured"] == [1]
+    assert (
+        profile.backend == "cpu"
+        and profile.system["comm_backend"] == "gloo"
+        and profile.system["ranks_measured"] == [1]
+    )
     assert all(t > 0 for _, t in profile.ranks[1].attention.points) and len(profile.ranks[1].attention.points) == 4

@@ -27,10 +27,21 @@ def toy_profile(g=4, r=4) -> Profile:
     ranks = {1: RankFits(one, one)}
     for p in range(2, g + 1):
         ring = per_byte((p - 1) / 100)
-        ranks[p] = RankFits(one, one, {"all_gather": ring, "reduce_scatter": ring, "all_to_all": per_byte(1 / 50),
-                                       "all_to_all_uneven": per_byte(1 / 50)})  # fmt: skip
-    h = Hierarchy(g, Tier("toy intra", "measured", "hand-made"), InterTier("toy inter", "projected", "hand-made", links_per_node=r,
-                                                                            link=per_byte(1 / 10)))  # fmt: skip
+        ranks[p] = RankFits(
+            one,
+            one,
+            {
+                "all_gather": ring,
+                "reduce_scatter": ring,
+                "all_to_all": per_byte(1 / 50),
+                "all_to_all_uneven": per_byte(1 / 50),
+            },
+        )
+    h = Hierarchy(
+        g,
+        Tier("toy intra", "measured", "hand-made"),
+        InterTier("toy inter", "projected", "hand-made", links_per_node=r, link=per_byte(1 / 10)),
+    )
     return Profile("cuda", "float32", 8, 16, 2, {"memory_capacity_bytes": 1e12}, ranks, "<toy>", h)
 
 
@@ -138,7 +149,10 @@ def _bad(mutate):
     [
         (lambda h: h.update(ranks_per_node=0), r"hierarchy.ranks_per_node must be a positive integer"),
         (lambda h: h.update(ranks_per_node=True), r"hierarchy.ranks_per_node must be a positive integer"),
-        (lambda h: h.update(ranks_per_node=8), r"ranks_per_node is 8, but the profile's fits cover rank counts \[1, 2, 3, 4\]"),
+        (
+            lambda h: h.update(ranks_per_node=8),
+            r"ranks_per_node is 8, but the profile's fits cover rank counts \[1, 2, 3, 4\]",
+        ),
         (lambda h: h.pop("intra"), r"hierarchy.intra must be an object"),
         (lambda h: h["intra"].update(status="guessed"), r"hierarchy.intra.status must be one of measured, projected"),
         (lambda h: h["inter"].update(source=""), r"hierarchy.inter.source must be a non-empty string"),
@@ -147,7 +161,10 @@ def _bad(mutate):
         (lambda h: h["inter"].update(links_per_node=0), r"hierarchy.inter.links_per_node must be a positive integer"),
         (lambda h: h["inter"].pop("link"), r"hierarchy.inter has no 'link' fit"),
         (lambda h: h["inter"].update(link={"slope": 1}), r"hierarchy.inter.link: malformed fit"),
-        (lambda h: h.update(compute={"name": "x", "status": "measured"}), r"hierarchy.compute.source must be a non-empty string"),
+        (
+            lambda h: h.update(compute={"name": "x", "status": "measured"}),
+            r"hierarchy.compute.source must be a non-empty string",
+        ),
     ],
 )
 def test_malformed_hierarchy_names_the_field(mutate, message):
@@ -166,9 +183,13 @@ def test_a_one_gpu_measurement_with_projected_collectives_keeps_the_nodes():
     from dsgraph.agp.profile import with_collectives_from
     from dsgraph.agp.synthetic import linear_profile
 
-    one = linear_profile(max_ranks=1, attention_s_per_edge_head=1e-9, rest_s_per_mac=1e-12,
-                         collective_s_per_byte=dict.fromkeys(("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven"), 1e-9),
-                         system={"description": "one measured GPU"})  # fmt: skip
+    one = linear_profile(
+        max_ranks=1,
+        attention_s_per_edge_head=1e-9,
+        rest_s_per_mac=1e-12,
+        collective_s_per_byte=dict.fromkeys(("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven"), 1e-9),
+        system={"description": "one measured GPU"},
+    )
     merged = with_collectives_from(one, toy_profile(), 4)
     assert merged.hierarchy.ranks_per_node == 4 and merged.covers(8)
     assert merged.hierarchy.compute.status == "measured" and "one measured GPU" in merged.hierarchy.compute.name

@@ -11,8 +11,16 @@ from tests.train.helpers import ds_config, make_trainer, write_random_graph
 
 
 def _traced(rank, world, tmp):
-    trainer = make_trainer(tmp, ds_config(stage=1), strategy="ag", backend="reference", epochs=3, eval_every=3,
-                           trace_steps="1:2", trace_dir=f"{tmp}/traces")  # fmt: skip
+    trainer = make_trainer(
+        tmp,
+        ds_config(stage=1),
+        strategy="ag",
+        backend="reference",
+        epochs=3,
+        eval_every=3,
+        trace_steps="1:2",
+        trace_dir=f"{tmp}/traces",
+    )
     trainer.fit(log=lambda line: None)
 
 

@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from dsgraph.comm import GraphParallelGroup, RowSplit, all_reduce_sum, exchange_rows, gather_rows, heads_to_nodes, nodes_to_heads
+from dsgraph.comm import (
+    GraphParallelGroup,
+    RowSplit,
+    all_reduce_sum,
+    exchange_rows,
+    gather_rows,
+    heads_to_nodes,
+    nodes_to_heads,
+)
 from dsgraph.comm.allreduce import all_reduce_bytes
 from tests.distributed import run
 

@@ -41,8 +41,10 @@ def _check_plans(graph, counts):
         # interior rows read only local rows; interior + boundary rebuild every row in order
         assert bool((plan.interior_col < plan.num_local).all())
         rebuilt = {}
-        for rows, rp, c in ((plan.interior_rows, plan.interior_rowptr, plan.interior_col),
-                            (plan.boundary_rows, plan.boundary_rowptr, plan.boundary_col)):  # fmt: skip
+        for rows, rp, c in (
+            (plan.interior_rows, plan.interior_rowptr, plan.interior_col),
+            (plan.boundary_rows, plan.boundary_rowptr, plan.boundary_col),
+        ):
             for k, row in enumerate(rows.tolist()):
                 rebuilt[row] = compact_ids[c[rp[k] : rp[k + 1]]].tolist()
         assert sorted(rebuilt) == list(range(plan.num_local))
@@ -70,8 +72,15 @@ def test_plan_with_an_empty_halo_and_an_empty_part():
     keep = ~((dst < 30) & (col >= 30))  # rank 0 reads nothing remote, but others read its rows
     from dsgraph.graph import Graph
 
-    trimmed = Graph.from_edges(col[keep], dst[keep], x=graph.x.numpy(), y=graph.y.numpy(), train_mask=graph.train_mask.numpy(),
-                               val_mask=graph.val_mask.numpy(), test_mask=graph.test_mask.numpy())  # fmt: skip
+    trimmed = Graph.from_edges(
+        col[keep],
+        dst[keep],
+        x=graph.x.numpy(),
+        y=graph.y.numpy(),
+        train_mask=graph.train_mask.numpy(),
+        val_mask=graph.val_mask.numpy(),
+        test_mask=graph.test_mask.numpy(),
+    )
     plans = _check_plans(trimmed, counts)
     assert plans[0].num_halo == 0 and plans[0].rows_sent > 0 and plans[0].boundary_rows.numel() == 0
     assert plans[1].num_local == 0 and plans[1].num_halo == 0 and plans[1].rows_sent == 0

@@ -32,13 +32,32 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 CXX = os.environ.get("CXX", "g++")
-CXXFLAGS = ("-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-            "-fno-omit-frame-pointer", "-ffp-contract=off", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function")  # fmt: skip
+CXXFLAGS = (
+    "-std=c++17",
+    "-O1",
+    "-g",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wno-unknown-pragmas",
+    "-Wno-unused-function",
+)
 LAUNCH_TIMEOUT_S = float(os.environ.get("DSGRAPH_CUDA_EMULATOR_TIMEOUT", 600))
-_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?(\w+)\s*\(')
+_KERNEL_RE = re.compile(
+    r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?(\w+)\s*\('
+)
 # torch dtype -> the element type codes of runtime.cpp's signatures it may be passed as
-_ELEMENT = {torch.int64: ("i64",), torch.int32: ("i32",), torch.float32: ("f32",), torch.int16: ("i16", "u16"),
-            torch.uint8: ("u8", "i8"), torch.int8: ("i8", "u8"), torch.float64: ("f64",)}  # fmt: skip
+_ELEMENT = {
+    torch.int64: ("i64",),
+    torch.int32: ("i32",),
+    torch.float32: ("f32",),
+    torch.int16: ("i16", "u16"),
+    torch.uint8: ("u8", "i8"),
+    torch.int8: ("i8", "u8"),
+    torch.float64: ("f64",),
+}
 _SCALAR = {np.int32: "i32", np.uint32: "u32", np.int64: "i64", np.uint64: "u64", np.float32: "f32", np.float64: "f64"}
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -121,8 +140,21 @@ def build(code: str, options: tuple[str, ...] = ()) -> Path:
             "int main() { return emu::serve(emu_kernels, sizeof emu_kernels / sizeof *emu_kernels); }\n"
         )
         tmp = work / "kernels"
-        _compile([*CXXFLAGS, f"-I{HERE}", f"-I{HERE / 'include'}", "-include", str(HERE / "cuda_emu.h"), *defines,
-                  str(work / "main.cpp"), str(runtime), "-o", str(tmp)], f"{names[0]}..")  # fmt: skip
+        _compile(
+            [
+                *CXXFLAGS,
+                f"-I{HERE}",
+                f"-I{HERE / 'include'}",
+                "-include",
+                str(HERE / "cuda_emu.h"),
+                *defines,
+                str(work / "main.cpp"),
+                str(runtime),
+                "-o",
+                str(tmp),
+            ],
+            f"{names[0]}..",
+        )
         os.replace(tmp, exe)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -135,7 +167,9 @@ class _Server:
     def __init__(self, exe: Path):
         self.exe, self.proc, self.kernels = exe, None, {}
         self.lock = threading.Lock()
-        fd, self.shm_path = tempfile.mkstemp(prefix="dsgraph-emu-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        fd, self.shm_path = tempfile.mkstemp(
+            prefix="dsgraph-emu-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+        )
         os.close(fd)
 
     def start(self) -> None:
@@ -144,7 +178,9 @@ class _Server:
         while len(_LIVE) > MAX_LIVE_PROCESSES:  # each is 30-50 MB; a stopped one restarts on its next launch
             _LIVE.pop(next(iter(_LIVE))).stop()
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([str(self.exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
+        self.proc = subprocess.Popen(
+            [str(self.exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0
+        )
         self.kernels, self.pending = {}, b""
         count = int(self._line().split()[1])
         for _ in range(count):
@@ -162,7 +198,9 @@ class _Server:
                 self.proc.kill()
                 self.proc.wait()
                 self.proc = None
-                raise EmulatorError(f"emulator: no answer from the kernel process within {timeout:.0f} s (a kernel that never ends?)")
+                raise EmulatorError(
+                    f"emulator: no answer from the kernel process within {timeout:.0f} s (a kernel that never ends?)"
+                )
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 self._died("exited")
@@ -184,7 +222,9 @@ class _Server:
             if self.proc is None:
                 self.start()
             if name not in self.kernels:
-                raise EmulatorError(f"emulator: the module has no kernel named '{name}' (it has {sorted(self.kernels)})")
+                raise EmulatorError(
+                    f"emulator: the module has no kernel named '{name}' (it has {sorted(self.kernels)})"
+                )
             return self.kernels[name]
 
     def launch(self, name: str, grid, block, args) -> None:
@@ -203,7 +243,8 @@ class _Server:
                         b.offset = offset
                         shm[offset : offset + b.nbytes] = b.bytes_view().numpy().tobytes() if b.nbytes else b""
                         offset += -(-b.nbytes // 64) * 64
-                    command = f"launch {name} {' '.join(map(str, grid))} {' '.join(map(str, block))} {self.shm_path} {total} {len(args)}\n"
+                    dims = f"{' '.join(map(str, grid))} {' '.join(map(str, block))}"
+                    command = f"launch {name} {dims} {self.shm_path} {total} {len(args)}\n"
                     body = "".join(line if isinstance(line, str) else line() for line in lines)
                     self.proc.stdin.write((command + body).encode())
                     self.proc.stdin.flush()
@@ -240,7 +281,7 @@ class _Server:
 
 
 class _Buffer:
-    def __init__(self, array: "FakeArray", written: bool):
+    def __init__(self, array: FakeArray, written: bool):
         self.tensor, self.written = array.tensor, written
         self.nbytes = array.tensor.numel() * array.tensor.element_size()
         self.offset = 0
@@ -260,7 +301,9 @@ def _marshal(name: str, params, args):
         kind, ctype = param[0], param[1]
         if kind == "p":
             if not isinstance(arg, FakeArray):
-                raise EmulatorError(f"{name}: argument {i} must be an array (a pointer parameter of {ctype}), got {type(arg).__name__}")
+                raise EmulatorError(
+                    f"{name}: argument {i} must be an array (a pointer parameter of {ctype}), got {type(arg).__name__}"
+                )
             if ctype not in _ELEMENT.get(arg.tensor.dtype, ()):
                 raise EmulatorError(f"{name}: argument {i} is {arg.tensor.dtype}, the parameter points to {ctype}")
             buffer = _Buffer(arg, written=param[2] == "w")
@@ -268,7 +311,10 @@ def _marshal(name: str, params, args):
             lines.append(lambda b=buffer, a=arg: f"b {b.offset} {b.nbytes} {a.tensor.data_ptr() % 16}\n")
         else:
             if isinstance(arg, FakeArray) or type(arg) not in _SCALAR:
-                raise EmulatorError(f"{name}: argument {i} must be a numpy scalar of {ctype}, got {type(arg).__name__} (CuPy would guess its type)")
+                raise EmulatorError(
+                    f"{name}: argument {i} must be a numpy scalar of {ctype}, got {type(arg).__name__} (CuPy would "
+                    "guess its type)"
+                )
             if _SCALAR[type(arg)] != ctype:
                 raise EmulatorError(f"{name}: argument {i} is {_SCALAR[type(arg)]}, the parameter is {ctype}")
             bits = np.array([arg]).view(np.uint32 if np.dtype(type(arg)).itemsize == 4 else np.uint64)[0]
@@ -282,7 +328,9 @@ def _check_aliasing(name: str, buffers) -> None:
     for i, (lo, hi, b) in enumerate(spans):
         for lo2, hi2, b2 in spans[i + 1 :]:
             if lo < hi2 and lo2 < hi and (b.written or b2.written):
-                raise EmulatorError(f"{name}: a written buffer overlaps another argument (the kernels' pointers are __restrict__)")
+                raise EmulatorError(
+                    f"{name}: a written buffer overlaps another argument (the kernels' pointers are __restrict__)"
+                )
 
 
 class FakeArray:
@@ -317,7 +365,7 @@ def _dims(value, limits, what, name):
 
 
 _SERVERS: dict[Path, _Server] = {}
-_LIVE: "OrderedDict[Path, _Server]" = OrderedDict()  # servers with a running child, least recently used first
+_LIVE: OrderedDict[Path, _Server] = OrderedDict()  # servers with a running child, least recently used first
 MAX_LIVE_PROCESSES = 4
 
 
@@ -344,8 +392,10 @@ def from_dlpack(t) -> FakeArray:
     if t.requires_grad:
         raise EmulatorError("emulator: DLPack refuses tensors that require grad (detach first)")
     if not t.is_contiguous():
-        raise EmulatorError(f"emulator: a kernel argument is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}): "
-                            "a DLPack view keeps the strides, and the kernels index it as contiguous")  # fmt: skip
+        raise EmulatorError(
+            f"emulator: a kernel argument is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}): "
+            "a DLPack view keeps the strides, and the kernels index it as contiguous"
+        )
     return FakeArray(t)
 
 

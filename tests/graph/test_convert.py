@@ -26,7 +26,7 @@ from,to
 
 
 def write(path, text, gz=False):
-    with (gzip.open(path, "wt") if gz else open(path, "w")) as f:
+    with gzip.open(path, "wt") if gz else open(path, "w") as f:
         f.write(text)
     return str(path)
 
@@ -78,8 +78,14 @@ def test_ogb_folder_to_npz_reports_classes_and_split(tmp_path, capsys):
 
 def small_graph() -> Graph:
     return Graph.from_edges(
-        [0, 1, 1, 2, 2], [1, 2, 2, 0, 2], x=np.arange(6, dtype=np.float32).reshape(3, 2), y=[0, 1, -1],
-        train_mask=[True, False, False], val_mask=[False, True, False], test_mask=[False] * 3, num_nodes=3,
+        [0, 1, 1, 2, 2],
+        [1, 2, 2, 0, 2],
+        x=np.arange(6, dtype=np.float32).reshape(3, 2),
+        y=[0, 1, -1],
+        train_mask=[True, False, False],
+        val_mask=[False, True, False],
+        test_mask=[False] * 3,
+        num_nodes=3,
     )
 
 

@@ -33,8 +33,17 @@ def features(rows: int, width: int = 3, seed: int = 0) -> np.ndarray:
 
 def small(edge_attr) -> Graph:
     n = N + 1
-    return Graph.from_edges(SRC, DST, x=np.ones((n, 1), np.float32), y=np.zeros(n, np.int64), train_mask=np.zeros(n, bool),
-                            val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool), num_nodes=n, edge_attr=edge_attr)  # fmt: skip
+    return Graph.from_edges(
+        SRC,
+        DST,
+        x=np.ones((n, 1), np.float32),
+        y=np.zeros(n, np.int64),
+        train_mask=np.zeros(n, bool),
+        val_mask=np.zeros(n, bool),
+        test_mask=np.zeros(n, bool),
+        num_nodes=n,
+        edge_attr=edge_attr,
+    )
 
 
 def triples(graph: Graph) -> list[tuple[int, int, tuple[float, ...]]]:
@@ -84,7 +93,8 @@ def test_partitioning_relabels_features_with_their_edges():
     dst_old = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.in_degrees())
     key = lambda s, d, a, loop: sorted(zip(s.tolist(), d.tolist(), map(tuple, a.tolist()), loop.tolist()))  # noqa: E731
     assert key(perm_t[new.col.long()], perm_t[dst_new], new.edge_attr, new.added_loops) == key(
-        graph.col.long(), dst_old, graph.edge_attr, graph.added_loops)  # fmt: skip
+        graph.col.long(), dst_old, graph.edge_attr, graph.added_loops
+    )
 
 
 def test_npz_round_trip_is_exact(tmp_path):
@@ -100,12 +110,21 @@ def test_benchmark_layout_reads_edge_features_in_both_directions(tmp_path):
     edges = np.array([[0, 1], [1, 2], [2, 0], [3, 1]])
     attr = features(4, 2)
     n = 4
-    np.savez(tmp_path / "b.npz", edges=edges, edge_features=attr, node_features=np.ones((n, 1), np.float32),
-             node_labels=np.zeros(n, np.int64), train_masks=np.ones((2, n), bool), val_masks=np.zeros((2, n), bool),
-             test_masks=np.zeros((2, n), bool))  # fmt: skip
+    np.savez(
+        tmp_path / "b.npz",
+        edges=edges,
+        edge_features=attr,
+        node_features=np.ones((n, 1), np.float32),
+        node_labels=np.zeros(n, np.int64),
+        train_masks=np.ones((2, n), bool),
+        val_masks=np.zeros((2, n), bool),
+        test_masks=np.zeros((2, n), bool),
+    )
     graph = load_npz(tmp_path / "b.npz")
-    want = sorted([(int(u), int(v), tuple(a)) for (u, v), a in zip(edges, attr.tolist())]
-                  + [(int(v), int(u), tuple(a)) for (u, v), a in zip(edges, attr.tolist())])  # fmt: skip
+    want = sorted(
+        [(int(u), int(v), tuple(a)) for (u, v), a in zip(edges, attr.tolist())]
+        + [(int(v), int(u), tuple(a)) for (u, v), a in zip(edges, attr.tolist())]
+    )
     assert triples(graph) == want
 
 
@@ -129,10 +148,20 @@ def test_edge_list_columns_become_features_through_every_clean_up(tmp_path):
     with gzip.open(path, "wt") as f:
         f.write("\n".join(lines) + "\n")
     out = str(tmp_path / "e.npz")
-    assert convert([str(path), out, "--edge-features", "--relabel", "--symmetrize", "--dedup", "--drop-self-loops"]) == 0
+    assert (
+        convert([str(path), out, "--edge-features", "--relabel", "--symmetrize", "--dedup", "--drop-self-loops"]) == 0
+    )
     graph = load_npz(out)  # 10 -> 0, 20 -> 1, 30 -> 2, 40 -> 3; the first of the repeated 10 -> 20 kept
-    want = sorted([(0, 1, (0.5, -1.0)), (1, 0, (0.5, -1.0)), (1, 2, (1.25, 2.0)), (2, 1, (1.25, 2.0)),
-                   (2, 0, (-3.0, 4.0)), (0, 2, (-3.0, 4.0))])  # fmt: skip
+    want = sorted(
+        [
+            (0, 1, (0.5, -1.0)),
+            (1, 0, (0.5, -1.0)),
+            (1, 2, (1.25, 2.0)),
+            (2, 1, (1.25, 2.0)),
+            (2, 0, (-3.0, 4.0)),
+            (0, 2, (-3.0, 4.0)),
+        ]
+    )
     assert triples(graph) == want
     (tmp_path / "short.txt").write_text("1 2\n")
     assert convert([str(tmp_path / "short.txt"), str(tmp_path / "s.npz"), "--edge-features"]) == 1
@@ -142,8 +171,11 @@ def test_ogb_edge_feat_file_follows_the_edges(tmp_path):
     root = tmp_path / "ogbn_tiny"
     (root / "raw").mkdir(parents=True)
     edges, attr = np.array([[1, 0], [2, 1], [0, 2], [2, 0]]), features(4, 3)
-    for name, rows in (("num-node-list", ["3"]), ("edge", [f"{u},{v}" for u, v in edges]),
-                       ("edge-feat", [",".join(repr(float(a)) for a in row) for row in attr])):  # fmt: skip
+    for name, rows in (
+        ("num-node-list", ["3"]),
+        ("edge", [f"{u},{v}" for u, v in edges]),
+        ("edge-feat", [",".join(repr(float(a)) for a in row) for row in attr]),
+    ):
         with gzip.open(root / "raw" / f"{name}.csv.gz", "wt") as f:
             f.write("\n".join(rows) + "\n")
     out = str(tmp_path / "o.npz")
@@ -215,7 +247,9 @@ def test_per_rank_loading_from_the_store_equals_the_split_in_memory(store, self_
 def test_a_model_that_reads_edge_features_needs_a_graph_that_has_them(tmp_path):
     graph = random_graph()
     pg = GraphParallelGroup(rank=0, world_size=1)
-    with pytest.raises(ValueError, match="has no edge_attr; use a dataset with edge features, or set model.edge_features"):
+    with pytest.raises(
+        ValueError, match="has no edge_attr; use a dataset with edge features, or set model.edge_features"
+    ):
         from_graph(graph, pg, None, None, 0, edge_features=True)
     path = str(tmp_path / "plain.npz")
     save_npz(graph, path)
@@ -237,6 +271,8 @@ def test_encodings_and_the_partition_cli_keep_edge_features_bit_for_bit(tmp_path
     assert torch.equal(encoded.edge_attr, graph.edge_attr) and "rwse" in encoded.enc
     assert partition(["--dataset", path, "--parts", "2", "--method", "random", "--out", out, "--quiet"]) == 0
     back = load_store_graph(out)
-    perm = torch.from_numpy(np.array(load_permutation(out)))  # relabelled id -> dataset id (a copy: the stored one is read-only)
+    perm = torch.from_numpy(
+        np.array(load_permutation(out))
+    )  # relabelled id -> dataset id (a copy: the stored one is read-only)
     relabelled = sorted((int(perm[s]), int(perm[d]), attr) for s, d, attr in triples(back))
     assert relabelled == triples(graph) and torch.equal(back.enc["rwse"], encoded.enc["rwse"][perm])

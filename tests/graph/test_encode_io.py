@@ -120,7 +120,9 @@ def test_encode_refuses_what_it_cannot_do(tmp_path, capsys):
 def test_missing_encoding_messages_name_the_command():
     message = str(missing_error("rmat:12", "/cache/rmat.npz", ["rwse", "lappe", "lappe_eigvals"]))
     assert "`dsgraph encode rmat:12 --rwse 16 --lappe 8`" in message and "'model.encodings'" in message
-    assert "`dsgraph encode cora --lappe 8 --out cora_enc.npz` and train on 'cora_enc.npz'" in str(missing_error("cora", "c", ["lappe"]))
+    assert "`dsgraph encode cora --lappe 8 --out cora_enc.npz` and train on 'cora_enc.npz'" in str(
+        missing_error("cora", "c", ["lappe"])
+    )
     assert "`dsgraph encode rmat:10 --seed 3 --rwse 16`" in str(missing_error("rmat:10", "f.npz", ["rwse"], seed=3))
 
 

@@ -119,7 +119,9 @@ def test_arpack_trouble_falls_back_to_lobpcg(monkeypatch):
     calls = _arpack_fails(monkeypatch)
     src, dst, n = components_graph()
     lines = []
-    vecs, vals, _ = lappe(from_edges(src, dst, n), 3, SolverSettings(dense_max=8, tol=1e-8, maxiter=2000), log=lines.append)
+    vecs, vals, _ = lappe(
+        from_edges(src, dst, n), 3, SolverSettings(dense_max=8, tol=1e-8, maxiter=2000), log=lines.append
+    )
     assert len(calls) == 4 and calls[1] > calls[0]  # two components, each tried twice, the retry with more vectors
     assert any("LOBPCG converged" in line for line in lines)
     assert_matches_reference(vecs, vals, src, dst, n, 3, tol=1e-4)

@@ -10,10 +10,14 @@ from tests.graphs import random_graph
 
 def _arrays(n=5):
     return dict(
-        src=np.array([0, 1, 2, 3]), dst=np.array([1, 2, 3, 1]),
-        x=np.ones((n, 3), np.float32), y=np.zeros(n, np.int64),
-        train_mask=np.ones(n, bool), val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool),
-    )  # fmt: skip
+        src=np.array([0, 1, 2, 3]),
+        dst=np.array([1, 2, 3, 1]),
+        x=np.ones((n, 3), np.float32),
+        y=np.zeros(n, np.int64),
+        train_mask=np.ones(n, bool),
+        val_mask=np.zeros(n, bool),
+        test_mask=np.zeros(n, bool),
+    )
 
 
 def test_csr_by_destination():
@@ -63,8 +67,12 @@ def test_structural_rmat_has_two_imbalanced_classes_and_structural_features():
     # against a direct count on a small directed graph: 0->1, 1->0, 2->1, 1->2 is absent, 3 isolated
     x = structural_features(np.array([0, 1, 2]), np.array([1, 0, 1]), 4)
     ln = np.log1p
-    want = [[ln(1), ln(1), ln(2), ln(2), ln(2), ln(2), 1.0], [ln(2), ln(1), ln(1) / 2, ln(1), ln(1), ln(1), 0.5],
-            [0, ln(1), 0, 0, ln(2), 0, 0], [0] * 7]  # fmt: skip
+    want = [
+        [ln(1), ln(1), ln(2), ln(2), ln(2), ln(2), 1.0],
+        [ln(2), ln(1), ln(1) / 2, ln(1), ln(1), ln(1), 0.5],
+        [0, ln(1), 0, 0, ln(2), 0, 0],
+        [0] * 7,
+    ]
     np.testing.assert_allclose(x, np.array(want, dtype=np.float32), rtol=1e-6)
     with pytest.raises(ValueError, match="rmat:SCALE"):
         load_dataset("rmat:10:structurals")

@@ -32,7 +32,9 @@ def _save(tmp_path, name, **arrays):
 def test_float_labels_holding_non_integers_are_refused(tmp_path):
     a = _arrays()
     path = _save(tmp_path, "half.npz", **{**a, "y": a["y"] + 0.5})
-    with pytest.raises(ValueError, match=r"half.npz: labels 'y' are float64 and node 0 holds .*\.5, which is not a class id"):
+    with pytest.raises(
+        ValueError, match=r"half.npz: labels 'y' are float64 and node 0 holds .*\.5, which is not a class id"
+    ):
         load_npz(path)
     with pytest.raises(ValueError, match="half.npz: labels 'y'"):
         DatasetFile(path)
@@ -44,7 +46,11 @@ def test_overlapping_splits_are_refused_with_counts_unless_allowed(tmp_path):
     a = _arrays()
     path = _save(tmp_path, "same.npz", **{**a, "test_mask": a["train_mask"]})
     count = int(a["train_mask"].sum())
-    with pytest.raises(ValueError, match=rf"same.npz: train/val/test overlap \(train_mask & test_mask: {count} node\(s\).*allow_overlapping_splits"):
+    with pytest.raises(
+        ValueError,
+        match=rf"same.npz: train/val/test overlap \(train_mask & test_mask: {count} node\(s\)"
+        r".*allow_overlapping_splits",
+    ):
         load_npz(path)
     with pytest.raises(ValueError, match="overlap"):
         DatasetFile(path)
@@ -59,7 +65,9 @@ def test_masks_of_several_splits_pick_one(tmp_path):
         graph = load_npz(path, choice=SplitChoice(split=k))
         assert graph.val_mask.tolist() == a["val_mask"][k].tolist()
         assert DatasetFile(path, choice=SplitChoice(split=k)).arrays["test_mask"].tolist() == a["test_mask"][k].tolist()
-    with pytest.raises(ValueError, match=r"four.npz: array 'train_mask' holds 4 splits .*'split' must be in 0..3, got 4"):
+    with pytest.raises(
+        ValueError, match=r"four.npz: array 'train_mask' holds 4 splits .*'split' must be in 0..3, got 4"
+    ):
         load_npz(path, choice=SplitChoice(split=4))
     one = _save(tmp_path, "one.npz", **_arrays())
     with pytest.raises(ValueError, match=r"one.npz: array 'train_mask' holds one split"):
@@ -69,16 +77,31 @@ def test_masks_of_several_splits_pick_one(tmp_path):
 def _benchmark(a):
     pairs = np.unique(np.sort(np.stack([a["src"], a["dst"]], 1), axis=1), axis=0)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    return pairs, dict(edges=pairs, node_features=a["x"], node_labels=a["y"], train_masks=a["train_mask"],
-                       val_masks=a["val_mask"], test_masks=a["test_mask"])  # fmt: skip
+    return pairs, dict(
+        edges=pairs,
+        node_features=a["x"],
+        node_labels=a["y"],
+        train_masks=a["train_mask"],
+        val_masks=a["val_mask"],
+        test_masks=a["test_mask"],
+    )
 
 
 def test_benchmark_layout_reads_both_directions_and_converts(tmp_path):
     a = _arrays(splits=3)
     pairs, bench = _benchmark(a)
     path = _save(tmp_path, "bench.npz", **bench)
-    mine = _save(tmp_path, "mine.npz", src=np.r_[pairs[:, 0], pairs[:, 1]], dst=np.r_[pairs[:, 1], pairs[:, 0]], x=a["x"],
-                 y=a["y"], train_mask=a["train_mask"], val_mask=a["val_mask"], test_mask=a["test_mask"])  # fmt: skip
+    mine = _save(
+        tmp_path,
+        "mine.npz",
+        src=np.r_[pairs[:, 0], pairs[:, 1]],
+        dst=np.r_[pairs[:, 1], pairs[:, 0]],
+        x=a["x"],
+        y=a["y"],
+        train_mask=a["train_mask"],
+        val_mask=a["val_mask"],
+        test_mask=a["test_mask"],
+    )
     got, want = load_npz(path, choice=SplitChoice(split=2)), load_npz(mine, choice=SplitChoice(split=2))
     assert got.num_edges == 2 * len(pairs)
     for name in ("rowptr", "col", "x", "y", "train_mask", "val_mask", "test_mask"):

@@ -26,13 +26,20 @@ def test_random_split_sizes_disjointness_and_seed():
     pairs = undirected_pairs(*_ring(200), 200)
     split = random_split(pairs, 200, 0.05, 0.10, seed=4)
     pos = split.positives
-    assert (pos["test"].shape[0], pos["val"].shape[0], pos["train"].shape[0]) == (40, 20, 340)  # floor(400 x .1), floor(400 x .05)
+    assert (pos["test"].shape[0], pos["val"].shape[0], pos["train"].shape[0]) == (
+        40,
+        20,
+        340,
+    )  # floor(400 x .1), floor(400 x .05)
     keys = {s: set(pair_keys(pos[s], 200).tolist()) for s in pos}
     assert not (keys["train"] & keys["val"]) and not (keys["train"] & keys["test"]) and not (keys["val"] & keys["test"])
     assert keys["train"] | keys["val"] | keys["test"] == set(pair_keys(pairs, 200).tolist())
     again = random_split(pairs, 200, 0.05, 0.10, seed=4)
     other = random_split(pairs, 200, 0.05, 0.10, seed=5)
-    assert all(np.array_equal(again.positives[s], pos[s]) and np.array_equal(again.negatives[s], split.negatives[s]) for s in pos)
+    assert all(
+        np.array_equal(again.positives[s], pos[s]) and np.array_equal(again.negatives[s], split.negatives[s])
+        for s in pos
+    )
     assert not np.array_equal(other.positives["test"], pos["test"])
 
 
@@ -68,7 +75,9 @@ def test_message_graph_holds_both_directions_of_training_edges_only():
 def test_a_held_out_edge_among_the_training_edges_is_refused():
     train = np.array([[0, 1], [1, 2], [2, 3]])
     with pytest.raises(ValueError, match="1 val edge"):
-        with_negatives(10, {"train": train, "val": np.array([[2, 1]]), "test": np.array([[4, 5]])}, {}, 0).check("f.npz")
+        with_negatives(10, {"train": train, "val": np.array([[2, 1]]), "test": np.array([[4, 5]])}, {}, 0).check(
+            "f.npz"
+        )
 
 
 def _write(path, **arrays):
@@ -79,8 +88,14 @@ def _write(path, **arrays):
 def test_fixed_splits_with_shared_and_per_positive_negatives(tmp_path):
     train = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [5, 6]])
     val, test = np.array([[0, 2], [7, 8]]), np.array([[1, 3], [4, 9], [10, 11]])
-    path = _write(tmp_path / "fixed.npz", train_edges=train, val_edges=val, test_edges=test,
-                  val_neg_edges=np.array([[0, 9]]), test_neg_dst=np.array([[5, 6], [7, 8], [0, 1]]))  # fmt: skip
+    path = _write(
+        tmp_path / "fixed.npz",
+        train_edges=train,
+        val_edges=val,
+        test_edges=test,
+        val_neg_edges=np.array([[0, 9]]),
+        test_neg_dst=np.array([[5, 6], [7, 8], [0, 1]]),
+    )
     x, split = load_link_split(path, val_fraction=0.05, test_fraction=0.1, seed=0)
     assert x.shape == (12, 12) and np.array_equal(split.positives["val"], val)
     assert np.array_equal(split.negatives["val"], [[0, 9]]) and split.per_positive == {"test": 2}
@@ -90,17 +105,25 @@ def test_fixed_splits_with_shared_and_per_positive_negatives(tmp_path):
 
 def test_dataset_arrays_are_checked_by_name(tmp_path):
     with pytest.raises(ValueError, match="missing val_edges, test_edges"):
-        load_link_split(_write(tmp_path / "a.npz", train_edges=np.array([[0, 1]])), val_fraction=0.1, test_fraction=0.1, seed=0)
+        load_link_split(
+            _write(tmp_path / "a.npz", train_edges=np.array([[0, 1]])), val_fraction=0.1, test_fraction=0.1, seed=0
+        )
     with pytest.raises(ValueError, match="'edges' must be"):
         load_link_split(_write(tmp_path / "b.npz", edges=np.arange(6)), val_fraction=0.1, test_fraction=0.1, seed=0)
     with pytest.raises(ValueError, match="needs edges"):
         load_link_split(_write(tmp_path / "c.npz"), val_fraction=0.1, test_fraction=0.1, seed=0)
-    bad = _write(tmp_path / "d.npz", train_edges=np.array([[0, 1]]), val_edges=np.array([[0, 12]]), test_edges=np.array([[2, 3]]))
+    bad = _write(
+        tmp_path / "d.npz", train_edges=np.array([[0, 1]]), val_edges=np.array([[0, 12]]), test_edges=np.array([[2, 3]])
+    )
     with pytest.raises(ValueError, match="'val_edges' names a node outside"):
         load_link_split(bad, val_fraction=0.1, test_fraction=0.1, seed=0)
     with pytest.raises(ValueError, match="too small"):
-        load_link_split(_write(tmp_path / "e.npz", src=np.array([0, 1]), dst=np.array([1, 2])), val_fraction=0.1,
-                        test_fraction=0.1, seed=0)  # fmt: skip
+        load_link_split(
+            _write(tmp_path / "e.npz", src=np.array([0, 1]), dst=np.array([1, 2])),
+            val_fraction=0.1,
+            test_fraction=0.1,
+            seed=0,
+        )
 
 
 def test_edge_files_to_score(tmp_path):
@@ -118,8 +141,11 @@ def test_edge_files_to_score(tmp_path):
 
 
 def test_split_check_reports_counts_that_do_not_match():
-    split = LinkSplit(num_nodes=4, positives={"train": np.array([[0, 1]]), "val": np.array([[1, 2]]), "test": np.array([[2, 3]])},
-                      negatives={"train": np.array([[0, 2]]), "val": np.array([[0, 3]]), "test": np.array([[1, 3]])},
-                      per_positive={"test": 2})  # fmt: skip
+    split = LinkSplit(
+        num_nodes=4,
+        positives={"train": np.array([[0, 1]]), "val": np.array([[1, 2]]), "test": np.array([[2, 3]])},
+        negatives={"train": np.array([[0, 2]]), "val": np.array([[0, 3]]), "test": np.array([[1, 3]])},
+        per_positive={"test": 2},
+    )
     with pytest.raises(ValueError, match="not 2 per positive"):
         split.check("f.npz")

@@ -10,9 +10,9 @@ import torch
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.graph import load_dataset, save_npz
-from dsgraph.graph.rank_reader import DatasetFile
 from dsgraph.graph.file_loading import dataset_path, from_file
 from dsgraph.graph.loading import from_graph
+from dsgraph.graph.rank_reader import DatasetFile
 from tests.graphs import random_graph
 
 
@@ -55,9 +55,12 @@ def test_rows_read_from_the_file_equal_the_split_of_the_whole_graph(tmp_path, wo
     for rank in range(world):
         for needs_whole in (False, True):
             pg = GraphParallelGroup(rank=rank, world_size=world)
-            pg_f, from_disk = from_file(data, pg, control_file, method, self_loops, seed=2, whole=needs_whole,
-                                        edge_features=edge_features)  # fmt: skip
-            pg_m, in_memory = from_graph(whole, pg, control_mem, method, seed=2, whole=needs_whole, edge_features=edge_features)
+            pg_f, from_disk = from_file(
+                data, pg, control_file, method, self_loops, seed=2, whole=needs_whole, edge_features=edge_features
+            )
+            pg_m, in_memory = from_graph(
+                whole, pg, control_mem, method, seed=2, whole=needs_whole, edge_features=edge_features
+            )
             assert (from_disk.edges is not None) == edge_features
             assert pg_f.counts == pg_m.counts
             _assert_same(from_disk, in_memory, f"rank {rank}/{world} {method} whole={needs_whole}")
@@ -81,7 +84,9 @@ def test_bad_files_are_named(tmp_path):
     src = arrays["src"].copy()
     src[7] = n + 5
     path = _write(tmp_path, "bad_edge.npz", {**arrays, "src": src})
-    with pytest.raises(ValueError, match=rf"bad_edge.npz: edge index out of range in 'src' at position 7: {n + 5} is not in \[0, {n}\)"):
+    with pytest.raises(
+        ValueError, match=rf"bad_edge.npz: edge index out of range in 'src' at position 7: {n + 5} is not in \[0, {n}\)"
+    ):
         DatasetFile(path, chunk_edges=5).in_degrees(True)
     x = arrays["x"].copy()
     x[n - 1, 0] = np.nan  # only the last rank's rows are bad

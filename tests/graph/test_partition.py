@@ -34,8 +34,16 @@ def skewed_graph(n: int = 400, seed: int = 0) -> Graph:
     dst = np.repeat(np.arange(n), degree)
     src = rng.integers(0, n, dst.size)
     y = rng.integers(0, 3, n)
-    return Graph.from_edges(src, dst, x=rng.standard_normal((n, 4)), y=y, train_mask=np.ones(n, bool),
-                            val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool), num_nodes=n)
+    return Graph.from_edges(
+        src,
+        dst,
+        x=rng.standard_normal((n, 4)),
+        y=y,
+        train_mask=np.ones(n, bool),
+        val_mask=np.zeros(n, bool),
+        test_mask=np.zeros(n, bool),
+        num_nodes=n,
+    )
 
 
 def edge_keys(graph: Graph, ids: np.ndarray | None = None) -> np.ndarray:
@@ -150,8 +158,16 @@ def test_halo_and_quality_match_brute_force(rmat, method):
 
 def test_quality_figures():
     # 4 nodes, part 0 = {0, 1}, part 1 = {2, 3}; edges 0->1, 2->1, 3->1, 2->3
-    graph = Graph.from_edges([0, 2, 3, 2], [1, 1, 1, 3], x=np.zeros((4, 1)), y=np.zeros(4), train_mask=np.zeros(4),
-                             val_mask=np.zeros(4), test_mask=np.zeros(4), num_nodes=4)
+    graph = Graph.from_edges(
+        [0, 2, 3, 2],
+        [1, 1, 1, 3],
+        x=np.zeros((4, 1)),
+        y=np.zeros(4),
+        train_mask=np.zeros(4),
+        val_mask=np.zeros(4),
+        test_mask=np.zeros(4),
+        num_nodes=4,
+    )
     quality = partition_quality(graph, np.array([[0, 2], [2, 4]]))
     assert quality.cut_edges == 2 and quality.edge_cut_pct == 50.0
     assert quality.part_edges == [3, 1] and quality.edge_balance == 1.5

@@ -17,7 +17,7 @@ from dsgraph.graph.readers import count_lines
 def write(path, text: str, gz: bool = False) -> str:
     path = str(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with (gzip.open(path, "wt") if gz else open(path, "w")) as f:
+    with gzip.open(path, "wt") if gz else open(path, "w") as f:
         f.write(text)
     return path
 

@@ -108,7 +108,9 @@ def test_checksum_mismatch_is_named(copy):
 
 
 def test_part_count_must_equal_world_size(store):
-    with pytest.raises(ValueError, match=r"META.json: store .* has 4 parts but the job has 2 ranks; repartition with .*--parts 2"):
+    with pytest.raises(
+        ValueError, match=r"META.json: store .* has 4 parts but the job has 2 ranks; repartition with .*--parts 2"
+    ):
         load_part(store, 0, 2)
 
 
@@ -175,8 +177,22 @@ def test_write_refuses_a_non_empty_folder(relabelled, tmp_path):
 @pytest.mark.slow
 def test_cli_partitions_cora_end_to_end(tmp_path):
     out, stats = tmp_path / "store", tmp_path / "stats.json"
-    cmd = [sys.executable, "-m", "dsgraph", "partition", "--dataset", "cora", "--parts", "2",
-           "--method", "balanced", "--out", str(out), "--stats-json", str(stats)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dsgraph",
+        "partition",
+        "--dataset",
+        "cora",
+        "--parts",
+        "2",
+        "--method",
+        "balanced",
+        "--out",
+        str(out),
+        "--stats-json",
+        str(stats),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "edge cut" in done.stdout and "halo nodes" in done.stdout

@@ -28,8 +28,14 @@ def sample_graph() -> Graph:
     rng = np.random.default_rng(0)
     y = np.array([0, 2, 1, -1, 2, 0, -1])
     return Graph.from_edges(
-        SRC, DST, x=rng.standard_normal((N, 3)).astype(np.float32), y=y, num_nodes=N, name="sample",
-        train_mask=np.array([1, 1, 0, 0, 0, 0, 0], bool), val_mask=np.array([0, 0, 1, 0, 0, 0, 0], bool),
+        SRC,
+        DST,
+        x=rng.standard_normal((N, 3)).astype(np.float32),
+        y=y,
+        num_nodes=N,
+        name="sample",
+        train_mask=np.array([1, 1, 0, 0, 0, 0, 0], bool),
+        val_mask=np.array([0, 0, 1, 0, 0, 0, 0], bool),
         test_mask=np.array([0, 0, 0, 0, 1, 1, 0], bool),
     )
 
@@ -103,9 +109,17 @@ def test_from_dgl_rejects_a_two_column_mask():
 def test_edge_features_travel_as_edata_and_back_exactly():
     rng = np.random.default_rng(3)
     attr = rng.standard_normal((len(SRC), 4)).astype(np.float32)
-    graph = Graph.from_edges(SRC, DST, x=np.ones((N, 1), np.float32), y=np.zeros(N, np.int64), num_nodes=N,
-                             train_mask=np.zeros(N, bool), val_mask=np.zeros(N, bool), test_mask=np.zeros(N, bool),
-                             edge_attr=attr)  # fmt: skip
+    graph = Graph.from_edges(
+        SRC,
+        DST,
+        x=np.ones((N, 1), np.float32),
+        y=np.zeros(N, np.int64),
+        num_nodes=N,
+        train_mask=np.zeros(N, bool),
+        val_mask=np.zeros(N, bool),
+        test_mask=np.zeros(N, bool),
+        edge_attr=attr,
+    )
     g = to_dgl(graph)
     assert torch.equal(g.edata["feat"], graph.edge_attr)  # edge e of the DGLGraph is CSR edge e
     back = from_dgl(g)

@@ -22,8 +22,14 @@ def sample_graph() -> Graph:
     rng = np.random.default_rng(0)
     y = np.array([0, 2, 1, -1, 2, 0, -1])
     return Graph.from_edges(
-        SRC, DST, x=rng.standard_normal((N, 3)).astype(np.float32), y=y, num_nodes=N, name="sample",
-        train_mask=np.array([1, 1, 0, 0, 0, 0, 0], bool), val_mask=np.array([0, 0, 1, 0, 0, 0, 0], bool),
+        SRC,
+        DST,
+        x=rng.standard_normal((N, 3)).astype(np.float32),
+        y=y,
+        num_nodes=N,
+        name="sample",
+        train_mask=np.array([1, 1, 0, 0, 0, 0, 0], bool),
+        val_mask=np.array([0, 0, 1, 0, 0, 0, 0], bool),
         test_mask=np.array([0, 0, 0, 0, 1, 1, 0], bool),
     )
 
@@ -54,9 +60,12 @@ def test_pyg_to_graph_and_back_keeps_edges_sorted_by_destination():
     rng = np.random.default_rng(1)
     edge_index = torch.from_numpy(rng.integers(0, 20, size=(2, 60)))
     data = tg_data.Data(
-        x=torch.from_numpy(rng.standard_normal((20, 4)).astype(np.float32)), edge_index=edge_index,
-        y=torch.from_numpy(rng.integers(0, 3, size=20)), train_mask=torch.from_numpy(rng.random(20) < 0.5),
-        val_mask=torch.zeros(20, dtype=torch.bool), test_mask=torch.from_numpy(rng.random(20) < 0.2),
+        x=torch.from_numpy(rng.standard_normal((20, 4)).astype(np.float32)),
+        edge_index=edge_index,
+        y=torch.from_numpy(rng.integers(0, 3, size=20)),
+        train_mask=torch.from_numpy(rng.random(20) < 0.5),
+        val_mask=torch.zeros(20, dtype=torch.bool),
+        test_mask=torch.from_numpy(rng.random(20) < 0.2),
     )
     back = to_pyg(from_pyg(data))
     order = torch.from_numpy(np.argsort(edge_index[1].numpy(), kind="stable"))

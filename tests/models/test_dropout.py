@@ -64,7 +64,9 @@ def _float_mask_dropout(x, ids, p, seed, step, layer, site):
     """The formula written out: x * float mask * 1/(1-p), differentiated by autograd."""
     from dsgraph.models.dropout import dropout_key, hash_bits
 
-    keep = hash_bits(dropout_key(seed, step, layer, site), ids[:, None], torch.arange(x.shape[1])[None, :]) >= int(p * 2**32)
+    keep = hash_bits(dropout_key(seed, step, layer, site), ids[:, None], torch.arange(x.shape[1])[None, :]) >= int(
+        p * 2**32
+    )
     if x.dim() == 3:
         keep = keep[:, :, None]
     return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
@@ -78,7 +80,7 @@ def test_blocked_mask_and_bool_saved_mask_give_the_formula_and_its_gradient(monk
         x = torch.randn(*shape, requires_grad=True)
         ids = torch.arange(500, 603)
         saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
             out = _drop(x, ids, p=0.3, step=2, seed=5, site=1)
         assert [t.dtype for t in saved] == [torch.bool]  # no float mask, no copy of x kept for backward
         grad = torch.randn(*shape)
@@ -116,7 +118,9 @@ def test_keep_mask_bits_are_unchanged(monkeypatch, whole_tensor):
         for key in (0, 1, dropout.dropout_key(7, 3, 2, 1), 0xFFFFFFFF):
             for p in (0.1, 0.5, 0.9):
                 threshold = int(p * 2**32)
-                assert torch.equal(dropout.keep_mask(key, threshold, ids, width), _legacy_keep_mask(key, threshold, ids, width))
+                assert torch.equal(
+                    dropout.keep_mask(key, threshold, ids, width), _legacy_keep_mask(key, threshold, ids, width)
+                )
 
 
 class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):

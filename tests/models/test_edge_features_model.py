@@ -41,7 +41,9 @@ def test_an_added_self_loop_gets_the_learned_embedding_row():
     b = bias(attention)
     assert b.shape == (COL.numel(), 2)
     torch.testing.assert_close(b[5], bias.proj.weight[:, 3])  # the flag's row: features are zero
-    torch.testing.assert_close(b[3], attention.edges.attr[3] @ bias.proj.weight[:, :3].T)  # a dataset loop: its features
+    torch.testing.assert_close(
+        b[3], attention.edges.attr[3] @ bias.proj.weight[:, :3].T
+    )  # a dataset loop: its features
 
 
 def test_the_edge_conditioned_value_equals_the_per_edge_sum():
@@ -52,7 +54,10 @@ def test_the_edge_conditioned_value_equals_the_per_edge_sum():
     q, k, v = (torch.randn(4, heads, dim) for _ in range(3))
     got = attend(attention, q, k, v, bias, value)
     e = attention.edges.features()  # [E, 4]
-    scores = torch.einsum("ehd,ehd->eh", q[torch.repeat_interleave(torch.arange(4), ROWPTR.diff())], k[COL.long()]) * dim**-0.5
+    scores = (
+        torch.einsum("ehd,ehd->eh", q[torch.repeat_interleave(torch.arange(4), ROWPTR.diff())], k[COL.long()])
+        * dim**-0.5
+    )
     scores = scores + bias(attention)
     w_HDC = value.proj.weight.view(heads, dim, -1)
     want = torch.zeros(4, heads, dim)
@@ -78,8 +83,17 @@ def test_the_model_needs_edge_features_when_it_reads_them():
 
 def test_gradients_reach_the_edge_projections():
     torch.manual_seed(2)
-    model = GraphTransformer(5, 3, hidden=8, heads=2, layers=2, dropout=0.0, input_dropout=0.0,
-                             options=ModelOptions(edge_features="bias_value"), edge_dim=3)  # fmt: skip
+    model = GraphTransformer(
+        5,
+        3,
+        hidden=8,
+        heads=2,
+        layers=2,
+        dropout=0.0,
+        input_dropout=0.0,
+        options=ModelOptions(edge_features="bias_value"),
+        edge_dim=3,
+    )
     logits = model(torch.randn(4, 5), Attention(_attr()), torch.arange(4))
     logits.square().sum().backward()
     for block in model.blocks:

@@ -32,15 +32,24 @@ OPTIONS = {
     "concat": dataclasses.replace(GAT, encodings=ALL, max_degree=5),
     "add": dataclasses.replace(TRANSFORMER, encodings=ALL, encoding_input="add"),
 }
-OPTIONS.update({f"{combine}-global": dataclasses.replace(options, global_attention="linear") for combine, options in OPTIONS.items()})
+OPTIONS.update(
+    {
+        f"{combine}-global": dataclasses.replace(options, global_attention="linear")
+        for combine, options in OPTIONS.items()
+    }
+)
 
 
 def encoded_graph():
     """random_graph with exact RWSE (K=5) and LapPE (k=3) in graph.enc (beside its degrees)."""
     graph = random_graph()
-    adj = from_edges(graph.col.numpy(), np.repeat(np.arange(graph.num_nodes), graph.in_degrees().numpy()), graph.num_nodes)
+    adj = from_edges(
+        graph.col.numpy(), np.repeat(np.arange(graph.num_nodes), graph.in_degrees().numpy()), graph.num_nodes
+    )
     vecs, vals, _ = lappe(adj, 3)
-    graph.enc.update(rwse=torch.from_numpy(exact_rwse(adj, 5)), lappe=torch.from_numpy(vecs), lappe_eigvals=torch.from_numpy(vals))
+    graph.enc.update(
+        rwse=torch.from_numpy(exact_rwse(adj, 5)), lappe=torch.from_numpy(vecs), lappe_eigvals=torch.from_numpy(vals)
+    )
     return graph
 
 
@@ -50,7 +59,9 @@ def test_encoder_widths_signs_and_degree_cap():
     concat = NodeEncoder(ALL, widths, combine="concat", hidden=HIDDEN, max_degree=3, degree_dim=4)
     assert concat.concat_width == 5 + 3 + 3 + 4
     out = concat.eval()(enc, seed=1, step=2, dtype=torch.float32)
-    assert out.shape == (7, 15) and torch.equal(out[:, :11], torch.cat([enc["rwse"], enc["lappe"], enc["lappe_eigvals"]], 1))
+    assert out.shape == (7, 15) and torch.equal(
+        out[:, :11], torch.cat([enc["rwse"], enc["lappe"], enc["lappe_eigvals"]], 1)
+    )
     signs = lappe_signs(1, 2, 3)
     assert torch.equal(signs, lappe_signs(1, 2, 3)) and set(signs.tolist()) <= {-1.0, 1.0}
     assert any(not torch.equal(lappe_signs(1, s, 3), signs) for s in range(3, 10))
@@ -67,13 +78,25 @@ def test_encoder_widths_signs_and_degree_cap():
 
 
 def forward_backward(graph, pg, strategy, options):
-    ctx = StrategyContext(heads=HEADS, backend="reference", model=ModelShape(layers=2, hidden=HIDDEN, heads=HEADS),
-                          log=lambda line: None)  # fmt: skip
+    ctx = StrategyContext(
+        heads=HEADS, backend="reference", model=ModelShape(layers=2, hidden=HIDDEN, heads=HEADS), log=lambda line: None
+    )
     pg, rank_graph, attention = rank_attention(graph, pg, strategy, ctx, encodings=arrays_of(options.encodings))
     torch.manual_seed(0)
     widths = {k: v.shape[1] for k, v in rank_graph.nodes.enc.items()}
-    model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=2, dropout=0.3, input_dropout=0.2,
-                             attention_dropout=0.3, seed=7, options=options, encoding_widths=widths)  # fmt: skip
+    model = GraphTransformer(
+        graph.num_features,
+        5,
+        hidden=HIDDEN,
+        heads=HEADS,
+        layers=2,
+        dropout=0.3,
+        input_dropout=0.2,
+        attention_dropout=0.3,
+        seed=7,
+        options=options,
+        encoding_widths=widths,
+    )
     nodes = rank_graph.nodes
     logits = model(nodes.x, attention, nodes.node_ids, step=3, enc=nodes.enc)
     train = nodes.train_mask
@@ -101,7 +124,11 @@ def _check(rank, world, tmp):
             assert err < 1e-5, (combine, strategy, float(err))
             for name, grad in grads.items():
                 dist.all_reduce(grad)
-                assert (grad - ref_grads[name]).norm() <= 1e-5 * ref_grads[name].norm().clamp_min(1e-30), (combine, strategy, name)
+                assert (grad - ref_grads[name]).norm() <= 1e-5 * ref_grads[name].norm().clamp_min(1e-30), (
+                    combine,
+                    strategy,
+                    name,
+                )
 
 
 @pytest.mark.slow

@@ -56,14 +56,33 @@ def test_an_empty_scope_gives_zeros_and_a_one_row_scope_gives_its_value():
 
 def _model(options, layers=2, **kw):
     torch.manual_seed(0)
-    return GraphTransformer(12, 5, hidden=32, heads=4, layers=layers, dropout=0.3, input_dropout=0.2, attention_dropout=0.3,
-                            seed=7, options=options, **kw)  # fmt: skip
+    return GraphTransformer(
+        12,
+        5,
+        hidden=32,
+        heads=4,
+        layers=layers,
+        dropout=0.3,
+        input_dropout=0.2,
+        attention_dropout=0.3,
+        seed=7,
+        options=options,
+        **kw,
+    )
 
 
-GLOBAL_OPTIONS = [ModelOptions(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear"),
-                  ModelOptions(global_attention="linear"),
-                  ModelOptions(block="attention", input_projection=True, norm="post", residual="linear", head="linear",
-                               global_attention="linear")]  # fmt: skip
+GLOBAL_OPTIONS = [
+    ModelOptions(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear"),
+    ModelOptions(global_attention="linear"),
+    ModelOptions(
+        block="attention",
+        input_projection=True,
+        norm="post",
+        residual="linear",
+        head="linear",
+        global_attention="linear",
+    ),
+]
 
 
 @pytest.mark.parametrize("options", GLOBAL_OPTIONS, ids=["transformer", "gat", "attention-linear-head"])

@@ -14,20 +14,34 @@ from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.models import GAT, TRANSFORMER, GraphTransformer, ModelOptions
 from dsgraph.models.blocks import AttentionBlock, OutputAttention, TransformerBlock, padded_head_dim
 from dsgraph.models.options import BLOCKS, HEADS, NORMS, RESIDUALS
+from dsgraph.modes.ranks import rank_attention
 from dsgraph.ops import sparse_attention
 from dsgraph.parallel import StrategyContext
-from dsgraph.modes.ranks import rank_attention
 from tests.distributed import run
 from tests.graphs import random_graph
 
-ALL_OPTIONS = [ModelOptions(block=b, input_projection=p, norm=n, residual=r, head=h)
-               for b, p, n, r, h in itertools.product(BLOCKS, (False, True), NORMS, RESIDUALS, HEADS)]  # fmt: skip
+ALL_OPTIONS = [
+    ModelOptions(block=b, input_projection=p, norm=n, residual=r, head=h)
+    for b, p, n, r, h in itertools.product(BLOCKS, (False, True), NORMS, RESIDUALS, HEADS)
+]
 
 
 def _model(options, layers=3, classes=5, features=12, **kw):
     torch.manual_seed(0)
-    return GraphTransformer(features, classes, hidden=32, heads=4, layers=layers, ffn_mult=2, dropout=0.3,
-                            input_dropout=0.2, attention_dropout=0.3, seed=7, options=options, **kw)  # fmt: skip
+    return GraphTransformer(
+        features,
+        classes,
+        hidden=32,
+        heads=4,
+        layers=layers,
+        ffn_mult=2,
+        dropout=0.3,
+        input_dropout=0.2,
+        attention_dropout=0.3,
+        seed=7,
+        options=options,
+        **kw,
+    )
 
 
 def _local_attention(graph):
@@ -92,7 +106,9 @@ def test_row_feature_norm_makes_the_output_independent_of_each_rows_scale():
         assert torch.allclose(a, b, atol=1e-5) == same, feature_norm
 
 
-@pytest.mark.parametrize("options", ALL_OPTIONS, ids=lambda o: f"{o.block}-proj{int(o.input_projection)}-{o.norm}-{o.residual}-{o.head}")
+@pytest.mark.parametrize(
+    "options", ALL_OPTIONS, ids=lambda o: f"{o.block}-proj{int(o.input_projection)}-{o.norm}-{o.residual}-{o.head}"
+)
 def test_every_option_trains_every_parameter(options):
     """Forward and backward on a small graph: logits [n, C], finite, and every parameter gets a gradient
     (ZeRO reduces every parameter's gradient; an unused one would be a silent dead weight)."""
@@ -112,8 +128,13 @@ def test_bad_choices_and_depth_are_errors():
         _model(ModelOptions(), layers=0)
 
 
-RANK_OPTIONS = [GAT, TRANSFORMER, dataclasses.replace(GAT, norm="post", residual="linear", feature_norm="row"),
-                dataclasses.replace(GAT, block="transformer"), ModelOptions()]  # fmt: skip
+RANK_OPTIONS = [
+    GAT,
+    TRANSFORMER,
+    dataclasses.replace(GAT, norm="post", residual="linear", feature_norm="row"),
+    dataclasses.replace(GAT, block="transformer"),
+    ModelOptions(),
+]
 
 
 def _outputs(graph, pg, strategy, options):
@@ -123,7 +144,9 @@ def _outputs(graph, pg, strategy, options):
     model = _model(options)
     nodes = rank_graph.nodes
     logits = model(nodes.x, attention, nodes.node_ids, step=3)
-    loss = F.cross_entropy(logits[nodes.train_mask], nodes.y[nodes.train_mask], reduction="sum") / int(graph.train_mask.sum())
+    loss = F.cross_entropy(logits[nodes.train_mask], nodes.y[nodes.train_mask], reduction="sum") / int(
+        graph.train_mask.sum()
+    )
     loss.backward()
     return logits, {name: p.grad for name, p in model.named_parameters()}, pg
 
@@ -142,7 +165,9 @@ def _check_ranks(rank, world, tmp):
             torch.testing.assert_close(logits, ref_logits[start:end], rtol=1e-5, atol=1e-6)
             for name, grad in grads.items():
                 dist.all_reduce(grad)
-                torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=f"{strategy} {options} {name}")
+                torch.testing.assert_close(
+                    grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=f"{strategy} {options} {name}"
+                )
 
 
 @pytest.mark.slow
@@ -157,12 +182,11 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
     so GP-A2A's check of cfg.heads against the rank count holds for every layer, with a head dim the
     CUDA kernels support (HEAD_DIMS), whatever the class count of the graph (a link task's encoder
     gives its embedding width instead of classes)."""
+    from dsgraph.graph.encodings import arrays_of, spec_of_array
+    from dsgraph.graph.rank_graph import EdgeData
     from dsgraph.ops.cuda_source import HEAD_DIMS
     from dsgraph.train.config import load_ds_config
     from dsgraph.train.trainer import build_model
-
-    from dsgraph.graph.encodings import arrays_of, spec_of_array
-    from dsgraph.graph.rank_graph import EdgeData
 
     _, cfg = load_ds_config(config)
     edge_dim = 4 if cfg.model.reads_edges else 0  # a config that reads edge features gets a graph with them

@@ -117,7 +117,11 @@ def grads_of(fn, rowptr, col, q, k, v, dy, bias=None):
     """y and the gradients of the inputs that require grad (None for the others); with a ``bias``,
     its gradient last."""
     inputs = (q, k, v) if bias is None else (q, k, v, bias)
-    y = fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5) if bias is None else fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5, bias)
+    y = (
+        fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5)
+        if bias is None
+        else fn(rowptr, col, q, k, v, q.shape[-1] ** -0.5, bias)
+    )
     wanted = [t for t in inputs if t.requires_grad]
     got = iter(torch.autograd.grad(y, wanted, dy)) if wanted else iter(())
     return (y, *(next(got) if t.requires_grad else None for t in inputs))
@@ -179,7 +183,10 @@ def check_partial_requires_grad(backend, dtype, device):
     rowptr, col = (t.to(device) for t in rmat_with_hub())
     dy = torch.randn(rowptr.numel() - 1, 4, 16, generator=torch.Generator().manual_seed(8)).to(device, dtype)
     for need in ((True, False, False), (False, True, True), (False, False, True), (True, True, False)):
-        q, k, v = (t.detach().requires_grad_(r) for t, r in zip(qkv(rowptr.numel() - 1, N_SRC, 4, 16, dtype, device=device), need))
+        q, k, v = (
+            t.detach().requires_grad_(r)
+            for t, r in zip(qkv(rowptr.numel() - 1, N_SRC, 4, 16, dtype, device=device), need)
+        )
         check_against_reference(backend, rowptr, col, q, k, v, dy)
 
 
@@ -199,7 +206,12 @@ def check_strided_and_misaligned(backend, dtype, device):
     q_base = torch.randn(n_dst, 3, heads, dim, generator=gen).to(device, dtype)
     kv_base = torch.randn(heads, N_SRC, 2, dim, generator=gen).to(device, dtype)
     dy_base = torch.randn(n_dst, dim, heads, generator=gen).to(device, dtype)
-    strided = (q_base[:, 1], kv_base[:, :, 0].transpose(0, 1), kv_base[:, :, 1].transpose(0, 1), dy_base.transpose(1, 2))
+    strided = (
+        q_base[:, 1],
+        kv_base[:, :, 0].transpose(0, 1),
+        kv_base[:, :, 1].transpose(0, 1),
+        dy_base.transpose(1, 2),
+    )
     assert not any(t.is_contiguous() for t in strided)
     for q, k, v, dy in (strided, tuple(misaligned(t) for t in strided)):
         q, k, v = (t.requires_grad_() for t in (q, k, v))
@@ -216,8 +228,13 @@ def check_backward_bit_identical(backend, dtype, device):
         assert torch.equal(a, b)
 
 
-EDGE_CASE_CHECKS = (check_empty_graphs, check_int64_col, check_partial_requires_grad, check_strided_and_misaligned,
-                    check_backward_bit_identical)  # fmt: skip
+EDGE_CASE_CHECKS = (
+    check_empty_graphs,
+    check_int64_col,
+    check_partial_requires_grad,
+    check_strided_and_misaligned,
+    check_backward_bit_identical,
+)
 """The dtype-parametrised checks every backend's tests run: ``check(backend, dtype, device)``."""
 
 

@@ -8,12 +8,29 @@ import logging
 import pytest
 import torch
 
-from dsgraph.ops import attention_backward, attention_forward, available_backends, get_backend, merge, register_backend, sparse_attention
+from dsgraph.ops import (
+    attention_backward,
+    attention_forward,
+    available_backends,
+    get_backend,
+    merge,
+    register_backend,
+    sparse_attention,
+)
 from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import backend_for_inputs, unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32, source_blocks
+from tests.ops.cases import (
+    N_SRC,
+    TOLERANCE,
+    assert_relative_close,
+    qkv,
+    rmat_with_hub,
+    run,
+    run_reference_fp32,
+    source_blocks,
+)
 
 FUSED = [name for name in available_backends() if name != "reference"]
 
@@ -126,7 +143,9 @@ def test_auto_falls_back_to_reference_with_a_logged_reason(caplog):
         with caplog.at_level(logging.WARNING, logger="dsgraph.ops.dispatch"):
             assert backend_for_inputs("auto", q64).name == "reference"
             backend_for_inputs("auto", q64)
-        messages = [r.getMessage() for r in caplog.records if "picky: dtype torch.float64 is not supported" in r.getMessage()]
+        messages = [
+            r.getMessage() for r in caplog.records if "picky: dtype torch.float64 is not supported" in r.getMessage()
+        ]
         assert len(messages) == 1, caplog.text  # logged once, not per call
         with pytest.raises(ValueError, match="picky backend: dtype torch.float64 is not supported"):
             backend_for_inputs("picky", q64)
@@ -146,7 +165,9 @@ def test_separate_passes_split_over_source_blocks_equal_the_whole(hub_graph, nam
     y_ref = sparse_attention_reference(rowptr, col, q, k, v, 0.25)
     grads_ref = torch.autograd.grad(y_ref, (q, k, v), dy)
     half = N_SRC // 2
-    parts = [block[:4] for block in source_blocks(rowptr, col, ((0, half), (half, N_SRC)))]  # a CSR per block of sources
+    parts = [
+        block[:4] for block in source_blocks(rowptr, col, ((0, half), (half, N_SRC)))
+    ]  # a CSR per block of sources
     blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], scale=0.25, backend=name) for r, c, lo, hi in parts]
     y, lse = merge(blocks[0], blocks[1])
     assert_relative_close(y, y_ref.detach(), 1e-5)
@@ -154,7 +175,9 @@ def test_separate_passes_split_over_source_blocks_equal_the_whole(hub_graph, nam
     dq = torch.zeros_like(q)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     for (r, c, lo, hi), block in zip(parts, blocks):
-        dq_b, dk_b, dv_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], block, dy, whole=(y, lse), scale=0.25, backend=name)
+        dq_b, dk_b, dv_b = attention_backward(
+            r, c, q, k[lo:hi], v[lo:hi], block, dy, whole=(y, lse), scale=0.25, backend=name
+        )
         dq, dk[lo:hi], dv[lo:hi] = dq + dq_b, dk_b, dv_b
     for got, want in zip((dq, dk, dv), grads_ref):
         assert_relative_close(got, want, 1e-5)

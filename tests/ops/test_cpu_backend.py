@@ -13,10 +13,20 @@ from dsgraph.graph import load_dataset
 from dsgraph.ops import sparse_attention
 from dsgraph.ops.csc import build_transpose, csc_slots, transpose
 from dsgraph.ops.dispatch import resolve_backend
-from tools.common.peak_memory import cpu_peak_supported, peak_extra_bytes
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops import cases
-from tests.ops.cases import HUB_COLUMN_ROWS, HUB_DEGREE, N_SRC, TOLERANCE, assert_relative_close, qkv, rmat_with_hub, run, run_reference_fp32
+from tests.ops.cases import (
+    HUB_COLUMN_ROWS,
+    HUB_DEGREE,
+    N_SRC,
+    TOLERANCE,
+    assert_relative_close,
+    qkv,
+    rmat_with_hub,
+    run,
+    run_reference_fp32,
+)
+from tools.common.peak_memory import cpu_peak_supported, peak_extra_bytes
 
 
 def sparse_attention_cpu(rowptr, col, q, k, v, scale):
@@ -123,7 +133,9 @@ def test_csc_slots_invert_the_transpose_and_are_cached(hub_graph):
     rowptr, col = hub_graph
     perm, slots = transpose(rowptr, col, N_SRC).perm, csc_slots(rowptr, col, N_SRC)
     assert slots.dtype == torch.int32  # below 2^31 edges
-    assert torch.equal(slots[perm].long(), torch.arange(col.numel())) and torch.equal(perm[slots.long()], torch.arange(col.numel()))
+    assert torch.equal(slots[perm].long(), torch.arange(col.numel())) and torch.equal(
+        perm[slots.long()], torch.arange(col.numel())
+    )
     assert csc_slots(rowptr, col, N_SRC) is slots
 
 

@@ -1,6 +1,7 @@
 """The CUDA backend without a GPU: every kernel compiles through NVRTC for sm_80 and sm_90, fp32 and
-bf16, every supported head dim, with and without the score bias; the degree-binned work plans cover every edge exactly once; and
-importing the backend on a CPU-only machine works and reports it unavailable."""
+bf16, every supported head dim, with and without the score bias; the degree-binned work plans cover
+every edge exactly once; and importing the backend on a CPU-only machine works and reports it
+unavailable."""
 
 from __future__ import annotations
 

@@ -74,8 +74,15 @@ def emulated_cuda():
     reason = emulator.unavailable()
     if reason:
         pytest.skip(f"CUDA emulator: {reason}")
-    emulator.prebuild([(kernel_source(f), compile_options(d, h, bias)) for f in KERNELS for d in DTYPES for h in HEAD_DIMS
-                       for bias in (False, True)])  # fmt: skip
+    emulator.prebuild(
+        [
+            (kernel_source(f), compile_options(d, h, bias))
+            for f in KERNELS
+            for d in DTYPES
+            for h in HEAD_DIMS
+            for bias in (False, True)
+        ]
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cuda, "cupy", emulator.fake_cupy)
         mp.setattr(cuda, "_MODULES", {})
@@ -114,8 +121,9 @@ def binned():
 
 
 def tiny():
-    return binned_graph(col_degrees=(1, 2, 3, 8, 9, 10, 11, 16), row_degrees=(0, 0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 17),
-                        n_bulk=6)  # fmt: skip
+    return binned_graph(
+        col_degrees=(1, 2, 3, 8, 9, 10, 11, 16), row_degrees=(0, 0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 17), n_bulk=6
+    )
 
 
 def inputs(graph, heads, dim, dtype, seed=0):
@@ -181,7 +189,12 @@ def test_strided_and_misaligned_inputs(tiny_bins, dtype):
     q_base = torch.randn(n_dst, 3, heads, dim, generator=gen).to(dtype)
     kv_base = torch.randn(heads, n_src, 2, dim, generator=gen).to(dtype)
     dy_base = torch.randn(n_dst, dim, heads, generator=gen).to(dtype)
-    strided = (q_base[:, 1], kv_base[:, :, 0].transpose(0, 1), kv_base[:, :, 1].transpose(0, 1), dy_base.transpose(1, 2))
+    strided = (
+        q_base[:, 1],
+        kv_base[:, :, 0].transpose(0, 1),
+        kv_base[:, :, 1].transpose(0, 1),
+        dy_base.transpose(1, 2),
+    )
     for q, k, v, dy in (strided, tuple(cases.misaligned(t) for t in strided)):
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         check_against_reference(NAME, rowptr, col, q, k, v, dy)
@@ -287,14 +300,29 @@ def test_bf16_bits_round_to_nearest_even_like_torch():
     hi = torch.randint(0, 2**16, (4096,), generator=gen, dtype=torch.int32) << 16
     ties = hi | 0x8000  # exactly half-way between two bf16 values: even wins
     near = hi | torch.randint(0, 2**16, (4096,), generator=gen, dtype=torch.int32)
-    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.4e38]).view(torch.int32)
-    x = torch.cat([ties, near, hi, special, torch.zeros(8 - special.numel() % 8, dtype=torch.int32)]).view(torch.float32)
-    module = emulator.fake_cupy.RawModule(code=BF16_ROUND_TRIP, options=(f"-I{CUDA_DIR}", "-DDSG_HEAD_DIM=8", "-DDSG_BF16=1",
-                                                                                   "-DDSG_BIAS=0"))
+    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.4e38]).view(
+        torch.int32
+    )
+    x = torch.cat([ties, near, hi, special, torch.zeros(8 - special.numel() % 8, dtype=torch.int32)]).view(
+        torch.float32
+    )
+    module = emulator.fake_cupy.RawModule(
+        code=BF16_ROUND_TRIP, options=(f"-I{CUDA_DIR}", "-DDSG_HEAD_DIM=8", "-DDSG_BF16=1", "-DDSG_BIAS=0")
+    )
     bits, back = torch.empty(x.numel(), dtype=torch.int16), torch.empty_like(x)
     n = x.numel() // 8
-    module.get_function("bf16_round_trip")((-(-n // 256),), (256,), (emulator.fake_cupy.from_dlpack(x),
-        emulator.fake_cupy.from_dlpack(bits), emulator.fake_cupy.from_dlpack(back), np.int32(n)))  # fmt: skip
+    module.get_function("bf16_round_trip")(
+        (-(-n // 256),),
+        (256,),
+        (
+            emulator.fake_cupy.from_dlpack(x),
+            emulator.fake_cupy.from_dlpack(bits),
+            emulator.fake_cupy.from_dlpack(back),
+            np.int32(n),
+        ),
+    )
     want, nan = x.to(torch.bfloat16), x.isnan()  # torch's NaN bits vary by CPU path; the kernel's is 0x7fc0
     assert torch.equal(bits[~nan], want.view(torch.int16)[~nan]) and bool((bits[nan] == 0x7FC0).all())
-    assert torch.equal(back.view(torch.int32)[~nan], want.float().view(torch.int32)[~nan]) and bool(back[nan].isnan().all())
+    assert torch.equal(back.view(torch.int32)[~nan], want.float().view(torch.int32)[~nan]) and bool(
+        back[nan].isnan().all()
+    )

@@ -21,8 +21,17 @@ from dsgraph.ops.cpu import CpuBackend
 from dsgraph.ops.cuda import CudaBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
-from tests.ops.cases import (N_SRC, TOLERANCE, assert_relative_close, check_edge_values, degree_edge_cases, qkv, rmat_with_hub, score_bias,
-                             source_blocks)
+from tests.ops.cases import (
+    N_SRC,
+    TOLERANCE,
+    assert_relative_close,
+    check_edge_values,
+    degree_edge_cases,
+    qkv,
+    rmat_with_hub,
+    score_bias,
+    source_blocks,
+)
 
 HEADS, DIM = 4, 16
 LSE_ONLY = "cpu-lse-only"
@@ -39,7 +48,9 @@ class LseOnlyCpuBackend(CpuBackend):
         raise AssertionError("the recomputed path read the forward's probabilities")
 
     def backward(self, *args, dp_extra=None, delta_extra=None, **kwargs):
-        assert dp_extra is None and delta_extra is None, "the recomputed path handed the kernels an extra score gradient"
+        assert dp_extra is None and delta_extra is None, (
+            "the recomputed path handed the kernels an extra score gradient"
+        )
         return super().backward(*args, **kwargs)
 
 
@@ -62,7 +73,11 @@ def test_reference_edge_values_are_the_attention_weighted_sum():
     gen = torch.Generator().manual_seed(0)
     rowptr = torch.tensor([0, 3, 3, 4, 9], dtype=torch.int64)
     col = torch.randint(0, 6, (9,), generator=gen, dtype=torch.int32)
-    q, k, v = torch.randn(4, 2, 8, generator=gen), torch.randn(6, 2, 8, generator=gen), torch.randn(6, 2, 8, generator=gen)
+    q, k, v = (
+        torch.randn(4, 2, 8, generator=gen),
+        torch.randn(6, 2, 8, generator=gen),
+        torch.randn(6, 2, 8, generator=gen),
+    )
     bias, u = torch.randn(9, 2, generator=gen), torch.randn(9, 3, generator=gen)
     y, z = sparse_attention_reference(rowptr, col, q, k, v, 0.3, bias, u)
     for i in range(4):
@@ -92,7 +107,10 @@ def test_cpu_row_sums_equal_torchs(dtype):
     gen = torch.Generator().manual_seed(3)
     n, e, channels = rowptr.numel() - 1, col.numel(), 5
     p_EH = torch.rand((e, HEADS), generator=gen, dtype=dtype)
-    u_EC, dz_NHC = torch.randn((e, channels), generator=gen, dtype=dtype), torch.randn((n, HEADS, channels), generator=gen, dtype=dtype)
+    u_EC, dz_NHC = (
+        torch.randn((e, channels), generator=gen, dtype=dtype),
+        torch.randn((n, HEADS, channels), generator=gen, dtype=dtype),
+    )
     cpu = CpuBackend()
     z, g = cpu.value_sum(rowptr, col, p_EH, u_EC), cpu.value_grad(rowptr, col, dz_NHC, u_EC)
     assert z.dtype == g.dtype == dtype and z.shape == (n, HEADS, channels) and g.shape == (e, HEADS)
@@ -119,7 +137,9 @@ def test_each_backend_takes_the_path_its_kernels_allow(monkeypatch):
     assert not hasattr(CudaBackend, "probabilities")
     taken = []
     for path in ("FusedEdgeValues", "RecomputedEdgeValues"):
-        monkeypatch.setattr(getattr(edge_values, path), "apply", lambda *args, path=path: taken.append((path, args[0].name)))
+        monkeypatch.setattr(
+            getattr(edge_values, path), "apply", lambda *args, path=path: taken.append((path, args[0].name))
+        )
     rowptr, col = torch.tensor([0, 1], dtype=torch.int64), torch.tensor([0], dtype=torch.int32)
     q, u = torch.zeros(1, 1, 8), torch.zeros(1, 2)
     for backend in (CpuBackend(), CudaBackend()):
@@ -132,8 +152,15 @@ def test_gradients_only_for_the_inputs_that_require_them(backend):
     rowptr = torch.tensor([0, 3, 3, 4, 9, 10], dtype=torch.int64)
     col = torch.randint(0, 6, (10,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
     gen = torch.Generator().manual_seed(2)
-    q, k, v, bias, u = (torch.randn(*shape, generator=gen) for shape in ((5, 2, 8), (6, 2, 8), (6, 2, 8), (10, 2), (10, 3)))
-    for need in ((True, False, False, False), (False, True, True, False), (False, False, True, True), (True, True, False, True)):
+    q, k, v, bias, u = (
+        torch.randn(*shape, generator=gen) for shape in ((5, 2, 8), (6, 2, 8), (6, 2, 8), (10, 2), (10, 3))
+    )
+    for need in (
+        (True, False, False, False),
+        (False, True, True, False),
+        (False, False, True, True),
+        (True, True, False, True),
+    ):
         inputs = [t.clone().requires_grad_(r) for t, r in zip((q, k, v, bias), need)]
         wanted = [t for t in inputs if t.requires_grad]
         y, z = sparse_attention(rowptr, col, *inputs[:3], bias=inputs[3], edge_values=u, backend=backend)
@@ -193,15 +220,29 @@ def test_blockwise_passes_with_edge_values_equal_the_whole(hub_graph, name):
     want = torch.autograd.grad((y_want, z_want), (q, k, v, bias), (dy, dz))
     parts = source_blocks(rowptr, col, ((0, 1), (1, 200), (200, N_SRC)))  # block 0: source 0 only
     assert int(parts[0][0][-1]) > 0 and bool((parts[0][0].diff() == 0).any())  # rows with no edge in a block
-    blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], edge_values=u[keep], backend=name)
-              for r, c, lo, hi, keep in parts]  # fmt: skip
+    blocks = [
+        attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], edge_values=u[keep], backend=name)
+        for r, c, lo, hi, keep in parts
+    ]
     whole = merge(merge(blocks[0], blocks[1]), blocks[2])
     assert_relative_close(whole[0], y_want.detach(), 1e-5)
     assert_relative_close(whole[2], z_want.detach(), 1e-5)
     dq, dk, dv, dbias = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(bias)
     for (r, c, lo, hi, keep), block in zip(parts, blocks):
-        dq_b, dk_b, dv_b, dbias_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], block, dy, bias=bias[keep], edge_values=u[keep],
-                                                       dz=dz, whole=whole, backend=name)  # fmt: skip
+        dq_b, dk_b, dv_b, dbias_b = attention_backward(
+            r,
+            c,
+            q,
+            k[lo:hi],
+            v[lo:hi],
+            block,
+            dy,
+            bias=bias[keep],
+            edge_values=u[keep],
+            dz=dz,
+            whole=whole,
+            backend=name,
+        )
         dq, dk[lo:hi], dv[lo:hi], dbias[keep] = dq + dq_b, dk_b, dv_b, dbias_b
     for got, expected in zip((dq, dk, dv, dbias), want):
         assert_relative_close(got, expected, TOLERANCE[torch.float32])

@@ -26,13 +26,19 @@ def test_copy_keeps_the_values():
     rng = np.random.default_rng(0)
     big = rng.standard_normal((huge_pages.MIN_BYTES // 64 + 5, 2, 8)).astype(np.float32)
     copied = huge_pages.copy(big)
-    assert copied.flags.c_contiguous and copied.ctypes.data % huge_pages.HUGE_PAGE_BYTES == 0 and np.array_equal(copied, big)
+    assert (
+        copied.flags.c_contiguous
+        and copied.ctypes.data % huge_pages.HUGE_PAGE_BYTES == 0
+        and np.array_equal(copied, big)
+    )
     assert np.array_equal(huge_pages.copy(big[:3]), big[:3])  # below MIN_BYTES: numpy's copy, not numba's threads
 
 
 @pytest.mark.slow
 def test_import_dsgraph_asks_torch_for_huge_pages_and_keeps_a_users_choice():
-    probe = "import dsgraph, torch; from dsgraph.ops.cpu import huge_pages; print(huge_pages.torch_allocates_huge_pages())"
+    probe = (
+        "import dsgraph, torch; from dsgraph.ops.cpu import huge_pages; print(huge_pages.torch_allocates_huge_pages())"
+    )
     for setting, expected in ((None, "True"), ("0", "False")):
         env = {"PATH": "/usr/bin:/bin"} | ({} if setting is None else {huge_pages.TORCH_SWITCH: setting})
         out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
@@ -66,7 +72,10 @@ def test_the_op_gives_the_same_bits_from_huge_page_copies_and_in_place():
         return y.detach(), q.grad, k.grad, v.grad
 
     # numpy's buffers, 16 floats in: never page-aligned, so gather_source copies them
-    numpy_backed = [torch.from_numpy(np.concatenate([np.zeros(16, np.float32), t.numpy().reshape(-1)])[16:].reshape(t.shape)) for t in tensors]
+    numpy_backed = [
+        torch.from_numpy(np.concatenate([np.zeros(16, np.float32), t.numpy().reshape(-1)])[16:].reshape(t.shape))
+        for t in tensors
+    ]
     assert not any(huge_pages.in_huge_pages(t) for t in numpy_backed)
     for a, b in zip(run(*tensors), run(*numpy_backed)):
         assert torch.equal(a, b)

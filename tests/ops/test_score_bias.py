@@ -9,14 +9,30 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgraph.ops import attention_backward, attention_forward, available_backends, get_backend, merge, register_backend, sparse_attention
+from dsgraph.ops import (
+    attention_backward,
+    attention_forward,
+    available_backends,
+    get_backend,
+    merge,
+    register_backend,
+    sparse_attention,
+)
 from dsgraph.ops.backend import Backend, FusedBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops.cases import (
-    N_SRC, TOLERANCE, assert_relative_close, check_against_reference, grads_of, public, qkv, rmat_with_hub, score_bias,
+    N_SRC,
+    TOLERANCE,
+    assert_relative_close,
+    check_against_reference,
+    grads_of,
+    public,
+    qkv,
+    rmat_with_hub,
+    score_bias,
     source_blocks,
-)  # fmt: skip
+)
 
 FUSED = [name for name in available_backends() if name != "reference"]  # the kernels the reference checks
 BLOCKWISE = [name for name in available_backends() if isinstance(get_backend(name), FusedBackend)]
@@ -28,7 +44,9 @@ HEADS, DIM = 4, 16
 def hub_graph():
     rowptr, col = rmat_with_hub()
     degree = rowptr.diff()
-    assert bool((degree == 0).any()) and bool((degree == 1).any()) and int(degree.max()) > 4096  # what the criterion asks for
+    assert (
+        bool((degree == 0).any()) and bool((degree == 1).any()) and int(degree.max()) > 4096
+    )  # what the criterion asks for
     return rowptr, col
 
 
@@ -43,7 +61,11 @@ def test_reference_is_a_softmax_over_each_rows_biased_scores():
     gen = torch.Generator().manual_seed(0)
     rowptr = torch.tensor([0, 3, 3, 4, 9], dtype=torch.int64)
     col = torch.randint(0, 6, (9,), generator=gen, dtype=torch.int32)
-    q, k, v = torch.randn(4, 2, 8, generator=gen), torch.randn(6, 2, 8, generator=gen), torch.randn(6, 2, 8, generator=gen)
+    q, k, v = (
+        torch.randn(4, 2, 8, generator=gen),
+        torch.randn(6, 2, 8, generator=gen),
+        torch.randn(6, 2, 8, generator=gen),
+    )
     bias = torch.randn(9, 2, generator=gen)
     y = sparse_attention_reference(rowptr, col, q, k, v, 0.3, bias)
     for i in range(4):
@@ -66,8 +88,9 @@ def test_cpu_gradients_in_fp64_pass_gradcheck(channels):
     q, k, v = (torch.randn(n, 2, 8, generator=gen, dtype=torch.float64, requires_grad=True) for n in (4, 3, 3))
     bias = torch.randn(6, 2, generator=gen, dtype=torch.float64, requires_grad=True)
     u = torch.randn(6, channels, generator=gen, dtype=torch.float64) if channels else None
-    assert torch.autograd.gradcheck(lambda *t: sparse_attention(rowptr, col, *t[:3], bias=t[3], edge_values=u, backend="cpu"),
-                                    (q, k, v, bias))  # fmt: skip
+    assert torch.autograd.gradcheck(
+        lambda *t: sparse_attention(rowptr, col, *t[:3], bias=t[3], edge_values=u, backend="cpu"), (q, k, v, bias)
+    )
 
 
 @DTYPE
@@ -109,13 +132,16 @@ def test_blockwise_passes_with_bias_slices_equal_the_whole(hub_graph, name):
     want = grads_of(sparse_attention_reference, rowptr, col, q, k, v, dy, bias)
     half = N_SRC // 2
     parts = source_blocks(rowptr, col, ((0, half), (half, N_SRC)))  # keep: the edges of the block, CSR order kept
-    blocks = [attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], backend=name) for r, c, lo, hi, keep in parts]
+    blocks = [
+        attention_forward(r, c, q, k[lo:hi], v[lo:hi], bias=bias[keep], backend=name) for r, c, lo, hi, keep in parts
+    ]
     y, lse = merge(blocks[0], blocks[1])
     assert_relative_close(y, want[0].detach(), 1e-5)
     dq, dk, dv, dbias = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(bias)
     for (r, c, lo, hi, keep), block in zip(parts, blocks):
-        dq_b, dk_b, dv_b, dbias_b = attention_backward(r, c, q, k[lo:hi], v[lo:hi], block, dy, bias=bias[keep], whole=(y, lse),
-                                                       backend=name)  # fmt: skip
+        dq_b, dk_b, dv_b, dbias_b = attention_backward(
+            r, c, q, k[lo:hi], v[lo:hi], block, dy, bias=bias[keep], whole=(y, lse), backend=name
+        )
         dq, dk[lo:hi], dv[lo:hi], dbias[keep] = dq + dq_b, dk_b, dv_b, dbias_b
     for got, expected in zip((dq, dk, dv, dbias), want[1:]):
         assert_relative_close(got, expected, TOLERANCE[torch.float32])
@@ -142,7 +168,9 @@ def test_a_backend_without_bias_support_is_refused_or_passed_over(hub_graph):
     try:
         with pytest.raises(ValueError, match="no-bias backend: it takes no score bias"):
             sparse_attention(rowptr, col, q, k, v, bias=bias, backend="no-bias")
-        assert bool(sparse_attention(rowptr, col, q, k, v, backend="auto").eq(0).all())  # the top priority without a bias
+        assert bool(
+            sparse_attention(rowptr, col, q, k, v, backend="auto").eq(0).all()
+        )  # the top priority without a bias
         y = sparse_attention(rowptr, col, q, k, v, bias=bias, backend="auto")  # auto passes it over
         assert_relative_close(y, sparse_attention_reference(rowptr, col, q, k, v, DIM**-0.5, bias).detach(), 1e-5)
     finally:

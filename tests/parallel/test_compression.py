@@ -6,10 +6,10 @@ gradients stay within the quantisation error of the uncompressed run."""
 import pytest
 import torch
 
-from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit, get_codec
 from dsgraph.graph.partition import partition_quality
 from dsgraph.parallel import ParallelConfig, get_strategy, strategy_names
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.parallel.test_conformance import HEADS, HIDDEN, LAYERS, SPLITS, forward_backward, rel_err
@@ -34,7 +34,9 @@ def test_codec_round_trip_and_wire_size(name):
 
 def declared(strategy: str, graph, split: RowSplit, comm: str, grad: str) -> float:
     starts = split.starts
-    shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
+    shape_split = SplitShape.from_quality(
+        partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)])
+    )
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
     parallel = ParallelConfig(comm_dtype=comm, comm_grad_dtype=grad)
@@ -59,7 +61,12 @@ def _check(rank, world, tmp):
                 assert rel_err(g, ref_grads[name]) < 3 * TOLERANCE[comm], (strategy, comm, grad, name)
             sent = torch.tensor([float(pg.stats.bytes_sent)])
             dist.all_reduce(sent, op=dist.ReduceOp.MAX)
-            assert sent.item() == declared(attention.name, graph, split, comm, grad), (strategy, comm, grad, sent.item())
+            assert sent.item() == declared(attention.name, graph, split, comm, grad), (
+                strategy,
+                comm,
+                grad,
+                sent.item(),
+            )
 
 
 @pytest.mark.slow

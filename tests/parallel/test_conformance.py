@@ -13,15 +13,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.graph.partition import partition_quality
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.models.options import GAT
-from dsgraph.parallel import ParallelConfig, StrategyContext, get_strategy, strategy_names
-from dsgraph.train.config import DEFAULT_STRATEGY
 from dsgraph.modes.ranks import rank_attention
+from dsgraph.parallel import ParallelConfig, StrategyContext, get_strategy, strategy_names
+from dsgraph.parallel.shapes import GraphShape, ModelShape, SplitShape
+from dsgraph.train.config import DEFAULT_STRATEGY
 from tests.distributed import run
 from tests.graphs import random_graph
 
@@ -30,8 +30,19 @@ SPLITS = {2: (40, 63), 4: (10, 31, 20, 42)}  # random_graph has 103 nodes: uneve
 MODEL = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS)  # auto without a profile: its fallback
 
 
-def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm=("none", "none"), chunks=1, backend="reference",
-                     regather=False, options=None, edge_features="bias"):  # fmt: skip
+def forward_backward(
+    graph,
+    pg,
+    strategy,
+    control=None,
+    checkpointed=False,
+    comm=("none", "none"),
+    chunks=1,
+    backend="reference",
+    regather=False,
+    options=None,
+    edge_features="bias",
+):
     """Block outputs and logits of this rank's rows, every parameter gradient of the loss
     sum / global train count, the process group with its split, and the attention. ``comm``:
     how activation rows and their gradients travel (comm_dtype, comm_grad_dtype); ``chunks``:
@@ -46,8 +57,19 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     options = options if options is not None else GAT
     if graph.edge_attr is not None:  # a graph with edge features: read them
         options = dataclasses.replace(options, edge_features=edge_features)
-    model = GraphTransformer(graph.num_features, 5, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=0.3, input_dropout=0.2,
-                             attention_dropout=0.3, seed=7, options=options, edge_dim=graph.num_edge_features)  # fmt: skip
+    model = GraphTransformer(
+        graph.num_features,
+        5,
+        hidden=HIDDEN,
+        heads=HEADS,
+        layers=LAYERS,
+        dropout=0.3,
+        input_dropout=0.2,
+        attention_dropout=0.3,
+        seed=7,
+        options=options,
+        edge_dim=graph.num_edge_features,
+    )
     outputs = []
     for block in model.blocks:
         block.register_forward_hook(lambda mod, inp, out: outputs.append(out))
@@ -61,18 +83,28 @@ def forward_backward(graph, pg, strategy, control=None, checkpointed=False, comm
     return [*outputs, logits], {name: p.grad for name, p in model.named_parameters()}, pg, attention
 
 
-def declared_bytes(strategy: str, graph, split: RowSplit, checkpointed: bool = False, chunks: int = 1, edges: str = "none") -> float:
+def declared_bytes(
+    strategy: str, graph, split: RowSplit, checkpointed: bool = False, chunks: int = 1, edges: str = "none"
+) -> float:
     """What the strategy's cost terms say the busiest rank sends for the whole model (with every
     block checkpointed, the forward's collectives run once more per layer). With edge values GP-A2A
     also gathers them once per run (not per layer, so not in its cost terms): the padded all-gather
     of the ranks' [e, C], max(e) x C x 4 bytes to each other rank."""
     starts = split.starts
-    shape_split = SplitShape.from_quality(partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)]))
+    shape_split = SplitShape.from_quality(
+        partition_quality(graph, [(starts[r], starts[r + 1]) for r in range(split.world_size)])
+    )
     p = split.world_size
     shape = GraphShape(graph.num_nodes, graph.num_edges, rows={p: shape_split}, partitions={p: shape_split})
     values = graph.num_edge_features + 1 if edges == "bias_value" else 0
-    model = ModelShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, parallel=ParallelConfig(comm_chunks=chunks),
-                       edge_bias=graph.edge_attr is not None, edge_values=values)  # fmt: skip
+    model = ModelShape(
+        layers=LAYERS,
+        hidden=HIDDEN,
+        heads=HEADS,
+        parallel=ParallelConfig(comm_chunks=chunks),
+        edge_bias=graph.edge_attr is not None,
+        edge_values=values,
+    )
     terms = get_strategy(strategy).cost(p, shape, model, 4)
     once = max(shape_split.part_edges) * values * 4 * (p - 1) if strategy == "a2a" else 0
     return (terms.bytes_sent + (terms.forward_bytes if checkpointed else 0.0)) * LAYERS + once
@@ -102,13 +134,19 @@ def _check_strategy(rank, world, tmp, strategy, edges="none"):
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
     assert sent.item() == declared_bytes(attention.name, graph, split, edges=edges), (strategy, sent.item())
     assert pg.stats.calls > 0
-    _, grads_ckpt, pg, _ = forward_backward_(graph, GraphParallelGroup.from_world().with_split(split), strategy, checkpointed=True)
+    _, grads_ckpt, pg, _ = forward_backward_(
+        graph, GraphParallelGroup.from_world().with_split(split), strategy, checkpointed=True
+    )
     for name, grad in grads_ckpt.items():  # a recompute re-runs the collectives and gives the same gradients
         dist.all_reduce(grad)
         assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, "checkpointed", name)
     sent = torch.tensor([float(pg.stats.bytes_sent)])
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
-    assert sent.item() == declared_bytes(attention.name, graph, split, checkpointed=True, edges=edges), (strategy, "checkpointed", sent.item())
+    assert sent.item() == declared_bytes(attention.name, graph, split, checkpointed=True, edges=edges), (
+        strategy,
+        "checkpointed",
+        sent.item(),
+    )
     outs, grads, pg, _ = forward_backward_(graph, GraphParallelGroup.from_world().with_split(split), strategy, chunks=2)
     for out, ref in zip(outs, ref_outs):  # heads exchanged in two groups, the second during the first's attention
         assert rel_err(out, ref[start:end]) < 1e-5, (strategy, "chunks")
@@ -117,7 +155,11 @@ def _check_strategy(rank, world, tmp, strategy, edges="none"):
         assert rel_err(grad, ref_grads[name]) < 1e-5, (strategy, "chunks", name)
     sent = torch.tensor([float(pg.stats.bytes_sent)])
     dist.all_reduce(sent, op=dist.ReduceOp.MAX)
-    assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2, edges=edges), (strategy, "chunks", sent.item())
+    assert sent.item() == declared_bytes(attention.name, graph, split, chunks=2, edges=edges), (
+        strategy,
+        "chunks",
+        sent.item(),
+    )
 
 
 def _cases() -> list:

@@ -12,8 +12,8 @@ import torch
 from dsgraph.comm import GraphParallelGroup, RowSplit
 from dsgraph.comm.allreduce import all_reduce_bytes
 from dsgraph.models import ModelOptions
-from dsgraph.models.options import GAT
 from dsgraph.models.global_attention import sum_values
+from dsgraph.models.options import GAT
 from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.parallel.shapes import GlobalAttentionCost, ModelShape
 from dsgraph.train.config import DEFAULT_STRATEGY
@@ -50,7 +50,9 @@ def _compare(outs, grads, ref_outs, ref_grads, rows, what):
 def _check(rank, world, tmp, strategy, options, hidden_layers):
     graph = random_graph()
     split = RowSplit(SPLITS[world])
-    ref_outs, ref_grads, _, _ = forward_backward(graph, GraphParallelGroup.single(graph.num_nodes), DEFAULT_STRATEGY, options=options)
+    ref_outs, ref_grads, _, _ = forward_backward(
+        graph, GraphParallelGroup.single(graph.num_nodes), DEFAULT_STRATEGY, options=options
+    )
     for checkpointed in (False, True):
         pg = GraphParallelGroup.from_world().with_split(split)
         outs, grads, pg, attention = forward_backward(graph, pg, strategy, checkpointed=checkpointed, options=options)

@@ -26,8 +26,15 @@ def halo_test_graph(world: int) -> tuple[Graph, list[int]]:
     rowptr, col = graph.rowptr.numpy(), graph.col.numpy()
     dst = np.repeat(np.arange(graph.num_nodes), np.diff(rowptr))
     keep = ~((dst < end0) & (col >= end0))
-    trimmed = Graph.from_edges(col[keep], dst[keep], x=graph.x.numpy(), y=graph.y.numpy(), train_mask=graph.train_mask.numpy(),
-                               val_mask=graph.val_mask.numpy(), test_mask=graph.test_mask.numpy())  # fmt: skip
+    trimmed = Graph.from_edges(
+        col[keep],
+        dst[keep],
+        x=graph.x.numpy(),
+        y=graph.y.numpy(),
+        train_mask=graph.train_mask.numpy(),
+        val_mask=graph.val_mask.numpy(),
+        test_mask=graph.test_mask.numpy(),
+    )
     return trimmed, (ranges[:, 1] - ranges[:, 0]).tolist()
 
 
@@ -59,7 +66,11 @@ def _check_halo(rank, world, tmp):
     layers = 2  # forward sends plan.rows_sent rows, backward returns plan.num_halo rows' gradients
     assert pg.stats.bytes_sent == layers * row_bytes * (plan.rows_sent + plan.num_halo)
 
-    x = torch.arange(graph.num_nodes, dtype=torch.float64)[rows.start : rows.stop, None].repeat(1, 3).requires_grad_(True)
+    x = (
+        torch.arange(graph.num_nodes, dtype=torch.float64)[rows.start : rows.stop, None]
+        .repeat(1, 3)
+        .requires_grad_(True)
+    )
     pending = start_exchange_rows(x, plan.send_index, plan.send_counts, plan.recv_counts, pg)
     got = pending.wait()
     torch.testing.assert_close(got[:, 0], plan.recv_ids.double(), rtol=0, atol=0)

@@ -27,16 +27,27 @@ def _bytes_max(pg) -> float:
 def _check_regather(rank, world, tmp, backend):
     graph, split = random_graph(), RowSplit(SPLITS[world])
     for chunks in (1, 2):
-        kept = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), "ag", chunks=chunks, backend=backend)
-        again = forward_backward(graph, GraphParallelGroup.from_world().with_split(split), "ag", chunks=chunks, backend=backend,
-                                 regather=True)  # fmt: skip
+        kept = forward_backward(
+            graph, GraphParallelGroup.from_world().with_split(split), "ag", chunks=chunks, backend=backend
+        )
+        again = forward_backward(
+            graph,
+            GraphParallelGroup.from_world().with_split(split),
+            "ag",
+            chunks=chunks,
+            backend=backend,
+            regather=True,
+        )
         for a, b in zip(kept[0], again[0]):
             assert torch.equal(a, b), (backend, chunks)
         for name, grad in kept[1].items():
             assert torch.equal(grad, again[1][name]), (backend, chunks, name)
         assert _bytes_max(kept[2]) == declared_bytes("ag", graph, split, chunks=chunks)
         regathered = backend != "reference"  # the reference saves per-edge rows k[col], v[col], not the gathered K/V
-        assert _bytes_max(again[2]) == declared_bytes("ag", graph, split, checkpointed=regathered, chunks=chunks), (backend, chunks)
+        assert _bytes_max(again[2]) == declared_bytes("ag", graph, split, checkpointed=regathered, chunks=chunks), (
+            backend,
+            chunks,
+        )
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu"])

@@ -17,8 +17,13 @@ def test_mmap_threshold_is_fixed_unless_the_user_set_one():
     """In fresh processes: fixing the threshold changes the allocator for the rest of the process."""
     code = "from dsgraph.runtime import host_memory; print(host_memory.fix_mmap_threshold())"
     assert _fresh(code) == "True"  # glibc (Linux CI)
-    user_set = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})  # fmt: skip
+    user_set = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+    )
     assert user_set.stdout.strip() == "False"
 
 

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-
 from tools.benchmarks import bench_kernels as bench
+
 CPU = torch.device("cpu")
 
 
@@ -44,8 +44,20 @@ def test_out_of_memory_is_a_result_and_other_errors_propagate():
 
 
 def test_oom_record_leaves_speedups_open():
-    info = {"model_bytes_fwd": 1e9, "model_bytes_bwd": 2e9, "peak_gbs": 100.0, "graph": "g", "nodes": 4, "edges": 8,
-            "max_in_degree": 2, "heads": 2, "dim": 8, "dtype": "bf16", "device": "cpu", "notes": []}  # fmt: skip
+    info = {
+        "model_bytes_fwd": 1e9,
+        "model_bytes_bwd": 2e9,
+        "peak_gbs": 100.0,
+        "graph": "g",
+        "nodes": 4,
+        "edges": 8,
+        "max_in_degree": 2,
+        "heads": 2,
+        "dim": 8,
+        "dtype": "bf16",
+        "device": "cpu",
+        "notes": [],
+    }
     results = {"cuda": {"oom": False, "fwd": 0.01, "bwd": 0.02, "peak": 2**20}, "pyg": {"oom": True, "error": "oom"}}
     cuda = bench.record("cuda", results["cuda"], results, info)
     assert cuda["speedup_vs_pyg"] is None and cuda["fwd_roofline"] == pytest.approx(1e9 / 0.01 / 1e9 / 100.0)

@@ -1,7 +1,7 @@
-"""tools/benchmarks/peer_models.py and tools/benchmarks/bench_peers.py: the peers against the reference, and the benchmark."""
+"""tools/benchmarks/peer_models.py and tools/benchmarks/bench_peers.py: the peers against the
+reference, and the benchmark."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,9 +9,8 @@ import torch
 from dsgraph.graph import load_dataset
 from dsgraph.ops.reference import sparse_attention_reference
 from tests.ops.cases import assert_relative_close
-
-from tools.benchmarks import peer_models as peers
 from tools.benchmarks import bench_peers as bench
+from tools.benchmarks import peer_models as peers
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +45,16 @@ def test_training_steps_learn(graph, name):
 
 
 def test_summarise_keeps_out_of_memory_as_a_result():
-    results = {"dsgraph": {"setup": {"oom": False}, "runs": [{"oom": False, "fwd": 2.0, "bwd": 3.0, "peak": 2**20},
-                                                            {"oom": False, "fwd": 1.0, "bwd": 5.0, "peak": 2**21}]},
-               "pyg": {"setup": {"oom": False}, "runs": [{"oom": True, "error": "out of memory"}]}}  # fmt: skip
+    results = {
+        "dsgraph": {
+            "setup": {"oom": False},
+            "runs": [
+                {"oom": False, "fwd": 2.0, "bwd": 3.0, "peak": 2**20},
+                {"oom": False, "fwd": 1.0, "bwd": 5.0, "peak": 2**21},
+            ],
+        },
+        "pyg": {"setup": {"oom": False}, "runs": [{"oom": True, "error": "out of memory"}]},
+    }
     rows = bench.summarise(results, ("fwd", "bwd"))
     assert rows["dsgraph"]["fwd_min"] == 1.0 and rows["dsgraph"]["bwd_med"] == 4.0 and rows["dsgraph"]["peak_mb"] == 2.0
     assert rows["pyg"]["oom"] and rows["pyg"]["error"] == "out of memory"
@@ -57,14 +63,38 @@ def test_summarise_keeps_out_of_memory_as_a_result():
 def test_unknown_peer_and_missing_dgl_environment(tmp_path):
     with pytest.raises(SystemExit, match="unknown peer"):
         bench.open_lanes(bench.parse_args(["--peers", "dsgraph,gat"]))
-    lanes, notes = bench.open_lanes(bench.parse_args(["--peers", "dsgraph,dgl", "--dgl-python", str(tmp_path / "none")]))
+    lanes, notes = bench.open_lanes(
+        bench.parse_args(["--peers", "dsgraph,dgl", "--dgl-python", str(tmp_path / "none")])
+    )
     assert list(lanes) == ["dsgraph"] and "dgl left out" in notes[0]
 
 
 def _end_to_end(tmp_path, peer_list):
     out = tmp_path / "p.json"
-    bench.main(["--graph", "rmat:8", "--train-graph", "rmat:8", "--peers", peer_list, "--repeats", "2", "--steps", "2",
-                "--hidden", "32", "--heads", "4", "--dim", "8", "--threads", "1", "--json-out", str(out)])  # fmt: skip
+    bench.main(
+        [
+            "--graph",
+            "rmat:8",
+            "--train-graph",
+            "rmat:8",
+            "--peers",
+            peer_list,
+            "--repeats",
+            "2",
+            "--steps",
+            "2",
+            "--hidden",
+            "32",
+            "--heads",
+            "4",
+            "--dim",
+            "8",
+            "--threads",
+            "1",
+            "--json-out",
+            str(out),
+        ]
+    )
     return json.loads(out.read_text())
 
 
@@ -87,8 +117,30 @@ def test_end_to_end_with_the_dgl_worker(tmp_path):
 
 def test_pyg_is_left_out_of_large_graphs(tmp_path):
     out = tmp_path / "p.json"
-    bench.main(["--graph", "rmat:8", "--train-graph", "rmat:8", "--peers", "dsgraph,pyg", "--repeats", "1", "--steps", "1",
-                "--hidden", "16", "--heads", "2", "--dim", "8", "--pyg-max-edges", "1000", "--json-out", str(out)])  # fmt: skip
+    bench.main(
+        [
+            "--graph",
+            "rmat:8",
+            "--train-graph",
+            "rmat:8",
+            "--peers",
+            "dsgraph,pyg",
+            "--repeats",
+            "1",
+            "--steps",
+            "1",
+            "--hidden",
+            "16",
+            "--heads",
+            "2",
+            "--dim",
+            "8",
+            "--pyg-max-edges",
+            "1000",
+            "--json-out",
+            str(out),
+        ]
+    )
     payload = json.loads(out.read_text())
     for record in payload["kernels"] + payload["train"]:
         assert list(record["peers"]) == ["dsgraph"] and "pyg left out" in record["notes"][0]

@@ -30,8 +30,13 @@ def _plan(*args) -> dict[str, tuple[int, int, int]]:
 
 
 def test_help_names_every_mode():
-    out = subprocess.run(["bash", "tools/gpu/check.sh", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert all(word in out for word in ("--prepare", "--quick", "--plan", "gpu_results.json", "DEADLINE_S", "compute-sanitizer"))
+    out = subprocess.run(
+        ["bash", "tools/gpu/check.sh", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert all(
+        word in out
+        for word in ("--prepare", "--quick", "--plan", "gpu_results.json", "DEADLINE_S", "compute-sanitizer")
+    )
 
 
 def test_the_quick_plan_ends_within_180_s_and_the_full_plan_within_420_s_on_paper():
@@ -68,9 +73,12 @@ def test_a_run_without_time_leaves_every_step_out_and_fails(tmp_path):
 
 def test_a_failing_and_a_hanging_step_are_recorded_and_the_next_runs(tmp_path):
     steps = {f"CHECK_CMD_{s}": "true" for s in QUICK}
-    steps.update(CHECK_CMD_memcheck="sleep 60", CHECK_TIMEOUT_memcheck="5",
-                 CHECK_CMD_racecheck='"$PY" -c "raise RuntimeError(\'boom\')"',
-                 CHECK_CMD_bench_kernels='echo ran > "$LOG_DIR/bench.flag"')  # fmt: skip
+    steps.update(
+        CHECK_CMD_memcheck="sleep 60",
+        CHECK_TIMEOUT_memcheck="5",
+        CHECK_CMD_racecheck='"$PY" -c "raise RuntimeError(\'boom\')"',
+        CHECK_CMD_bench_kernels='echo ran > "$LOG_DIR/bench.flag"',
+    )
     proc = _check("--quick", str(tmp_path), **steps)
     assert proc.returncode == 1, proc.stdout[-2000:]
     checks = json.loads((tmp_path / "gpu_results.json").read_text())["checks"]

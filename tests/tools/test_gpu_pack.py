@@ -4,7 +4,6 @@ import zipfile
 
 import pytest
 
-
 from tools.gpu import pack
 
 
@@ -25,7 +24,9 @@ def test_wheel_tags(filename, ok):
 
 def _wheel(folder, name, version, requires=(), size=0):
     path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta)
         z.writestr("padding.bin", b"\0" * size)
@@ -37,7 +38,9 @@ def test_a_complete_pack_passes_and_lists_every_wheel(tmp_path):
     _wheel(tmp_path, "hjson", "3.1.0")
     _wheel(tmp_path, "pydantic", "2.14.4", ['tomli; python_version < "3.11"'])  # marker false on 3.12
     entries = pack.check_pack(tmp_path, max_mib=60)
-    assert [e["name"] for e in entries] == ["deepspeed", "hjson", "pydantic"] and all(len(e["sha256"]) == 64 for e in entries)
+    assert [e["name"] for e in entries] == ["deepspeed", "hjson", "pydantic"] and all(
+        len(e["sha256"]) == 64 for e in entries
+    )
 
 
 def test_a_requirement_missing_everywhere_is_named(tmp_path):

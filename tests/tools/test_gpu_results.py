@@ -9,18 +9,30 @@ import torch
 from dsgraph.agp.profile import with_collectives_from
 from dsgraph.agp.synthetic import linear_profile
 from dsgraph.graph import load_dataset
-
-from tools.gpu import results
 from tools.benchmarks import save_dataset
+from tools.gpu import results
+
 PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 2e-9, "all_to_all_uneven": 2e-9}
 STEPS = results.FULL_PLAN
 SANITIZER = "========= {0}\n1 passed, 5 deselected in 30.0s\n"
 
 
 def _kernel(backend, edges, **kw):
-    base = {"graph": "rmat22", "nodes": 4_194_304, "edges": edges, "dtype": "bf16", "backend": backend, "oom": False, "fwd_ms": 10.0,
-            "fwd_bwd_ms": 40.0, "fwd_roofline": 0.42, "peak_gbs": 4300.0, "model_bytes_fwd": 1e10, "speedup_vs_pyg": 7.5,
-            "speedup_vs_reference": None}  # fmt: skip
+    base = {
+        "graph": "rmat22",
+        "nodes": 4_194_304,
+        "edges": edges,
+        "dtype": "bf16",
+        "backend": backend,
+        "oom": False,
+        "fwd_ms": 10.0,
+        "fwd_bwd_ms": 40.0,
+        "fwd_roofline": 0.42,
+        "peak_gbs": 4300.0,
+        "model_bytes_fwd": 1e10,
+        "speedup_vs_pyg": 7.5,
+        "speedup_vs_reference": None,
+    }
     return {**base, **kw}
 
 
@@ -32,15 +44,34 @@ def _pieces(tmp_path, edges=60_000_000):
     (work / "kernel_tests.txt").write_text("...\n130 passed in 51.02s\n")
     (work / "smoke.txt").write_text("smoke: cuda: float32: ...\nsmoke: PASSED in 9.8 s\n")
     (work / "memcheck.txt").write_text(SANITIZER.format("ERROR SUMMARY: 0 errors"))
-    (work / "racecheck.txt").write_text(SANITIZER.format("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"))
+    (work / "racecheck.txt").write_text(
+        SANITIZER.format("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
+    )
     for name in ("train_strategies", "train_rest"):
-        (log / f"{name}.json").write_text(json.dumps({"passed": True, "runs": [{"name": "cora-bf16-ag", "seconds": 20.0,
-                                          "check": {"status": "PASSED", "max_rel_diff": 3e-3, "reason": ""}}]}))  # fmt: skip
+        (log / f"{name}.json").write_text(
+            json.dumps(
+                {
+                    "passed": True,
+                    "runs": [
+                        {
+                            "name": "cora-bf16-ag",
+                            "seconds": 20.0,
+                            "check": {"status": "PASSED", "max_rel_diff": 3e-3, "reason": ""},
+                        }
+                    ],
+                }
+            )
+        )
     pyg = _kernel("pyg", edges, oom=True, error="CUDA out of memory")
     (log / "kernels.json").write_text(json.dumps({"records": [_kernel("cuda", edges, speedup_vs_pyg=None), pyg]}))
-    models = {"dataset": "rmat22", "nodes": 4_194_304, "edges": edges, "dtype": "bf16",
-              "dsgraph": {"status": "ok", "wall_step_s": 0.5, "trainer_step_time_s": 0.45, "peak_mem_mb": 30_000.0},
-              "pyg": {"status": "oom", "oom": True, "error": "CUDA out of memory", "peak_mem_mb_before_oom": 130_000.0}}  # fmt: skip
+    models = {
+        "dataset": "rmat22",
+        "nodes": 4_194_304,
+        "edges": edges,
+        "dtype": "bf16",
+        "dsgraph": {"status": "ok", "wall_step_s": 0.5, "trainer_step_time_s": 0.45, "peak_mem_mb": 30_000.0},
+        "pyg": {"status": "oom", "oom": True, "error": "CUDA out of memory", "peak_mem_mb_before_oom": 130_000.0},
+    }
     (log / "models_rmat22.json").write_text(json.dumps(models))
     kw = dict(attention_s_per_edge_head=1e-10, rest_s_per_mac=1e-13, collective_s_per_byte=PER_BYTE, dtype="bfloat16")
     merged = with_collectives_from(linear_profile(max_ranks=1, **kw), linear_profile(max_ranks=8, **kw), 8)
@@ -55,7 +86,10 @@ def test_all_pieces_pass_and_fill_the_table(tmp_path, capsys):
     assert out["passed"] and set(out["checks"]) == set(STEPS) and out["figures"]["training"][0]["status"] == "PASSED"
     assert out["figures"]["kernels"]["fwd_roofline_bf16_50M"]["fwd_roofline"] == 0.42
     assert out["figures"]["kernels"]["fwd_bwd_speedup_vs_pyg"][0]["pyg"] == "out of memory"
-    assert out["figures"]["model_rmat22"]["pyg_status"] == "oom" and out["figures"]["model_rmat22"]["dsgraph_step_ms"] == 500.0
+    assert (
+        out["figures"]["model_rmat22"]["pyg_status"] == "oom"
+        and out["figures"]["model_rmat22"]["dsgraph_step_ms"] == 500.0
+    )
     printed = capsys.readouterr().out
     assert "42.0% (10.00 ms)" in printed and "PyG-style: out of memory" in printed and "gpu_check: PASSED" in printed
 
@@ -68,7 +102,9 @@ def test_a_small_graph_a_skip_or_a_failed_step_fails(tmp_path):
     assert checks["train_rest"]["status"] == "PASSED"
     log, work = _pieces(tmp_path / "b")
     (work / "kernel_tests.txt").write_text("128 passed, 2 skipped in 50.00s\n")
-    (work / "racecheck.txt").write_text(SANITIZER.format("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"))
+    (work / "racecheck.txt").write_text(
+        SANITIZER.format("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)")
+    )
     (work / "steps.tsv").write_text((work / "steps.tsv").read_text().replace("train_rest\t0", "train_rest\t124"))
     assert results.main(["--log-dir", str(log), "--work-dir", str(work)]) == 1
     checks = json.loads((log / "gpu_results.json").read_text())["checks"]
@@ -111,7 +147,12 @@ def test_save_dataset_round_trip(tmp_path):
     path = tmp_path / "g.npz"
     assert save_dataset.main(["rmat:8", str(path)]) == 0
     a, b = load_dataset("rmat:8"), load_dataset(str(path))
-    assert torch.equal(a.rowptr, b.rowptr) and torch.equal(a.col, b.col) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    assert (
+        torch.equal(a.rowptr, b.rowptr)
+        and torch.equal(a.col, b.col)
+        and torch.equal(a.x, b.x)
+        and torch.equal(a.y, b.y)
+    )
 
 
 def test_an_optional_step_never_fails_the_check_and_a_stopped_run_says_why(tmp_path):
@@ -158,7 +199,9 @@ def test_a_page_from_a_recorded_results_file(tmp_path, capsys):
     saved = docs / "agp" / "2026-12-04-h200_bf16_profile.json"
     assert saved.read_bytes() == (RECORDED / "agp_profile_cuda_bf16.json").read_bytes()
     nav = (tmp_path / "mkdocs.yml").read_text()
-    assert "- Overview: benchmarks/index.md\n      - 2026-12-04 The GPU check: benchmarks/2026-12-04-gpu-check.md\n" in nav
+    assert (
+        "- Overview: benchmarks/index.md\n      - 2026-12-04 The GPU check: benchmarks/2026-12-04-gpu-check.md\n" in nav
+    )
 
 
 def test_no_page_from_a_rehearsal(tmp_path):

@@ -7,7 +7,6 @@ import pytest
 
 from dsgraph.agp.profile import load_profile
 from dsgraph.train.config import load_ds_config
-
 from tools.gpu import train_check as tool
 
 
@@ -38,9 +37,13 @@ def test_checkpointed_runs_recompute_transformer_blocks(tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_isolated_configs_are_ones_isolated_mode_accepts(tmp_path, dtype):
     """Local steps (the default isolated_sync) need ZeRO-0 without bf16; bf16 checks the per-step sync."""
-    ds, cfg = load_ds_config(str(tool.write_config(tool.RunSpec(f"cora-{dtype}-isolated", "isolated", dtype, "cora", 5), tmp_path)))
+    ds, cfg = load_ds_config(
+        str(tool.write_config(tool.RunSpec(f"cora-{dtype}-isolated", "isolated", dtype, "cora", 5), tmp_path))
+    )
     if dtype == "fp32":
-        assert ds["zero_optimization"]["stage"] == 0 and not ds["bf16"]["enabled"] and cfg.isolated.sync == "super_epoch"
+        assert (
+            ds["zero_optimization"]["stage"] == 0 and not ds["bf16"]["enabled"] and cfg.isolated.sync == "super_epoch"
+        )
     else:
         assert cfg.isolated.sync == "step"
 
@@ -59,7 +62,14 @@ def test_commands_use_the_cli_and_a_matching_agp_profile(tmp_path):
 
 
 def _run(losses, strategy="ag", dtype="fp32", rc=0, decision=None):
-    return {"name": "x", "strategy": strategy, "dtype": dtype, "returncode": rc, "losses": losses, "agp_decision": decision}
+    return {
+        "name": "x",
+        "strategy": strategy,
+        "dtype": dtype,
+        "returncode": rc,
+        "losses": losses,
+        "agp_decision": decision,
+    }
 
 
 @pytest.mark.parametrize(
@@ -74,7 +84,13 @@ def _run(losses, strategy="ag", dtype="fp32", rc=0, decision=None):
         (_run([2.0], rc=1), _run([2.0]), True, "FAILED", "exit code 1"),
         (_run([2.0]), _run([2.0]), False, "FAILED", "other sources"),
         (_run([2.0]), None, True, "FAILED", "no usable reference"),
-        (_run([2.0], "auto", decision="ag (fallback: no profile)"), _run([2.0]), True, "FAILED", "did not use its profile"),
+        (
+            _run([2.0], "auto", decision="ag (fallback: no profile)"),
+            _run([2.0]),
+            True,
+            "FAILED",
+            "did not use its profile",
+        ),
         (_run([2.0], "auto", decision="ag (auto: fastest)"), _run([2.0]), True, "PASSED", ""),
     ],
 )
@@ -86,8 +102,14 @@ def test_compare(run, ref, same, status, reason):
 def test_fingerprint_follows_the_sources(tmp_path):
     for top in ("dsgraph", "launch", "ds_configs", "tools/gpu", "docs/agp"):
         (tmp_path / top).mkdir(parents=True)
-    for rel in ("dsgraph/a.py", "launch/train.py", "ds_configs/gpu_quickstart.json", "tools/gpu/train_check.py",
-                "docs/agp/dgx_h100_8gpu_profile.json", "docs/agp/dgx_h100_8gpu_bf16_profile.json"):  # fmt: skip
+    for rel in (
+        "dsgraph/a.py",
+        "launch/train.py",
+        "ds_configs/gpu_quickstart.json",
+        "tools/gpu/train_check.py",
+        "docs/agp/dgx_h100_8gpu_profile.json",
+        "docs/agp/dgx_h100_8gpu_bf16_profile.json",
+    ):
         (tmp_path / rel).write_text(rel)
     before = tool.fingerprint(tmp_path)
     assert tool.fingerprint(tmp_path) == before

@@ -26,8 +26,15 @@ def test_the_bf16_run_of_every_strategy_comes_first_and_the_groups_split_all_run
     assert {s.name for s in specs} == {s.name for s in train_check.run_specs()}
 
 
-@pytest.mark.parametrize("name, mode, strategy", [("cora-bf16-ag", "full", "ag"), ("cora-fp32-sampled", "sampled", None),
-                                                  ("cora-bf16-isolated", "isolated", None), ("cora-bf16-auto", "full", "auto")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, mode, strategy",
+    [
+        ("cora-bf16-ag", "full", "ag"),
+        ("cora-fp32-sampled", "sampled", None),
+        ("cora-bf16-isolated", "isolated", None),
+        ("cora-bf16-auto", "full", "auto"),
+    ],
+)
 def test_settings_are_the_command_lines(tmp_path, name, mode, strategy):
     [spec] = [s for s in tool.ordered_specs() if s.name == name]
     ds, cfg = tool.run_settings(spec, tmp_path, "cpu")
@@ -55,7 +62,11 @@ def test_a_run_that_raises_is_recorded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tool, "run_settings", broken)
     result = tool.train_one(tool.ordered_specs()[0], tmp_path, torch.device("cpu"), 30)
-    assert result["returncode"] == 1 and "RuntimeError: a surprise in set-up" in result["log_tail"] and result["losses"] == []
+    assert (
+        result["returncode"] == 1
+        and "RuntimeError: a surprise in set-up" in result["log_tail"]
+        and result["losses"] == []
+    )
 
 
 def test_the_partial_file_names_the_run_in_progress(tmp_path):
@@ -69,8 +80,25 @@ def test_the_partial_file_names_the_run_in_progress(tmp_path):
 
 def _tool(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
-    return subprocess.run([sys.executable, "-m", "tools.gpu.train_inprocess", "--device", "cpu", "--cora-epochs", "2",
-                           "--threads", "2", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.gpu.train_inprocess",
+            "--device",
+            "cpu",
+            "--cora-epochs",
+            "2",
+            "--threads",
+            "2",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow

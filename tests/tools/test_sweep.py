@@ -6,7 +6,10 @@ from tools.reports.sweep import markdown, summarise
 
 
 def _row(test, val, last):
-    return {"best": {"metric": "rocauc", "val": val, "test": test, "epoch": 3}, "last": {"test_rocauc": last, "test_acc": 0.5}}
+    return {
+        "best": {"metric": "rocauc", "val": val, "test": test, "epoch": 3},
+        "last": {"test_rocauc": last, "test_acc": 0.5},
+    }
 
 
 def test_summary_is_mean_and_sample_std():

@@ -18,7 +18,8 @@ def ds_config(stage: int = 2, bf16: bool = False, **extra) -> dict:
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 1.0,
-        # torch.optim's AdamW (what the CLI picks on CPU): no FusedAdam JIT build, whose lock a killed test leaves behind
+        # torch.optim's AdamW (what the CLI picks on CPU): no FusedAdam JIT build, whose lock a killed
+        # test leaves behind
         "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "torch_adam": True}},
         "zero_optimization": {"stage": stage},
         "bf16": {"enabled": bf16},
@@ -66,7 +67,9 @@ def step_losses(trainers, epochs: int = 3) -> dict[str, list[float]]:
     (an iterable, so that one trainer is built, trained and closed at a time)."""
     losses = {}
     for key, trainer in trainers:
-        losses[key] = [trainer.train_step(step)["loss"] for epoch in range(epochs) for step in trainer.mode.steps(epoch, epoch + 1)]
+        losses[key] = [
+            trainer.train_step(step)["loss"] for epoch in range(epochs) for step in trainer.mode.steps(epoch, epoch + 1)
+        ]
         trainer.mode.close()
     return losses
 
@@ -104,14 +107,30 @@ def dataset_with_stores(tmp: str, name: str, graph, prepare=None) -> str:
         if prepare is not None:
             prepare(path)
         for parts in (1, 2, 4):
-            assert partition(["--dataset", path, "--parts", str(parts), "--method", "random", "--out",
-                              os.path.join(tmp, f"store{parts}"), "--quiet"]) == 0  # fmt: skip
+            assert (
+                partition(
+                    [
+                        "--dataset",
+                        path,
+                        "--parts",
+                        str(parts),
+                        "--method",
+                        "random",
+                        "--out",
+                        os.path.join(tmp, f"store{parts}"),
+                        "--quiet",
+                    ]
+                )
+                == 0
+            )
     return path
 
 
 def quiet_trainer(settings: dict, stage: int = 2) -> Trainer:
     """A Trainer of ``settings`` (the dsgraph section) with ZeRO ``stage``, no log lines."""
-    return Trainer(DsgraphConfig.from_dict(settings), ds_config(stage=stage), torch.device("cpu"), log=lambda line: None)
+    return Trainer(
+        DsgraphConfig.from_dict(settings), ds_config(stage=stage), torch.device("cpu"), log=lambda line: None
+    )
 
 
 def assert_same_evaluation(by_world: dict[int, dict]) -> None:

@@ -18,7 +18,7 @@ from dsgraph.train import checkpoint as ck
 from dsgraph.train import manifest as mf
 from dsgraph.train.universal import export_fp32
 from tests.distributed import run
-from tests.train.helpers import dump, ds_config, load, make_trainer, write_random_graph
+from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
 EPOCHS = 4
 SETTINGS = dict(epochs=EPOCHS, checkpoint_every=2, keep_checkpoints=0, eval_every=100)  # saves after epochs 1 and 3
@@ -37,8 +37,18 @@ def _fake_checkpoint(directory, epoch, payload=b"x" * 100) -> str:
     with open(os.path.join(folder, "a.pt"), "wb") as f:
         f.write(payload)
     files = mf.describe(folder, mf.list_files(folder))
-    mf.write(folder, {"format_version": 1, "kind": "deepspeed", "epoch": epoch, "world_size": 1, "zero_stage": 1,
-                      "dtype": "float32", "files": files})  # fmt: skip
+    mf.write(
+        folder,
+        {
+            "format_version": 1,
+            "kind": "deepspeed",
+            "epoch": epoch,
+            "world_size": 1,
+            "zero_stage": 1,
+            "dtype": "float32",
+            "files": files,
+        },
+    )
     return folder
 
 
@@ -90,7 +100,7 @@ def _damage(folder: str, case: str) -> str:
         return f"{os.path.join(folder, OPTIM)}: sha256 checksum mismatch"
     if case == "manifest_garbage":
         with open(os.path.join(folder, mf.MANIFEST), "w") as f:
-            f.write("{\"files\": ")
+            f.write('{"files": ')
         return f"{os.path.join(folder, mf.MANIFEST)} is not valid JSON"
     if case == "manifest_missing":
         os.remove(os.path.join(folder, mf.MANIFEST))
@@ -114,7 +124,9 @@ def _kill_before_manifest(rank, world, tmp):
         return write(folder, manifest)
 
     mf.write = dying_write
-    make_trainer(tmp, ds_config(stage=1), checkpoint_dir=f"{tmp}/killed_manifest", **SETTINGS).fit(log=lambda line: None)
+    make_trainer(tmp, ds_config(stage=1), checkpoint_dir=f"{tmp}/killed_manifest", **SETTINGS).fit(
+        log=lambda line: None
+    )
 
 
 def _kill_mid_file(rank, world, tmp):
@@ -136,7 +148,9 @@ def _kill_mid_file(rank, world, tmp):
 
 
 def _resumes(rank, world, tmp):
-    reference = make_trainer(tmp, ds_config(stage=1), checkpoint_dir=f"{tmp}/ck", metrics_out=f"{tmp}/reference.jsonl", **SETTINGS)
+    reference = make_trainer(
+        tmp, ds_config(stage=1), checkpoint_dir=f"{tmp}/ck", metrics_out=f"{tmp}/reference.jsonl", **SETTINGS
+    )
     reference.fit(log=lambda line: None)
     exported = export_fp32(f"{tmp}/ck/epoch000003")
     model = reference.engine.module.state_dict()
@@ -152,14 +166,20 @@ def _resumes(rank, world, tmp):
         else:
             problem = "dsgraph_manifest.json is missing (the save did not finish)"
         warnings = []
-        trainer = make_trainer(tmp, ds_config(stage=1), checkpoint_dir=directory, metrics_out=f"{tmp}/{case}.jsonl", **SETTINGS)
+        trainer = make_trainer(
+            tmp, ds_config(stage=1), checkpoint_dir=directory, metrics_out=f"{tmp}/{case}.jsonl", **SETTINGS
+        )
         trainer.resumed = ck.load_latest(trainer.engine, trainer.cfg, warn=warnings.append)
         state = trainer.resumed.client_state
         trainer.start_epoch, trainer.best = state["epoch"] + 1, state["best"]
         if trainer.start_epoch < EPOCHS:
             trainer.fit(log=lambda line: None)
-        results[case] = {"start": trainer.start_epoch, "warnings": warnings, "problem": problem,
-                         "losses": _losses(f"{tmp}/{case}.jsonl") if trainer.start_epoch < EPOCHS else []}  # fmt: skip
+        results[case] = {
+            "start": trainer.start_epoch,
+            "warnings": warnings,
+            "problem": problem,
+            "losses": _losses(f"{tmp}/{case}.jsonl") if trainer.start_epoch < EPOCHS else [],
+        }
     # nothing usable: both checkpoints damaged
     shutil.copytree(f"{tmp}/ck", f"{tmp}/none_usable")
     _damage(f"{tmp}/none_usable/epoch000003", "model_truncated")
@@ -189,7 +209,10 @@ def test_damaged_or_unfinished_newest_checkpoint_resumes_from_the_previous(tmp_p
             continue
         assert got["start"] == 2, (case, got)
         assert got["problem"] in got["warnings"][0] and "epoch000003" in got["warnings"][0], (case, got)
-        assert "resuming from the newest complete checkpoint" in got["warnings"][-1] and "epoch000001" in got["warnings"][-1]
+        assert (
+            "resuming from the newest complete checkpoint" in got["warnings"][-1]
+            and "epoch000001" in got["warnings"][-1]
+        )
         assert got["losses"] == pytest.approx(reference[2:], abs=1e-6), (case, got, reference)
     message = results["none_usable"]
     assert "no usable checkpoint to resume from" in message and str(tmp_path / "none_usable") in message

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
 from dsgraph.models.options import GAT, TRANSFORMER, ModelOptions
-from dsgraph.parallel import get_strategy, strategy_names
 from dsgraph.modes.ranks import rank_attention
+from dsgraph.parallel import get_strategy, strategy_names
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.train.helpers import dump_losses, load, write_random_graph
@@ -29,8 +29,11 @@ VARIANTS = {  # name: (settings, the name of the run without checkpointing it mu
 
 def _steps(rank, world, tmp):
     strategies = [s for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)]
-    runs = {f"{s}/{v}": dict(strategy=s, layers=3, attention_dropout=0.2, **VARIANTS[v][0])  # every dropout site
-            for s in strategies for v in VARIANTS}  # fmt: skip
+    runs = {
+        f"{s}/{v}": dict(strategy=s, layers=3, attention_dropout=0.2, **VARIANTS[v][0])  # every dropout site
+        for s in strategies
+        for v in VARIANTS
+    }
     dump_losses(rank, tmp, f"ckpt_{world}.json", runs, epochs=2)
 
 
@@ -49,7 +52,9 @@ def test_checkpointed_training_takes_the_same_steps_on_1_2_and_4_ranks(tmp_path)
                 assert got == pytest.approx(want, rel=1e-6, abs=1e-6), (world, key, got, want)
 
 
-def _saved_bytes(checkpointed: bool, every: int = 1, options=None, nested: bool = False) -> tuple[int, list[torch.Tensor]]:
+def _saved_bytes(
+    checkpointed: bool, every: int = 1, options=None, nested: bool = False
+) -> tuple[int, list[torch.Tensor]]:
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.parallel import StrategyContext
 
@@ -58,8 +63,9 @@ def _saved_bytes(checkpointed: bool, every: int = 1, options=None, nested: bool 
     model = GraphTransformer(graph.num_features, 5, hidden=32, heads=HEADS, layers=4, seed=1, options=options)
     if checkpointed:
         assert checkpoint_blocks(model, every, nested) == list(range(0, 4, every))
-    _, rank_graph, attention = rank_attention(graph, GraphParallelGroup.single(graph.num_nodes), "ag",
-                                              StrategyContext(heads=HEADS, backend="reference"))  # fmt: skip
+    _, rank_graph, attention = rank_attention(
+        graph, GraphParallelGroup.single(graph.num_nodes), "ag", StrategyContext(heads=HEADS, backend="reference")
+    )
     storages = {}
 
     def pack(t):

@@ -61,7 +61,9 @@ def test_shipped_configs_are_valid():
 def test_training_command_reports_bad_config_without_traceback(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"dsgraph": {"epoch": 3}}))
-    proc = subprocess.run([sys.executable, "launch/train.py", "--deepspeed_config", str(path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "launch/train.py", "--deepspeed_config", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "unknown key(s) 'epoch'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -71,13 +73,36 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
     path = tmp_path / "bad.npz"
     import numpy as np
 
-    np.savez(path, src=np.array([0, 5]), dst=np.array([1, 0]), x=np.ones((3, 2)), y=np.zeros(3, int),
-             train_mask=np.eye(3, dtype=bool)[0], val_mask=np.eye(3, dtype=bool)[1], test_mask=np.eye(3, dtype=bool)[2])  # fmt: skip
+    np.savez(
+        path,
+        src=np.array([0, 5]),
+        dst=np.array([1, 0]),
+        x=np.ones((3, 2)),
+        y=np.zeros(3, int),
+        train_mask=np.eye(3, dtype=bool)[0],
+        val_mask=np.eye(3, dtype=bool)[1],
+        test_mask=np.eye(3, dtype=bool)[2],
+    )
     proc = subprocess.run(
-        [sys.executable, "launch/train.py", "--deepspeed_config", "ds_configs/cpu_quickstart.json", "--dataset", str(path)],
-        capture_output=True, text=True, env={**__import__("os").environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0",
-                                             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29731"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "launch/train.py",
+            "--deepspeed_config",
+            "ds_configs/cpu_quickstart.json",
+            "--dataset",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        env={
+            **__import__("os").environ,
+            "WORLD_SIZE": "1",
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29731",
+        },
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "edge index out of range in 'src'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -85,7 +110,11 @@ def test_training_command_reports_bad_dataset_without_traceback(tmp_path):
 @pytest.mark.parametrize(
     "model, message",
     [
-        ({"nrom": "pre"}, r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, feature_norm, edge_features, global_attention, encodings"),
+        (
+            {"nrom": "pre"},
+            r"unknown key\(s\) 'nrom' in \"model\"; valid keys: block, input_projection, norm, residual, head, "
+            r"feature_norm, edge_features, global_attention, encodings",
+        ),
         ({"norm": "middle"}, r"'model.norm' must be one of none, pre, post; got 'middle'"),
         ({"head": "mlp"}, r"'model.head' must be one of attention, linear"),
         ({"input_projection": "yes"}, r"'model.input_projection' must be bool, got 'yes'"),
@@ -114,7 +143,9 @@ def test_build_model_follows_the_model_section():
     from dsgraph.models.blocks import OutputAttention, TransformerBlock
     from dsgraph.train.trainer import build_model
 
-    gat = build_model(DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "attention", "head": "attention"}), 10, 3)
+    gat = build_model(
+        DsgraphConfig(hidden=16, heads=2, layers=2, model={"block": "attention", "head": "attention"}), 10, 3
+    )
     assert isinstance(gat.blocks[-1], OutputAttention) and gat.classifier is None
     tf = build_model(DsgraphConfig(hidden=16, heads=2, layers=2), 10, 3)  # the default: Transformer blocks, linear head
     assert all(isinstance(b, TransformerBlock) for b in tf.blocks) and tf.classifier is not None
@@ -124,7 +155,18 @@ def test_gpu_and_cpu_quickstart_train_the_same_model():
     """gpu_quickstart.json differs from cpu_quickstart.json in where it runs, not in what it trains."""
     cpu_ds, cpu = load_ds_config("ds_configs/cpu_quickstart.json")
     gpu_ds, gpu = load_ds_config("ds_configs/gpu_quickstart.json")
-    keys = ("dataset", "hidden", "heads", "layers", "ffn_mult", "dropout", "input_dropout", "attention_dropout", "model", "epochs")
+    keys = (
+        "dataset",
+        "hidden",
+        "heads",
+        "layers",
+        "ffn_mult",
+        "dropout",
+        "input_dropout",
+        "attention_dropout",
+        "model",
+        "epochs",
+    )
     assert {k: getattr(cpu, k) for k in keys} == {k: getattr(gpu, k) for k in keys}
     for part in ("optimizer", "scheduler", "gradient_clipping"):
         assert cpu_ds.get(part) == gpu_ds.get(part), part

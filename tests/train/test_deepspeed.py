@@ -39,8 +39,11 @@ def test_first_five_steps_do_not_depend_on_rank_count_for_every_strategy(tmp_pat
 
 
 GLOBAL_MODEL = dict(block="transformer", input_projection=True, norm="pre", head="linear", global_attention="linear")
-GLOBAL_RUNS = {"ag": dict(strategy="ag", model=GLOBAL_MODEL), "halo-checkpointed": dict(strategy="halo", model=GLOBAL_MODEL,
-               checkpoint_activations=True), "a2a-gat": dict(strategy="a2a", model=dict(global_attention="linear"))}  # fmt: skip
+GLOBAL_RUNS = {
+    "ag": dict(strategy="ag", model=GLOBAL_MODEL),
+    "halo-checkpointed": dict(strategy="halo", model=GLOBAL_MODEL, checkpoint_activations=True),
+    "a2a-gat": dict(strategy="a2a", model=dict(global_attention="linear")),
+}
 
 
 def _five_global_steps(rank, world, tmp):
@@ -70,7 +73,9 @@ def _all_stages(rank, world, tmp):
             losses = [trainer.train_epoch(epoch)["loss"] for epoch in range(3)]
             assert all(math.isfinite(x) for x in losses)
             if stage < 3:  # ZeRO-3 keeps only a shard of each parameter on this rank
-                changed = any(not torch.equal(b, p.detach().float()) for b, p in zip(before, trainer.engine.module.parameters()))
+                changed = any(
+                    not torch.equal(b, p.detach().float()) for b, p in zip(before, trainer.engine.module.parameters())
+                )
                 assert changed, f"ZeRO-{stage} bf16={bf16}: parameters did not change"
             results[f"{stage}-{bf16}"] = losses
     if rank == 0:

@@ -12,13 +12,13 @@ import torch
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import TorchControlPlane
 from dsgraph.graph.encode.cli import main as encode
+from dsgraph.modes.registry import make_mode
 from dsgraph.ops import register_backend
 from dsgraph.ops.backend import FusedBackend
 from dsgraph.ops.dispatch import unregister_backend
 from dsgraph.parallel import auto_candidates, strategy_names
-from dsgraph.train.config import DsgraphConfig
-from dsgraph.modes.registry import make_mode
 from dsgraph.tasks import get_task
+from dsgraph.train.config import DsgraphConfig
 from tests.train.helpers import write_random_graph
 
 META = torch.device("meta")
@@ -64,7 +64,9 @@ def recording():
 
 def _mode(tmp_path, **settings):
     settings = dict(dict(dataset=write_random_graph(str(tmp_path))), **settings)
-    cfg = DsgraphConfig.from_dict(dict(hidden=HEADS * DIM, heads=HEADS, layers=1, backend="recording", seed=1, **settings))
+    cfg = DsgraphConfig.from_dict(
+        dict(hidden=HEADS * DIM, heads=HEADS, layers=1, backend="recording", seed=1, **settings)
+    )
     task = get_task(cfg.task)(cfg)
     mode = make_mode(cfg, GraphParallelGroup(), TorchControlPlane(), lambda line: None, lambda phase: None, task)
     mode.attach(META, torch.float32)
@@ -130,7 +132,9 @@ def test_sampled_batches_and_evaluation_are_on_the_training_device(tmp_path, rec
 def test_isolated_chunks_and_evaluation_are_on_the_training_device(tmp_path, recording):
     mode = _mode(tmp_path, mode="isolated", isolated_chunks=2, repart_every=1, epochs=2, isolated_prefetch=True)
     try:
-        _run_steps_and_evaluation(mode, mode.steps(0), recording, "isolated")  # two super-epochs: the prefetched one too
+        _run_steps_and_evaluation(
+            mode, mode.steps(0), recording, "isolated"
+        )  # two super-epochs: the prefetched one too
     finally:
         mode.close()
 
@@ -158,8 +162,16 @@ def test_a_tensor_left_on_the_cpu_is_caught(tmp_path, recording):
         _assert_all_on_meta(recording, "planted mistake")
 
 
-@pytest.mark.parametrize("settings", [dict(strategy="ag"), dict(strategy="halo"), dict(mode="sampled", fanouts=[3], epochs=1),
-                                      dict(mode="isolated", isolated_chunks=2, repart_every=1, epochs=2)], ids=str)  # fmt: skip
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(strategy="ag"),
+        dict(strategy="halo"),
+        dict(mode="sampled", fanouts=[3], epochs=1),
+        dict(mode="isolated", isolated_chunks=2, repart_every=1, epochs=2),
+    ],
+    ids=str,
+)
 def test_encodings_ride_with_the_node_data_to_the_training_device(tmp_path, recording, settings):
     path = os.path.join(tmp_path, "encoded.npz")
     shutil.copy(write_random_graph(str(tmp_path)), path)
@@ -167,7 +179,10 @@ def test_encodings_ride_with_the_node_data_to_the_training_device(tmp_path, reco
     mode = _mode(tmp_path, dataset=path, model={"encodings": ["rwse", "lappe", "degree"]}, **settings)
     arrays = {"rwse", "lappe", "lappe_eigvals", "degree"}
     try:
-        for what, enc in [*((f"step {i}", step.enc) for i, step in enumerate(mode.steps(0))), ("evaluation", mode.eval_batch().enc)]:
+        for what, enc in [
+            *((f"step {i}", step.enc) for i, step in enumerate(mode.steps(0))),
+            ("evaluation", mode.eval_batch().enc),
+        ]:
             assert set(enc) == arrays, what
             wrong = {name: str(t.device) for name, t in enc.items() if t.device != META}
             assert not wrong, f"{what}: encodings left behind: {wrong}"

@@ -18,8 +18,11 @@ def _frozen(rank, world, tmp):
     trainer = make_trainer(tmp, ds, epochs=20, eval_every=2, early_stop_patience=3, metrics_out=f"{tmp}/m{world}.jsonl")
     result = trainer.fit(log=lines.append)
     if rank == 0:
-        dump(tmp, f"result{world}.json", {"stopped": result["stopped_early_at"], "best": result["best"]["epoch"],
-                                          "lines": lines})  # fmt: skip
+        dump(
+            tmp,
+            f"result{world}.json",
+            {"stopped": result["stopped_early_at"], "best": result["best"]["epoch"], "lines": lines},
+        )
 
 
 @pytest.mark.slow

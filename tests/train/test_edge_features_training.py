@@ -1,8 +1,8 @@
 """Training with edge features through the DeepSpeed engine: 1, 2 and 4 gloo ranks take the same
 steps (losses within 1e-5, fp32) with the edge features' score bias on, for every strategy, with
-edge-conditioned values for every strategy that takes them (all of them) and in sampled mode, for a partition store, and in
-sampled mode; isolated mode gives every local edge its dataset features (added self loops marked)
-and evaluates alike on any rank count. (Parameter gradients on 2 and 4 ranks against 1:
+edge-conditioned values for every strategy that takes them (all of them) and in sampled mode, for
+a partition store, and in sampled mode; isolated mode gives every local edge its dataset features
+(added self loops marked) and evaluates alike on any rank count. (Parameter gradients on 2 and 4 ranks against 1:
 tests/parallel/test_conformance.py.)"""
 
 import os
@@ -18,8 +18,15 @@ from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.train.helpers import (
-    assert_same_evaluation, assert_same_steps, dataset_with_stores, ds_config, dump, quiet_trainer, results_by_world, step_losses,
-)  # fmt: skip
+    assert_same_evaluation,
+    assert_same_steps,
+    dataset_with_stores,
+    ds_config,
+    dump,
+    quiet_trainer,
+    results_by_world,
+    step_losses,
+)
 
 HEADS = 4
 BIAS, VALUE = {"edge_features": "bias"}, {"edge_features": "bias_value"}
@@ -57,8 +64,19 @@ def test_one_two_and_four_ranks_take_the_same_steps_with_edge_features(tmp_path)
     by_world = results_by_world(_train, tmp_path, "losses")
     assert by_world[1]["ag"] != by_world[1]["ag-value"]  # the edge-conditioned value changes the model
     for world in (2, 4):
-        assert set(by_world[world]) >= {"ag", "ag-value", "halo", "halo-value", "ag_ring", "ag_ring-value", "a2a", "a2a-value",
-                                        "store", "sampled", "sampled-value"}  # fmt: skip
+        assert set(by_world[world]) >= {
+            "ag",
+            "ag-value",
+            "halo",
+            "halo-value",
+            "ag_ring",
+            "ag_ring-value",
+            "a2a",
+            "a2a-value",
+            "store",
+            "sampled",
+            "sampled-value",
+        }
     assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
@@ -68,8 +86,14 @@ def _edge_features_of(graph) -> dict[tuple[int, int], np.ndarray]:
 
 
 def _isolated(rank, world, tmp):
-    trainer = _trainer(tmp, stage=0, mode="isolated", model=BIAS, epochs=2,
-                       isolated=dict(chunks=8, repart_every=1, batch_size=16, halo_fraction=0.2))  # fmt: skip
+    trainer = _trainer(
+        tmp,
+        stage=0,
+        mode="isolated",
+        model=BIAS,
+        epochs=2,
+        isolated=dict(chunks=8, repart_every=1, batch_size=16, halo_fraction=0.2),
+    )
     first = trainer.evaluate(0)
     want = _edge_features_of(load_npz(edge_dataset(tmp)))
     for epoch in range(2):
@@ -77,7 +101,9 @@ def _isolated(rank, world, tmp):
             local = trainer.mode.data.graph
             ids, edges = local.nodes.node_ids.numpy(), local.edges
             dst = np.repeat(np.arange(local.num_nodes), local.block.rowptr.diff().numpy())
-            for d, s, attr, added in zip(ids[dst], ids[local.block.col.numpy()], edges.attr.numpy(), edges.added_loop.numpy()):
+            for d, s, attr, added in zip(
+                ids[dst], ids[local.block.col.numpy()], edges.attr.numpy(), edges.added_loop.numpy()
+            ):
                 if added:
                     assert d == s and not attr.any()
                 else:
@@ -99,9 +125,15 @@ def _refused(rank, world, tmp):
     plain = os.path.join(tmp, "plain.npz")
     save_npz(random_graph(), plain)
     for settings in (dict(dataset=plain), dict(dataset=plain, mode="sampled", sampled=SAMPLED)):
-        with pytest.raises(ValueError, match=r"reads edge features \(model.edge_features\), but the (file|graph) has no"):
-            Trainer(DsgraphConfig.from_dict(dict(BASE, model=BIAS, **settings)), ds_config(stage=2), torch.device("cpu"),
-                    log=lambda line: None)  # fmt: skip
+        with pytest.raises(
+            ValueError, match=r"reads edge features \(model.edge_features\), but the (file|graph) has no"
+        ):
+            Trainer(
+                DsgraphConfig.from_dict(dict(BASE, model=BIAS, **settings)),
+                ds_config(stage=2),
+                torch.device("cpu"),
+                log=lambda line: None,
+            )
     with pytest.raises(ValueError, match="task 'link' does not read edge features"):
         DsgraphConfig.from_dict(dict(BASE, dataset=plain, model=BIAS, task="link"))
     for strategy in strategy_names():  # every strategy takes edge-conditioned values

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.distributed import run
-from tests.train.helpers import dump, ds_config, load, make_trainer, write_random_graph
+from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -29,15 +29,22 @@ def _losses(path):
 
 def _save(tmp, stage, world, bf16=False):
     name = f"ck_s{stage}_w{world}" + ("_bf16" if bf16 else "")
-    trainer = make_trainer(tmp, ds_config(stage=stage, bf16=bf16), epochs=SAVED, checkpoint_every=SAVED, checkpoint_dir=f"{tmp}/{name}")
+    trainer = make_trainer(
+        tmp, ds_config(stage=stage, bf16=bf16), epochs=SAVED, checkpoint_every=SAVED, checkpoint_dir=f"{tmp}/{name}"
+    )
     trainer.fit(log=lambda line: None)
 
 
 def _resume(rank, tmp, stage, wrote, world, bf16=False):
     suffix = "_bf16" if bf16 else ""
     name = f"s{stage}_{wrote}to{world}{suffix}"
-    trainer = make_trainer(tmp, ds_config(stage=stage, bf16=bf16), epochs=EPOCHS, checkpoint_dir=f"{tmp}/ck_s{stage}_w{wrote}{suffix}",
-                           metrics_out=f"{tmp}/{name}.jsonl")  # fmt: skip
+    trainer = make_trainer(
+        tmp,
+        ds_config(stage=stage, bf16=bf16),
+        epochs=EPOCHS,
+        checkpoint_dir=f"{tmp}/ck_s{stage}_w{wrote}{suffix}",
+        metrics_out=f"{tmp}/{name}.jsonl",
+    )
     trainer.resume()
     assert trainer.start_epoch == SAVED and trainer.resumed.universal and not trainer.resumed.skipped
     assert trainer.resumed.manifest["world_size"] == wrote and trainer.resumed.manifest["zero_stage"] == stage

@@ -20,14 +20,28 @@ from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.graphs import random_graph
 from tests.train.helpers import (
-    assert_same_evaluation, assert_same_steps, dataset_with_stores, ds_config, dump, quiet_trainer, results_by_world, step_losses,
-)  # fmt: skip
+    assert_same_evaluation,
+    assert_same_steps,
+    dataset_with_stores,
+    ds_config,
+    dump,
+    quiet_trainer,
+    results_by_world,
+    step_losses,
+)
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 HEADS = 4
 MODEL = {"encodings": ["rwse", "lappe", "degree"], "max_degree": 8}
-ADD = {**MODEL, "encoding_input": "add", "input_projection": True, "block": "transformer", "head": "linear", "norm": "pre"}
+ADD = {
+    **MODEL,
+    "encoding_input": "add",
+    "input_projection": True,
+    "block": "transformer",
+    "head": "linear",
+    "norm": "pre",
+}
 GPS = {**ADD, "global_attention": "linear"}
 BASE = dict(hidden=32, heads=HEADS, layers=2, self_loops=False, seed=3, eval_every=100)
 
@@ -35,8 +49,12 @@ BASE = dict(hidden=32, heads=HEADS, layers=2, self_loops=False, seed=3, eval_eve
 def encoded_dataset(tmp: str) -> str:
     """random_graph as a .npz with exact RWSE (K=4) and LapPE (k=3); and one partition store per
     rank count (random parts) made from it."""
-    return dataset_with_stores(tmp, "encoded.npz", random_graph(),
-                               lambda path: assert_ok(encode([path, "--rwse", "4", "--lappe", "3", "--quiet"])))  # fmt: skip
+    return dataset_with_stores(
+        tmp,
+        "encoded.npz",
+        random_graph(),
+        lambda path: assert_ok(encode([path, "--rwse", "4", "--lappe", "3", "--quiet"])),
+    )
 
 
 def assert_ok(code: int) -> None:
@@ -51,7 +69,9 @@ def _runs(world: int, tmp: str) -> dict[str, dict]:
     runs = {s: dict(strategy=s, model=MODEL) for s in strategy_names() if not get_strategy(s).infeasible(HEADS, world)}
     runs["ag-add"] = dict(strategy="ag", model=ADD)
     runs["store"] = dict(strategy="ag", model=MODEL, partitions=os.path.join(tmp, f"store{world}"))
-    runs["sampled"] = dict(mode="sampled", model=MODEL, sampled=dict(fanouts=[3, 3], batch_size=16, feature_dtype="float32"))
+    runs["sampled"] = dict(
+        mode="sampled", model=MODEL, sampled=dict(fanouts=[3, 3], batch_size=16, feature_dtype="float32")
+    )
     runs["halo-gps"] = dict(strategy="halo", model=GPS)  # every strategy's gradients: tests/models/test_encodings.py
     runs["sampled-gps"] = dict(runs["sampled"], model=GPS)
     return runs
@@ -74,13 +94,29 @@ def test_one_two_and_four_ranks_take_the_same_steps_with_encodings(tmp_path):
     reference = by_world[1]
     assert len(reference["sampled"]) == 3 * 4  # 53 training nodes in batches of 16
     for world in (2, 4):
-        assert set(by_world[world]) >= {"ag", "ag-add", "store", "sampled", "halo", "ag_ring", "halo-gps", "sampled-gps"}
+        assert set(by_world[world]) >= {
+            "ag",
+            "ag-add",
+            "store",
+            "sampled",
+            "halo",
+            "ag_ring",
+            "halo-gps",
+            "sampled-gps",
+        }
     assert_same_steps(by_world, same_as={"store": "ag"})  # a store (relabelled) gives the .npz run's steps
 
 
 def _isolated(rank, world, tmp):
-    trainer = _trainer(tmp, stage=0, mode="isolated", model={**MODEL, "global_attention": "linear"}, epochs=2, self_loops=True,
-                       isolated=dict(chunks=8, repart_every=1, batch_size=16, halo_fraction=0.2))  # fmt: skip
+    trainer = _trainer(
+        tmp,
+        stage=0,
+        mode="isolated",
+        model={**MODEL, "global_attention": "linear"},
+        epochs=2,
+        self_loops=True,
+        isolated=dict(chunks=8, repart_every=1, batch_size=16, halo_fraction=0.2),
+    )
     first = trainer.evaluate(0)
     graph = load_npz(encoded_dataset(tmp))
     for epoch in range(2):
@@ -103,10 +139,28 @@ def test_isolated_mode_carries_encodings_of_own_and_halo_rows(tmp_path):
 def _missing(rank, world, tmp):
     plain = os.path.join(tmp, "plain.npz")
     save_npz(random_graph(), plain)
-    for settings in (dict(dataset=plain), dict(dataset=plain, mode="sampled", sampled=dict(fanouts=[3, 3])),
-                     dict(dataset=plain, partitions=os.path.join(tmp, "plainstore"))):  # fmt: skip
+    for settings in (
+        dict(dataset=plain),
+        dict(dataset=plain, mode="sampled", sampled=dict(fanouts=[3, 3])),
+        dict(dataset=plain, partitions=os.path.join(tmp, "plainstore")),
+    ):
         if "partitions" in settings and rank == 0:
-            assert partition(["--dataset", plain, "--parts", "1", "--method", "random", "--out", settings["partitions"], "--quiet"]) == 0
+            assert (
+                partition(
+                    [
+                        "--dataset",
+                        plain,
+                        "--parts",
+                        "1",
+                        "--method",
+                        "random",
+                        "--out",
+                        settings["partitions"],
+                        "--quiet",
+                    ]
+                )
+                == 0
+            )
         cfg = DsgraphConfig.from_dict(dict(BASE, model={"encodings": ["degree", "lappe"]}, **settings))
         with pytest.raises(ValueError, match=r"no 'lappe', 'lappe_eigvals' array.*`dsgraph encode \S+ --lappe 8`"):
             Trainer(cfg, ds_config(stage=2), torch.device("cpu"), log=lambda line: None)

@@ -11,7 +11,13 @@ from tests.train.helpers import ds_config, dump, load, make_trainer
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 
-CASES = (("rocauc", "binary.npz"), ("f1_macro", "five.npz"), (None, "five.npz"), ("ap", "binary.npz"), (None, "binary.npz"))
+CASES = (
+    ("rocauc", "binary.npz"),
+    ("f1_macro", "five.npz"),
+    (None, "five.npz"),
+    ("ap", "binary.npz"),
+    (None, "binary.npz"),
+)
 DEFAULTS = {"five.npz": "accuracy", "binary.npz": "rocauc"}  # per task: multi-class, binary
 
 

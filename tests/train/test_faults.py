@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from dsgraph.graph.partition_cli import main as partition_main
 from dsgraph.comm.ports import free_port
+from dsgraph.graph.partition_cli import main as partition_main
 from tests.train.helpers import ds_config, write_random_graph
 
 pytestmark = pytest.mark.slow  # every test here starts processes
@@ -30,8 +30,15 @@ def _train_cmd(config: str, *extra: str) -> list[str]:
 
 
 def _rank_env(rank: int, world: int, port: int) -> dict:
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _write_config(tmp, **section) -> str:
@@ -47,8 +54,12 @@ def lose_a_rank(config: str, env_of, marker: str, fault: str, timeout_s: float) 
     freezes, ``fault="stop"``) rank 1. Returns rank 0's exit code, the rest of its output, and the
     seconds it took to exit after the fault."""
     port = free_port()
-    ranks = [subprocess.Popen(_train_cmd(config), env=env_of(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            _train_cmd(config), env=env_of(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for r in range(2)
+    ]
     try:
         seen = []
         for line in ranks[0].stdout:
@@ -96,13 +107,27 @@ def test_damaged_store_stops_before_training(tmp_path):
     for case in cases:
         parts = 2 if case == "part_count" else 1
         store = str(tmp_path / case)
-        assert partition_main(["--dataset", graph, "--parts", str(parts), "--method", "contiguous", "--out", store, "--quiet"]) == 0
+        assert (
+            partition_main(
+                ["--dataset", graph, "--parts", str(parts), "--method", "contiguous", "--out", store, "--quiet"]
+            )
+            == 0
+        )
         named = os.path.join(store, "META.json") if case == "part_count" else _damage(store, case)
         config = _write_config(str(tmp_path), epochs=1)
         cmd = _train_cmd(config, "--strategy", "halo", "--partitions", store)
-        procs[case] = (named, subprocess.Popen(cmd, env=_rank_env(0, 1, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    problems = {"truncated": "file is truncated", "checksum": "sha256 checksum mismatch",
-                "newer_format": "format_version 99 is newer", "part_count": "has 2 parts but the job has 1 ranks"}  # fmt: skip
+        procs[case] = (
+            named,
+            subprocess.Popen(
+                cmd, env=_rank_env(0, 1, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+        )
+    problems = {
+        "truncated": "file is truncated",
+        "checksum": "sha256 checksum mismatch",
+        "newer_format": "format_version 99 is newer",
+        "part_count": "has 2 parts but the job has 1 ranks",
+    }
     for case, (named, proc) in procs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 2, (case, err[-3000:])

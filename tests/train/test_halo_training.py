@@ -25,8 +25,12 @@ def _steps(rank, world, tmp, variants):
         evaluation = trainer.evaluate(2)
         start, end = trainer.pg.rows
         file_order = torch.arange(start, end)
-        results[variant] = {"losses": losses, "val_acc": evaluation["val_acc"], "test_acc": evaluation["test_acc"],
-                            "relabelled": not torch.equal(trainer.mode.ranks.graph.nodes.node_ids.cpu(), file_order)}  # fmt: skip
+        results[variant] = {
+            "losses": losses,
+            "val_acc": evaluation["val_acc"],
+            "test_acc": evaluation["test_acc"],
+            "relabelled": not torch.equal(trainer.mode.ranks.graph.nodes.node_ids.cpu(), file_order),
+        }
     if rank == 0:
         dump(tmp, f"halo_{world}.json", results)
 
@@ -35,7 +39,12 @@ def _steps(rank, world, tmp, variants):
 @pytest.mark.smoke
 def test_halo_and_store_training_match_one_process(tmp_path):
     graph_path = write_random_graph(str(tmp_path))
-    assert partition_main(["--dataset", graph_path, "--parts", "2", "--method", "metis", "--out", f"{tmp_path}/store2", "--quiet"]) == 0
+    assert (
+        partition_main(
+            ["--dataset", graph_path, "--parts", "2", "--method", "metis", "--out", f"{tmp_path}/store2", "--quiet"]
+        )
+        == 0
+    )
     run(_steps, 1, tmp_path, ("halo",))
     run(_steps, 2, tmp_path, VARIANTS)
     reference = load(tmp_path, "halo_1.json")["halo"]

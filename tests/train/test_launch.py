@@ -27,19 +27,54 @@ def _config(tmp_path) -> str:
 
 def test_deepspeed_launcher_trains_cora_on_two_ranks_and_predicts(tmp_path):
     metrics, config = tmp_path / "m.jsonl", _config(tmp_path)
-    cmd = [LAUNCHER, "--num_accelerators", "2", "--master_port", str(free_port()), "launch/train.py", "--deepspeed_config", config,
-           "--epochs", "3", "--eval-every", "3", "--metrics-out", str(metrics), "--checkpoint-dir", str(tmp_path / "ck"),
-           "--checkpoint-every", "3", "--run-name", "cora-test"]  # fmt: skip
+    cmd = [
+        LAUNCHER,
+        "--num_accelerators",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "launch/train.py",
+        "--deepspeed_config",
+        config,
+        "--epochs",
+        "3",
+        "--eval-every",
+        "3",
+        "--metrics-out",
+        str(metrics),
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--checkpoint-every",
+        "3",
+        "--run-name",
+        "cora-test",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "epoch    2  loss" in proc.stdout and "test_acc" in proc.stdout
-    assert f"run cora-test: metrics {metrics}" in proc.stdout and os.path.join(str(tmp_path / "tb"), "cora-test") in proc.stdout
+    assert (
+        f"run cora-test: metrics {metrics}" in proc.stdout
+        and os.path.join(str(tmp_path / "tb"), "cora-test") in proc.stdout
+    )
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["step", "step", "step", "eval"]
     assert all(r["world_size"] == 2 for r in rows)
     out = tmp_path / "pred.npz"
-    cmd = [LAUNCHER, "--num_accelerators", "1", "--master_port", str(free_port()), "launch/predict.py", "--config", config,
-           "--checkpoint-dir", str(tmp_path / "ck"), "--out", str(out), "--bf16"]  # fmt: skip
+    cmd = [
+        LAUNCHER,
+        "--num_accelerators",
+        "1",
+        "--master_port",
+        str(free_port()),
+        "launch/predict.py",
+        "--config",
+        config,
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--out",
+        str(out),
+        "--bf16",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with np.load(out) as pred, np.load("dsgraph/data/cora.npz") as cora:

@@ -10,25 +10,46 @@ import torch
 
 from dsgraph.graph.link_split import pair_keys
 from dsgraph.graph.rank_graph import RankGraph
+from dsgraph.models import GAT
 from dsgraph.train.config import DsgraphConfig
 from tests.distributed import run
-from dsgraph.models import GAT
 from tests.train.helpers import ds_config, dump, load, make_trainer, write_random_graph
 
 STRATEGIES = ("ag", "a2a", "halo", "ag_ring")
-LINK = dict(task="link", epochs=3, eval_every=1, self_loops=True, dropout=0.2, input_dropout=0.1, attention_dropout=0.1,
-            link=dict(embedding_dim=16, negatives=2, val_fraction=0.1, test_fraction=0.1, hits_at=[5, 20]))  # fmt: skip
+LINK = dict(
+    task="link",
+    epochs=3,
+    eval_every=1,
+    self_loops=True,
+    dropout=0.2,
+    input_dropout=0.1,
+    attention_dropout=0.1,
+    link=dict(embedding_dim=16, negatives=2, val_fraction=0.1, test_fraction=0.1, hits_at=[5, 20]),
+)
 
 
 def _train(rank, world, tmp, decoder):
     out = {}
     for strategy in STRATEGIES if world > 1 else ("ag",):
-        model = {**GAT.to_dict(), "encodings": ["degree"]} if decoder == "mlp" else GAT.to_dict()  # the shape these steps were sized for
-        trainer = make_trainer(tmp, ds_config(stage=2), strategy=strategy, model=model, **{**LINK, "link": {**LINK["link"], "decoder": decoder}})
+        model = (
+            {**GAT.to_dict(), "encodings": ["degree"]} if decoder == "mlp" else GAT.to_dict()
+        )  # the shape these steps were sized for
+        trainer = make_trainer(
+            tmp,
+            ds_config(stage=2),
+            strategy=strategy,
+            model=model,
+            **{**LINK, "link": {**LINK["link"], "decoder": decoder}},
+        )
         before = trainer.evaluate(-1)
         rows = [trainer.train_epoch(epoch) for epoch in range(3)]
-        out[strategy] = {"loss": [r["loss"] for r in rows], "acc": [r["train_acc"] for r in rows], "bytes": [r["comm_bytes"] for r in rows],
-                         "before": before, "after": trainer.evaluate(2)}  # fmt: skip
+        out[strategy] = {
+            "loss": [r["loss"] for r in rows],
+            "acc": [r["train_acc"] for r in rows],
+            "bytes": [r["comm_bytes"] for r in rows],
+            "before": before,
+            "after": trainer.evaluate(2),
+        }
     if rank == 0:
         dump(tmp, f"link{world}_{decoder}.json", out)
 
@@ -44,7 +65,9 @@ def test_one_two_and_four_ranks_take_the_same_link_steps(tmp_path, decoder):
     assert one["loss"][2] < one["loss"][0], one["loss"]
     if decoder == "dot":
         assert one["after"]["train_rocauc"] > one["before"]["train_rocauc"]
-    columns = [k for k in one["after"] if k.startswith(("train_", "val_", "test_")) and "best" not in k and "at_best" not in k]
+    columns = [
+        k for k in one["after"] if k.startswith(("train_", "val_", "test_")) and "best" not in k and "at_best" not in k
+    ]
     assert {"val_rocauc", "val_ap", "val_mrr", "val_hits@5", "val_hits@20", "test_acc"} <= set(columns)
     for world in (2, 4):
         for strategy, got in load(tmp_path, f"link{world}_{decoder}.json").items():
@@ -83,10 +106,15 @@ def _leakage(rank, world, tmp):
         seen = np.concatenate([pair_keys(p, n) for p in _encoder_pairs(graph, perm, trainer.pg.rows[0])])
         train_pairs = trainer.mode.data.split.positives["train"]
         train = pair_keys(train_pairs, n)
-        degree = np.bincount(train_pairs.reshape(-1), minlength=n)  # an undirected training edge: in and out of both ends
-        found[strategy] = {"leaked": int(np.isin(held, seen).sum()), "train_seen": int(np.isin(train, seen).sum()),
-                           "rows": trainer.pg.counts,
-                           "degree_ok": bool((graph.nodes.enc["degree"].numpy() == degree[graph.nodes.node_ids.numpy(), None]).all())}  # fmt: skip
+        degree = np.bincount(
+            train_pairs.reshape(-1), minlength=n
+        )  # an undirected training edge: in and out of both ends
+        found[strategy] = {
+            "leaked": int(np.isin(held, seen).sum()),
+            "train_seen": int(np.isin(train, seen).sum()),
+            "rows": trainer.pg.counts,
+            "degree_ok": bool((graph.nodes.enc["degree"].numpy() == degree[graph.nodes.node_ids.numpy(), None]).all()),
+        }
     dump(tmp, f"leak{world}_{rank}.json", found)
 
 
@@ -178,8 +206,18 @@ def _train_and_score(rank, world, tmp):
 def _predict(rank, world, tmp, strategy):
     from dsgraph.train.inference import Inference
 
-    cfg = DsgraphConfig.from_dict({**SAVED, "dataset": write_random_graph(tmp), "hidden": 32, "heads": 4, "seed": 3,
-                                   "self_loops": True, "checkpoint_dir": f"{tmp}/ck", "strategy": strategy})  # fmt: skip
+    cfg = DsgraphConfig.from_dict(
+        {
+            **SAVED,
+            "dataset": write_random_graph(tmp),
+            "hidden": 32,
+            "heads": 4,
+            "seed": 3,
+            "self_loops": True,
+            "checkpoint_dir": f"{tmp}/ck",
+            "strategy": strategy,
+        }
+    )
     inference = Inference(cfg, torch.device("cpu"), cfg.checkpoint_dir, None, log=lambda line: None)
     inference.write(f"{tmp}/pred{world}_{strategy}.npz", _edges())
     metrics = inference.metrics()

@@ -47,7 +47,14 @@ def test_hits_and_mrr_equal_ogb(seed):
 def test_link_values_from_scattered_parts():
     """Two ranks' parts of the six sets (any order) give the metrics of the sets in order."""
     rng = np.random.default_rng(0)
-    sizes = {("train", "pos"): 8, ("train", "neg"): 8, ("val", "pos"): 5, ("val", "neg"): 10, ("test", "pos"): 4, ("test", "neg"): 4}
+    sizes = {
+        ("train", "pos"): 8,
+        ("train", "neg"): 8,
+        ("val", "pos"): 5,
+        ("val", "neg"): 10,
+        ("test", "pos"): 4,
+        ("test", "neg"): 4,
+    }
     full = {key: rng.normal(size=n) for key, n in sizes.items()}
     entries = [(code, i, full[key][i]) for code, key in enumerate(sizes) for i in range(sizes[key])]
     rng.shuffle(entries)
@@ -61,5 +68,7 @@ def test_link_values_from_scattered_parts():
     assert got["test_rocauc"] == pytest.approx(scores.roc_auc(both, labels))
     assert got["test_hits@3"] == pytest.approx(_ogb_hits(full[("test", "pos")], full[("test", "neg")], 3))
     train = np.r_[full[("train", "pos")], full[("train", "neg")]]
-    bce = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor(train), torch.tensor(np.r_[np.ones(8), np.zeros(8)]))
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.tensor(train), torch.tensor(np.r_[np.ones(8), np.zeros(8)])
+    )
     assert got["loss"] == pytest.approx(float(bce))

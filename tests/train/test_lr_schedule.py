@@ -35,7 +35,9 @@ def _first_steps(rank, world, tmp):
     for path in CONFIGS:
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 2)
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=_schedule_only(path))
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=_schedule_only(path)
+        )
         x = torch.randn(8, 4)
         for step in range(1, 4):
             lr = engine.get_lr()[0]

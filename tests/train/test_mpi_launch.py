@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tests.train.helpers import ds_config, write_random_graph
 from tests.distributed import free_port
+from tests.train.helpers import ds_config, write_random_graph
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -20,8 +20,17 @@ MPIEXEC = shutil.which("mpiexec", path=f"{os.path.dirname(sys.executable)}{os.pa
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec is not installed (pip install mpich)")
 def test_mpiexec_two_ranks_use_the_mpi_control_plane(tmp_path):
     config = tmp_path / "ds.json"
-    section = dict(dataset=write_random_graph(str(tmp_path)), strategy="halo", epochs=2, eval_every=2, hidden=16, heads=2,
-                   layers=1, backend="reference", metrics_out=str(tmp_path / "m.jsonl"))  # fmt: skip
+    section = dict(
+        dataset=write_random_graph(str(tmp_path)),
+        strategy="halo",
+        epochs=2,
+        eval_every=2,
+        hidden=16,
+        heads=2,
+        layers=1,
+        backend="reference",
+        metrics_out=str(tmp_path / "m.jsonl"),
+    )
     config.write_text(json.dumps({**ds_config(stage=2), "dsgraph": section}))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
     env["MASTER_PORT"] = str(free_port())

@@ -14,8 +14,16 @@ STRATEGIES = ("ag", "a2a", "halo", "ag_ring")
 def _train(rank, world, tmp):
     out = {}
     for strategy in STRATEGIES if world > 1 else ("ag",):
-        trainer = make_trainer(tmp, ds_config(stage=2), dataset=f"{tmp}/ml.npz", strategy=strategy, epochs=3, eval_every=1,
-                               dropout=0.0, input_dropout=0.0)  # fmt: skip
+        trainer = make_trainer(
+            tmp,
+            ds_config(stage=2),
+            dataset=f"{tmp}/ml.npz",
+            strategy=strategy,
+            epochs=3,
+            eval_every=1,
+            dropout=0.0,
+            input_dropout=0.0,
+        )
         before = trainer.evaluate(-1)
         rows = [trainer.train_epoch(epoch) for epoch in range(3)]
         out[strategy] = {"loss": [r["loss"] for r in rows], "before": before, "after": trainer.evaluate(2)}
@@ -37,12 +45,25 @@ def test_multilabel_trains_on_every_strategy_like_one_rank(tmp_path):
 
 
 def _sampled(rank, world, tmp):
-    trainer = make_trainer(tmp, ds_config(stage=2), dataset=f"{tmp}/ml.npz", strategy="sampled", epochs=3, eval_every=1,
-                           dropout=0.0, input_dropout=0.0, sampled=dict(fanouts=[4, 4], batch_size=32))  # fmt: skip
+    trainer = make_trainer(
+        tmp,
+        ds_config(stage=2),
+        dataset=f"{tmp}/ml.npz",
+        strategy="sampled",
+        epochs=3,
+        eval_every=1,
+        dropout=0.0,
+        input_dropout=0.0,
+        sampled=dict(fanouts=[4, 4], batch_size=32),
+    )
     before = trainer.evaluate(-1)
     rows = [trainer.train_epoch(epoch) for epoch in range(3)]
     if rank == 0:
-        dump(tmp, f"sampled{world}.json", {"loss": [r["loss"] for r in rows], "before": before, "after": trainer.evaluate(2)})
+        dump(
+            tmp,
+            f"sampled{world}.json",
+            {"loss": [r["loss"] for r in rows], "before": before, "after": trainer.evaluate(2)},
+        )
 
 
 @pytest.mark.slow

@@ -29,16 +29,34 @@ wrongly (weights, Adam moments, step count, dropout RNG) is off by far more with
 
 def _config(tmp, **section) -> str:
     path = os.path.join(tmp, "ds.json")
-    settings = dict(dataset=write_random_graph(tmp), hidden=16, heads=2, layers=1, backend="reference", self_loops=False,
-                    eval_every=1000, epochs=EPOCHS, seed=5, checkpoint_dir=os.path.join(tmp, "ck"), **section)  # fmt: skip
+    settings = dict(
+        dataset=write_random_graph(tmp),
+        hidden=16,
+        heads=2,
+        layers=1,
+        backend="reference",
+        self_loops=False,
+        eval_every=1000,
+        epochs=EPOCHS,
+        seed=5,
+        checkpoint_dir=os.path.join(tmp, "ck"),
+        **section,
+    )
     with open(path, "w") as f:
         json.dump({**ds_config(stage=2), "dsgraph": settings}, f)
     return path
 
 
 def _env(rank: int, world: int, port: int) -> dict:
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _train(config: str, *extra: str) -> list[str]:
@@ -55,8 +73,16 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     tmp = str(tmp_path)
     config = _config(tmp)
     port = free_port()
-    ranks = [subprocess.Popen(_train(config, "--metrics-out", f"{tmp}/preempted.jsonl"), env=_env(r, 2, port),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            _train(config, "--metrics-out", f"{tmp}/preempted.jsonl"),
+            env=_env(r, 2, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     try:
         seen = []
         for line in ranks[0].stdout:
@@ -74,22 +100,39 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
                 proc.kill()
             proc.wait()
     assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], (codes, out0[-3000:], out1[-3000:])
-    assert "dsgraph: preempted (another rank's signal): checkpoint of epoch" in out0 and "restart with --resume" in out0, out0[-3000:]
+    assert (
+        "dsgraph: preempted (another rank's signal): checkpoint of epoch" in out0 and "restart with --resume" in out0
+    ), out0[-3000:]
     tags = sorted(os.listdir(f"{tmp}/ck"))
     tag = [t for t in tags if t.startswith("epoch")][-1]
-    stopped = int(tag[len("epoch"):])
+    stopped = int(tag[len("epoch") :])
     assert 5 <= stopped < EPOCHS - 1, tags
     with open(f"{tmp}/ck/{tag}/dsgraph_manifest.json") as f:
         manifest = json.load(f)
     assert manifest["world_size"] == 2 and manifest["zero_stage"] == 2 and manifest["epoch"] == stopped
 
     env1 = _env(0, 1, free_port())
-    resumed = subprocess.run(_train(config, "--resume", "--metrics-out", f"{tmp}/resumed.jsonl"), env=env1, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        _train(config, "--resume", "--metrics-out", f"{tmp}/resumed.jsonl"),
+        env=env1,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    reference = subprocess.run(_train(config, "--metrics-out", f"{tmp}/reference.jsonl", "--checkpoint-dir", f"{tmp}/ck_ref"),
-                               env=_env(0, 1, free_port()), capture_output=True, text=True, timeout=600)  # fmt: skip
+    reference = subprocess.run(
+        _train(config, "--metrics-out", f"{tmp}/reference.jsonl", "--checkpoint-dir", f"{tmp}/ck_ref"),
+        env=_env(0, 1, free_port()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert reference.returncode == 0, reference.stderr[-3000:]
-    want, before, after = _losses(f"{tmp}/reference.jsonl"), _losses(f"{tmp}/preempted.jsonl"), _losses(f"{tmp}/resumed.jsonl")
+    want, before, after = (
+        _losses(f"{tmp}/reference.jsonl"),
+        _losses(f"{tmp}/preempted.jsonl"),
+        _losses(f"{tmp}/resumed.jsonl"),
+    )
     assert sorted(before) == list(range(stopped + 1)) and sorted(after) == list(range(stopped + 1, EPOCHS))
     for epoch, loss in {**before, **after}.items():
         if epoch <= stopped + SAME_FOR:
@@ -97,9 +140,13 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
 
     cli = [sys.executable, "-m", "dsgraph", "checkpoint"]
     verify = subprocess.run([*cli, "verify", "--dir", f"{tmp}/ck"], capture_output=True, text=True)
-    assert verify.returncode == 0 and f"{tag}: complete: epoch {stopped}, 2 ranks, ZeRO stage 2" in verify.stdout, verify.stdout + verify.stderr
+    assert verify.returncode == 0 and f"{tag}: complete: epoch {stopped}, 2 ranks, ZeRO stage 2" in verify.stdout, (
+        verify.stdout + verify.stderr
+    )
     assert "universal conversion beside it" in verify.stdout  # the 1-rank resume converted it
-    export = subprocess.run([*cli, "export", "--dir", f"{tmp}/ck", "--tag", tag, "--out", f"{tmp}/model.pt"], capture_output=True, text=True)
+    export = subprocess.run(
+        [*cli, "export", "--dir", f"{tmp}/ck", "--tag", tag, "--out", f"{tmp}/model.pt"], capture_output=True, text=True
+    )
     assert export.returncode == 0, export.stderr
     from dsgraph.train.config import DsgraphConfig
     from dsgraph.train.trainer import build_model
@@ -114,12 +161,21 @@ def test_sigterm_checkpoints_exits_4_and_resumes_with_the_same_losses(tmp_path):
     model.load_state_dict(state)  # strict: every parameter, nothing else
     convert = subprocess.run([*cli, "convert", "--dir", f"{tmp}/ck"], capture_output=True, text=True)
     assert convert.returncode == 0 and "_universal" in convert.stdout, convert.stderr[-3000:]
-    bad = subprocess.run([*cli, "export", "--dir", f"{tmp}/nothing", "--out", f"{tmp}/x.pt"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [*cli, "export", "--dir", f"{tmp}/nothing", "--out", f"{tmp}/x.pt"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "no checkpoint" in bad.stderr
-    nothing = subprocess.run(_train(config, "--resume", "--checkpoint-dir", f"{tmp}/nothing"), env=_env(0, 1, free_port()),
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    nothing = subprocess.run(
+        _train(config, "--resume", "--checkpoint-dir", f"{tmp}/nothing"),
+        env=_env(0, 1, free_port()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert nothing.returncode == 2 and "Traceback" not in nothing.stderr, nothing.stderr[-3000:]
-    assert f"dsgraph: error (rank 0): {tmp}/nothing: no checkpoint to resume from" in nothing.stderr, nothing.stderr[-3000:]
+    assert f"dsgraph: error (rank 0): {tmp}/nothing: no checkpoint to resume from" in nothing.stderr, nothing.stderr[
+        -3000:
+    ]
 
 
 def test_a_signal_sets_the_flag_and_the_handlers_are_restored():

@@ -25,7 +25,9 @@ def _resume(rank, world, tmp):
     common = dict(epochs=8, eval_every=4, checkpoint_every=4)
     full = make_trainer(tmp, ds, metrics_out=f"{tmp}/full.jsonl", checkpoint_dir=f"{tmp}/ck_full", **common)
     full.fit(log=lambda line: None)
-    stopped = make_trainer(tmp, ds, metrics_out=f"{tmp}/part1.jsonl", checkpoint_dir=f"{tmp}/ck", **{**common, "epochs": 4})
+    stopped = make_trainer(
+        tmp, ds, metrics_out=f"{tmp}/part1.jsonl", checkpoint_dir=f"{tmp}/ck", **{**common, "epochs": 4}
+    )
     stopped.fit(log=lambda line: None)  # stops after epoch 3, checkpoint saved there
     resumed = make_trainer(tmp, ds, metrics_out=f"{tmp}/part2.jsonl", checkpoint_dir=f"{tmp}/ck", **common)
     resumed.resume()
@@ -47,7 +49,9 @@ def test_resume_continues_with_identical_losses(tmp_path):
 
 def _metrics(rank, world, tmp):
     tb = {"enabled": True, "output_path": f"{tmp}/tb", "job_name": "job"}
-    trainer = make_trainer(tmp, ds_config(stage=1, tensorboard=tb), metrics_out=f"{tmp}/metrics.jsonl", epochs=4, eval_every=2)
+    trainer = make_trainer(
+        tmp, ds_config(stage=1, tensorboard=tb), metrics_out=f"{tmp}/metrics.jsonl", epochs=4, eval_every=2
+    )
     trainer.fit(log=lambda line: None)
 
 

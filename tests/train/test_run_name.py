@@ -12,14 +12,24 @@ def test_run_name_goes_into_every_output_path(monkeypatch):
     monkeypatch.delenv("DSGRAPH_RUNS_DIR", raising=False)
     cfg = with_run_name(DsgraphConfig(), "r1", default_metrics=True)
     assert (cfg.run_name, cfg.checkpoint_dir, cfg.trace_dir, cfg.metrics_out) == (
-        "r1", "runs/r1/checkpoints", "runs/r1/traces", "runs/r1/metrics.jsonl")
+        "r1",
+        "runs/r1/checkpoints",
+        "runs/r1/traces",
+        "runs/r1/metrics.jsonl",
+    )
     mine = with_run_name(DsgraphConfig(checkpoint_dir="/tmp/x/ck", metrics_out="/tmp/x/{run_name}.jsonl"), "r2")
     assert with_run_name(DsgraphConfig(), "r4").checkpoint_dir == "runs/r4/checkpoints"
     assert (mine.checkpoint_dir, mine.metrics_out) == ("/tmp/x/ck", "/tmp/x/r2.jsonl")
-    assert with_run_name(DsgraphConfig(), "r3").metrics_out is None  # a Trainer built in Python writes no file by default
+    assert (
+        with_run_name(DsgraphConfig(), "r3").metrics_out is None
+    )  # a Trainer built in Python writes no file by default
 
 
 def test_tensorboard_job_is_the_run():
     ds = {"tensorboard": {"enabled": True, "output_path": "runs/tensorboard", "job_name": "cpu_quickstart"}}
-    assert tensorboard_for_run(ds, "r1")["tensorboard"] == {"enabled": True, "output_path": "runs/tensorboard", "job_name": "r1"}
+    assert tensorboard_for_run(ds, "r1")["tensorboard"] == {
+        "enabled": True,
+        "output_path": "runs/tensorboard",
+        "job_name": "r1",
+    }
     assert tensorboard_for_run({"x": 1}, "r1") == {"x": 1}

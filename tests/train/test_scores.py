@@ -28,7 +28,9 @@ def test_binary_rocauc_and_ap_equal_sklearn(seed, levels):
     if levels is not None:
         s = np.round(s * levels / 4) / levels
     assert scores.roc_auc(s, labels) == pytest.approx(sklearn_metrics.roc_auc_score(labels, s), abs=1e-12)
-    assert scores.average_precision(s, labels) == pytest.approx(sklearn_metrics.average_precision_score(labels, s), abs=1e-12)
+    assert scores.average_precision(s, labels) == pytest.approx(
+        sklearn_metrics.average_precision_score(labels, s), abs=1e-12
+    )
 
 
 def test_one_class_split_is_nan_not_a_crash():
@@ -68,8 +70,10 @@ def test_f1_and_accuracy_equal_sklearn(seed):
     pred = logits.argmax(1).numpy()
     masks = [torch.ones(n, dtype=torch.bool)] * 3
     y = torch.from_numpy(labels)
-    for metric, want in (("f1_micro", sklearn_metrics.f1_score(labels, pred, average="micro")),
-                         ("f1_macro", sklearn_metrics.f1_score(labels, pred, average="macro", zero_division=0))):
+    for metric, want in (
+        ("f1_micro", sklearn_metrics.f1_score(labels, pred, average="micro")),
+        ("f1_macro", sklearn_metrics.f1_score(labels, pred, average="macro", zero_division=0)),
+    ):
         got = evaluate_splits(node_task(c), metric, logits, y, masks, reduce=False, all_reduce=None)
         assert got[f"test_{metric}"] == pytest.approx(want, abs=1e-12)
         assert got["test_acc"] == pytest.approx(sklearn_metrics.accuracy_score(labels, pred), abs=1e-12)
@@ -80,9 +84,9 @@ def test_multiclass_and_binary_rocauc_from_logits_equal_sklearn():
     n = 120
     logits = torch.from_numpy(rng.standard_normal((n, 4)))
     y = torch.from_numpy(np.r_[np.arange(4), rng.integers(0, 4, n - 4)])
-    s, l = ranking_inputs(node_task(4), logits, y)
+    s, lab = ranking_inputs(node_task(4), logits, y)
     want = sklearn_metrics.roc_auc_score(y.numpy(), torch.softmax(logits, 1).numpy(), multi_class="ovr")
-    assert scores.mean_over_labels(scores.roc_auc, s, l) == pytest.approx(want, abs=1e-12)
+    assert scores.mean_over_labels(scores.roc_auc, s, lab) == pytest.approx(want, abs=1e-12)
     yb = y % 2
     masks = [torch.ones(n, dtype=torch.bool)] * 3
     got = evaluate_splits(node_task(2), "rocauc", logits[:, :2], yb, masks, reduce=False, all_reduce=None)

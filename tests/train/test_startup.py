@@ -96,7 +96,9 @@ with Watchdog(None, 0.5, poll_s=0.05, diagnose=lambda: cause, on_exit=lambda: op
 def test_watchdog_names_the_phase_and_cleans_up_before_it_ends_the_process(cause, tmp_path):
     marker = str(tmp_path / "cleaned")
     began = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _WATCHDOG_SCRIPT, marker, cause], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WATCHDOG_SCRIPT, marker, cause], capture_output=True, text=True, timeout=60
+    )
     assert time.monotonic() - began < 25, "the watchdog did not end the process"
     assert os.path.exists(marker), proc.stderr  # on_exit ran although os._exit skips finally blocks
     assert proc.stderr.startswith("dsgraph: error (rank ?): "), proc.stderr
@@ -121,7 +123,9 @@ def test_stale_build_locks_do_not_stop_a_cpu_run(tmp_path):
     with open(config, "w") as f:
         json.dump(ds, f)
     port = free_port()
-    proc = subprocess.run(_train_cmd(config), env=_env(0, 1, port, ext_dir), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        _train_cmd(config), env=_env(0, 1, port, ext_dir), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "epoch    1" in proc.stdout and "built successfully" not in proc.stdout + proc.stderr
     assert '"torch_adam": true' in proc.stdout  # dsgraph chose the optimizer that needs no build
@@ -140,7 +144,9 @@ def test_stale_build_lock_stops_start_up_within_the_timeout_and_names_it(tmp_pat
     with open(path, "w") as f:
         json.dump(config, f)
     began = time.monotonic()
-    proc = subprocess.run(_train_cmd(path), env=_env(0, 1, free_port(), ext_dir), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        _train_cmd(path), env=_env(0, 1, free_port(), ext_dir), capture_output=True, text=True, timeout=300
+    )
     elapsed = time.monotonic() - began
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "during start-up: deepspeed.initialize" in proc.stderr, proc.stderr[-3000:]
@@ -153,11 +159,17 @@ def test_runs_leave_no_shared_memory(tmp_path):
     """Two 2-rank runs, one ending normally and one whose rank 1 is killed mid-run."""
     config = _write_config(str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=3, timeout_s=TIMEOUT_S)
     ports = [free_port(), free_port()]
-    procs = [subprocess.Popen(_train_cmd(config), env=_env(r, 2, ports[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            _train_cmd(config), env=_env(r, 2, ports[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for r in range(2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:]
-    long_config = _write_config(str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=10**6, timeout_s=TIMEOUT_S)
+    long_config = _write_config(
+        str(tmp_path), dataset=write_random_graph(str(tmp_path)), epochs=10**6, timeout_s=TIMEOUT_S
+    )
     code, rest = _kill_rank_1_after_epoch_2(long_config, ports[1])
     assert code == 3, rest[-3000:]
     assert _our_shm(ports) == []
@@ -166,8 +178,12 @@ def test_runs_leave_no_shared_memory(tmp_path):
 def _kill_rank_1_after_epoch_2(config: str, port: int) -> tuple[int, str]:
     """Starts 2 ranks, SIGKILLs rank 1 once rank 0 logged epoch 2; returns rank 0's exit code and
     what it printed afterwards."""
-    ranks = [subprocess.Popen(_train_cmd(config), env=_env(r, 2, port), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            _train_cmd(config), env=_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for r in range(2)
+    ]
     try:
         seen = []
         for line in ranks[0].stdout:
@@ -210,7 +226,9 @@ def test_rank_removes_its_buffer_on_a_peer_failure_and_sweeps_dead_ones_at_start
         code, out = _kill_rank_1_after_epoch_2(config, port)
         assert code == 3, out[-3000:]
         assert not os.path.exists(dead), out[-3000:]
-        freed = re.search(r"removed (\d+) DeepSpeed all-reduce buffer\(s\) of finished runs from /dev/shm, (\d+) MB freed", out)
+        freed = re.search(
+            r"removed (\d+) DeepSpeed all-reduce buffer\(s\) of finished runs from /dev/shm, (\d+) MB freed", out
+        )
         assert freed and int(freed.group(1)) >= 1 and int(freed.group(2)) >= 3, out[-3000:]
         assert not os.path.exists(own[0]) and os.path.exists(own[1]), out[-3000:]
     finally:
@@ -225,16 +243,26 @@ def test_rank_removes_its_buffer_on_a_peer_failure_and_sweeps_dead_ones_at_start
 @pytest.mark.slow
 def test_sweep_removes_only_buffers_no_live_process_uses(tmp_path):
     shm_dir = str(tmp_path)
-    names = {key: os.path.join(shm_dir, f"{shm.BUFFER_PREFIX}{os.getuid()}_127.0.0.1_1_{i}")
-             for i, key in enumerate(("dead", "mapped", "open"))}  # fmt: skip
+    names = {
+        key: os.path.join(shm_dir, f"{shm.BUFFER_PREFIX}{os.getuid()}_127.0.0.1_1_{i}")
+        for i, key in enumerate(("dead", "mapped", "open"))
+    }
     with open(names["dead"], "wb") as f:
         f.truncate(2 * 10**6)
     other = os.path.join(shm_dir, "not_deepspeed")
     open(other, "w").close()
     holder = subprocess.Popen(  # maps the file and closes the descriptor: only /proc/PID/maps shows it
-        [sys.executable, "-c", "import mmap, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600); "
-         "os.ftruncate(fd, 4096); m = mmap.mmap(fd, 4096); os.close(fd); print('ready', flush=True); time.sleep(600)",
-         names["mapped"]], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import mmap, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600); "
+            "os.ftruncate(fd, 4096); m = mmap.mmap(fd, 4096); os.close(fd); print('ready', flush=True); "
+            "time.sleep(600)",
+            names["mapped"],
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     fd = os.open(names["open"], os.O_CREAT | os.O_RDWR, 0o600)  # held open by this process, not mapped
     try:
         assert holder.stdout.readline().strip() == "ready"
@@ -244,7 +272,9 @@ def test_sweep_removes_only_buffers_no_live_process_uses(tmp_path):
         holder.wait()
         os.close(fd)
     assert (freed.files, freed.bytes, freed.kept) == (1, 2 * 10**6, 2)
-    assert "removed 1 DeepSpeed all-reduce buffer(s)" in freed.message(shm_dir) and "2 MB freed" in freed.message(shm_dir)
+    assert "removed 1 DeepSpeed all-reduce buffer(s)" in freed.message(shm_dir) and "2 MB freed" in freed.message(
+        shm_dir
+    )
     assert sorted(os.listdir(shm_dir)) == sorted(os.path.basename(p) for p in (names["mapped"], names["open"], other))
     assert shm.sweep_dead_buffers(shm_dir).files == 2  # once nobody holds them
 

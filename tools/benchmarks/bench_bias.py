@@ -76,23 +76,48 @@ def main(argv=None) -> None:
     n, e, h, d = graph.num_nodes, graph.num_edges, args.heads, args.dim
     gen = torch.Generator().manual_seed(args.seed)
     rand = lambda *shape, grad=True: torch.randn(*shape, generator=gen).requires_grad_(grad)  # noqa: E731
-    tensors = {"q": rand(n, h, d), "k": rand(n, h, d), "v": rand(n, h, d), "bias": rand(e, h), "u": rand(e, args.channels, grad=False),
-               "dy": rand(n, h, d, grad=False), "dz": rand(n, h, args.channels, grad=False)}  # fmt: skip
+    tensors = {
+        "q": rand(n, h, d),
+        "k": rand(n, h, d),
+        "v": rand(n, h, d),
+        "bias": rand(e, h),
+        "u": rand(e, args.channels, grad=False),
+        "dy": rand(n, h, d, grad=False),
+        "dz": rand(n, h, args.channels, grad=False),
+    }
     times = {variant: [] for variant in VARIANTS}
     for r in range(args.rounds + 1):
         for variant in VARIANTS if r % 2 else VARIANTS[::-1]:  # alternate the order too
             seconds = step(variant, graph, tensors, args.backend)
             if r:  # round 0: warm-up
                 times[variant].append(seconds)
-    print(f"# {args.graph}: N={n:,} E={e:,} H={h} D={d} C={args.channels} fp32, backend {args.backend}, {device_label(torch.device('cpu'))}, "
-          f"{args.rounds} alternated rounds after a warm-up")  # fmt: skip
+    print(
+        f"# {args.graph}: N={n:,} E={e:,} H={h} D={d} C={args.channels} fp32, backend {args.backend}, "
+        f"{device_label(torch.device('cpu'))}, "
+        f"{args.rounds} alternated rounds after a warm-up"
+    )
     print("| variant | min s | median s | min / none | median / none |\n|---|---|---|---|---|")
     base = times["none"]
     for variant, ts in times.items():
-        print(f"| {variant} | {min(ts):.3f} | {statistics.median(ts):.3f} | {min(ts) / min(base):.2f}x | "
-              f"{statistics.median(ts) / statistics.median(base):.2f}x |")  # fmt: skip
-    write_json(args.json_out, {"format": "dsgraph-bench-bias", "graph": args.graph, "nodes": n, "edges": e, "heads": h, "dim": d,
-                               "channels": args.channels, "backend": args.backend, "threads": torch.get_num_threads(), "times_s": times})  # fmt: skip
+        print(
+            f"| {variant} | {min(ts):.3f} | {statistics.median(ts):.3f} | {min(ts) / min(base):.2f}x | "
+            f"{statistics.median(ts) / statistics.median(base):.2f}x |"
+        )
+    write_json(
+        args.json_out,
+        {
+            "format": "dsgraph-bench-bias",
+            "graph": args.graph,
+            "nodes": n,
+            "edges": e,
+            "heads": h,
+            "dim": d,
+            "channels": args.channels,
+            "backend": args.backend,
+            "threads": torch.get_num_threads(),
+            "times_s": times,
+        },
+    )
 
 
 if __name__ == "__main__":

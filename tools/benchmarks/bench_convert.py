@@ -30,7 +30,9 @@ OPTION_SETS = {
 BASELINE = "import dsgraph.graph.convert, numpy, torch"
 
 
-def write_rmat_edge_list(path: str, scale: int, edges: int, sparse_ids: bool, seed: int = 0, chunk: int = 1 << 21) -> None:
+def write_rmat_edge_list(
+    path: str, scale: int, edges: int, sparse_ids: bool, seed: int = 0, chunk: int = 1 << 21
+) -> None:
     """R-MAT (a=.57, b=.19, c=.19) edges, written chunk by chunk; ``sparse_ids`` spreads ids as
     7 * id + 1000003 so that only --relabel makes them contiguous."""
     rng = np.random.default_rng(seed)
@@ -100,25 +102,42 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(text):
             began = time.perf_counter()
             write_rmat_edge_list(text, args.scale, args.edges, sparse_ids=sparse)
-            print(f"wrote {text} ({os.path.getsize(text) / 2**20:.0f} MB) in {time.perf_counter() - began:.1f}s", flush=True)
+            print(
+                f"wrote {text} ({os.path.getsize(text) / 2**20:.0f} MB) in {time.perf_counter() - began:.1f}s",
+                flush=True,
+            )
         out = os.path.join(folder, f"out_{len(rows)}.npz")
         cmd = [sys.executable, "-m", "dsgraph", "convert", text, out, "--force", *OPTION_SETS[name]]
         wall, peak_mb, stdout = run_measured(cmd)
-        nodes = int(next(l for l in stdout.splitlines() if l.strip().startswith("nodes")).split()[1].replace(",", ""))
-        edges = int(next(l for l in stdout.splitlines() if l.strip().startswith("edges")).split()[1].replace(",", ""))
-        rows.append((name, os.path.getsize(text) / 2**20, nodes, edges, wall, peak_mb, npz_array_mb(out),
-                     graph_array_mb(nodes, edges, 1)))
+        nodes = int(next(s for s in stdout.splitlines() if s.strip().startswith("nodes")).split()[1].replace(",", ""))
+        edges = int(next(s for s in stdout.splitlines() if s.strip().startswith("edges")).split()[1].replace(",", ""))
+        rows.append(
+            (
+                name,
+                os.path.getsize(text) / 2**20,
+                nodes,
+                edges,
+                wall,
+                peak_mb,
+                npz_array_mb(out),
+                graph_array_mb(nodes, edges, 1),
+            )
+        )
         print(f"{name}: done in {wall:.1f}s", flush=True)
         if not args.keep:
             os.remove(out)
 
     print(f"\nbaseline RSS (python + numpy + torch + dsgraph imports): {base_mb:.0f} MB")
-    header = f"{'options':<22} {'text MB':>8} {'nodes':>10} {'edges':>11} {'time s':>7} {'peak RSS MB':>11} " \
-             f"{'npz arrays MB':>13} {'peak/npz':>8} {'(peak-base)/npz':>15} {'CSR Graph MB':>12}"
+    header = (
+        f"{'options':<22} {'text MB':>8} {'nodes':>10} {'edges':>11} {'time s':>7} {'peak RSS MB':>11} "
+        f"{'npz arrays MB':>13} {'peak/npz':>8} {'(peak-base)/npz':>15} {'CSR Graph MB':>12}"
+    )
     print(header)
     for name, text_mb, nodes, edges, wall, peak, npz_mb, graph_mb in rows:
-        print(f"{name:<22} {text_mb:>8.0f} {nodes:>10,} {edges:>11,} {wall:>7.1f} {peak:>11.0f} {npz_mb:>13.0f} "
-              f"{peak / npz_mb:>8.2f} {(peak - base_mb) / npz_mb:>15.2f} {graph_mb:>12.0f}")
+        print(
+            f"{name:<22} {text_mb:>8.0f} {nodes:>10,} {edges:>11,} {wall:>7.1f} {peak:>11.0f} {npz_mb:>13.0f} "
+            f"{peak / npz_mb:>8.2f} {(peak - base_mb) / npz_mb:>15.2f} {graph_mb:>12.0f}"
+        )
     if not args.keep:
         for name in os.listdir(folder):
             os.remove(os.path.join(folder, name))

@@ -28,7 +28,8 @@ out of memory is a result ("out of memory" in the table, "oom": true in the JSON
 
 Examples:
   python -m tools.benchmarks.bench_kernels --graph rmat:17 --heads 8 --dim 16 --dtype fp32 --threads 2
-  python -m tools.benchmarks.bench_kernels --graph rmat:17 --graph my_graph.npz --device cuda --dtype bf16 --json-out k.json
+  python -m tools.benchmarks.bench_kernels --graph rmat:17 --graph my_graph.npz --device cuda --dtype bf16 \
+      --json-out k.json
 """
 
 from __future__ import annotations
@@ -36,18 +37,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-
-
-from tools.common.bench import cpu_peak_supported, device_label, is_out_of_memory, peak_extra_bytes, release, sync, write_json  # noqa: E402
-
-from dsgraph.graph import load_dataset  # noqa: E402
-from dsgraph.ops import available_backends, sparse_attention  # noqa: E402
+from dsgraph.graph import load_dataset
+from dsgraph.ops import available_backends, sparse_attention
+from tools.common.bench import (
+    cpu_peak_supported,
+    device_label,
+    is_out_of_memory,
+    peak_extra_bytes,
+    release,
+    sync,
+    write_json,
+)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = ("reference", "cpu", "cuda", "pyg")
@@ -56,20 +61,29 @@ REFERENCE_MAX_EDGES = 50_000_000
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", action="append", help="rmat:SCALE[:EF], cora or a .npz file (repeatable; default rmat:17)")
+    p.add_argument(
+        "--graph", action="append", help="rmat:SCALE[:EF], cora or a .npz file (repeatable; default rmat:17)"
+    )
     p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
     p.add_argument("--dim", type=int, default=16, help="head dim D (default 16)")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="fp32 or bf16 (repeatable; default fp32)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch and numba; default: torch's)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per backend after one warm-up (default 3)")
-    p.add_argument("--backends", default=None,
-                   help=f"comma list from {','.join(BACKENDS)} (default: all that apply; reference only below "
-                   f"{REFERENCE_MAX_EDGES:,} edges)")  # fmt: skip
+    p.add_argument(
+        "--backends",
+        default=None,
+        help=f"comma list from {','.join(BACKENDS)} (default: all that apply; reference only below "
+        f"{REFERENCE_MAX_EDGES:,} edges)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--peak-gbs", type=float, default=None,
-                   help="memory bandwidth for the forward roofline column, GB/s (default: the copy bandwidth "
-                   "measured at the start of the run on this device)")  # fmt: skip
+    p.add_argument(
+        "--peak-gbs",
+        type=float,
+        default=None,
+        help="memory bandwidth for the forward roofline column, GB/s (default: the copy bandwidth "
+        "measured at the start of the run on this device)",
+    )
     p.add_argument("--json-out", help="also write every figure to this JSON file (rewritten after each table)")
     p.add_argument("--append", action="store_true", help="keep the records already in --json-out and add this run's")
     return p.parse_args(argv)
@@ -140,7 +154,9 @@ def copy_bandwidth_gbs(device: torch.device, mbytes: int | None = None) -> float
     return 2 * src.numel() * 4 / min(times) / 1e9
 
 
-def backends_to_run(requested: str | None, device: torch.device, num_edges: int, have_pyg: bool) -> tuple[list[str], list[str]]:
+def backends_to_run(
+    requested: str | None, device: torch.device, num_edges: int, have_pyg: bool
+) -> tuple[list[str], list[str]]:
     """(backends to run, notes on the ones left out). The reference never runs at or above
     REFERENCE_MAX_EDGES edges; the fused backend is the device's own."""
     fused = "cuda" if device.type == "cuda" else "cpu"
@@ -151,7 +167,10 @@ def backends_to_run(requested: str | None, device: torch.device, num_edges: int,
     run, notes = [], []
     for name in wanted:
         if name == "reference" and num_edges >= REFERENCE_MAX_EDGES:
-            notes.append(f"reference left out: {num_edges:,} edges >= {REFERENCE_MAX_EDGES:,} (it materialises E x H x D tensors)")
+            notes.append(
+                f"reference left out: {num_edges:,} edges >= {REFERENCE_MAX_EDGES:,} (it materialises E x H x D "
+                "tensors)"
+            )
         elif name == "pyg" and not have_pyg:
             notes.append("pyg left out: torch_geometric is not installed")
         elif name in ("cpu", "cuda") and (name != fused or name not in available_backends()):
@@ -211,12 +230,18 @@ def make_inputs(g, args: argparse.Namespace, dtype: torch.dtype, device: torch.d
     return rowptr, col, [t.requires_grad_() for t in (q, k, v)], dy
 
 
-def bench_graph(g, spec: str, dtype_name: str, args: argparse.Namespace, device: torch.device, peak_gbs: float) -> list[dict]:
+def bench_graph(
+    g, spec: str, dtype_name: str, args: argparse.Namespace, device: torch.device, peak_gbs: float
+) -> list[dict]:
     """One record per backend (see ``record``) for graph ``g`` in one dtype."""
     pyg = pyg_attention()
     names, notes = backends_to_run(args.backends, device, g.num_edges, pyg is not None)
     rowptr, col, (q, k, v), dy = make_inputs(g, args, DTYPES[dtype_name], device)
-    dst = torch.repeat_interleave(torch.arange(g.num_nodes, device=device), rowptr[1:] - rowptr[:-1]) if "pyg" in names else None
+    dst = (
+        torch.repeat_interleave(torch.arange(g.num_nodes, device=device), rowptr[1:] - rowptr[:-1])
+        if "pyg" in names
+        else None
+    )
     runners = {
         "reference": lambda q, k, v: sparse_attention(rowptr, col, q, k, v, backend="reference"),
         "cpu": lambda q, k, v: sparse_attention(rowptr, col, q, k, v, backend="cpu"),
@@ -224,10 +249,23 @@ def bench_graph(g, spec: str, dtype_name: str, args: argparse.Namespace, device:
         "pyg": lambda q, k, v: pyg(rowptr, col, q, k, v, dst),
     }
     results = {name: time_backend(runners[name], q, k, v, dy, args.repeats) for name in names}
-    fwd_bytes, bwd_bytes = model_bytes(g.num_nodes, g.num_edges, args.heads, args.dim, torch.finfo(DTYPES[dtype_name]).bits // 8)
-    info = {"graph": spec, "nodes": g.num_nodes, "edges": g.num_edges, "max_in_degree": int((rowptr[1:] - rowptr[:-1]).max()),
-            "heads": args.heads, "dim": args.dim, "dtype": dtype_name, "device": device_label(device), "peak_gbs": peak_gbs,
-            "model_bytes_fwd": fwd_bytes, "model_bytes_bwd": bwd_bytes, "notes": notes}  # fmt: skip
+    fwd_bytes, bwd_bytes = model_bytes(
+        g.num_nodes, g.num_edges, args.heads, args.dim, torch.finfo(DTYPES[dtype_name]).bits // 8
+    )
+    info = {
+        "graph": spec,
+        "nodes": g.num_nodes,
+        "edges": g.num_edges,
+        "max_in_degree": int((rowptr[1:] - rowptr[:-1]).max()),
+        "heads": args.heads,
+        "dim": args.dim,
+        "dtype": dtype_name,
+        "device": device_label(device),
+        "peak_gbs": peak_gbs,
+        "model_bytes_fwd": fwd_bytes,
+        "model_bytes_bwd": bwd_bytes,
+        "notes": notes,
+    }
     return [record(name, r, results, info) for name, r in results.items()]
 
 
@@ -245,20 +283,36 @@ def record(name: str, r: dict, results: dict, info: dict) -> dict:
 
     return {
         **out,
-        "fwd_ms": r["fwd"] * 1e3, "bwd_ms": r["bwd"] * 1e3, "fwd_bwd_ms": total * 1e3,
+        "fwd_ms": r["fwd"] * 1e3,
+        "bwd_ms": r["bwd"] * 1e3,
+        "fwd_bwd_ms": total * 1e3,
         "peak_extra_mb": None if r["peak"] is None else r["peak"] / 2**20,
         "eff_gbs": (info["model_bytes_fwd"] + info["model_bytes_bwd"]) / total / 1e9,
         "fwd_roofline": info["model_bytes_fwd"] / r["fwd"] / 1e9 / info["peak_gbs"],
-        "speedup_vs_reference": speedup("reference"), "speedup_vs_pyg": speedup("pyg"),
-    }  # fmt: skip
+        "speedup_vs_reference": speedup("reference"),
+        "speedup_vs_pyg": speedup("pyg"),
+    }
 
 
 def table(records: list[dict]) -> str:
     first = records[0]
-    lines = [f"\n## {first['graph']}: N={first['nodes']:,} E={first['edges']:,} max in-degree={first['max_in_degree']:,} "
-             f"H={first['heads']} D={first['dim']} {first['dtype']} device={first['device']} threads={torch.get_num_threads()}"]
+    lines = [
+        f"\n## {first['graph']}: N={first['nodes']:,} E={first['edges']:,} max in-degree={first['max_in_degree']:,} "
+        f"H={first['heads']} D={first['dim']} {first['dtype']} device={first['device']} "
+        f"threads={torch.get_num_threads()}"
+    ]
     lines += [f"# {note}" for note in first["notes"]]
-    header = ("backend", "fwd ms", "bwd ms", "fwd+bwd ms", "vs ref", "vs pyg", "peak extra MB", "eff GB/s", "fwd % roofline")
+    header = (
+        "backend",
+        "fwd ms",
+        "bwd ms",
+        "fwd+bwd ms",
+        "vs ref",
+        "vs pyg",
+        "peak extra MB",
+        "eff GB/s",
+        "fwd % roofline",
+    )
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in records:
         if r["oom"]:
@@ -268,9 +322,17 @@ def table(records: list[dict]) -> str:
         def x(v, fmt, unit=""):
             return "n/a" if v is None else format(v, fmt) + unit
 
-        row = (r["backend"], f"{r['fwd_ms']:,.1f}", f"{r['bwd_ms']:,.1f}", f"{r['fwd_bwd_ms']:,.1f}",
-               x(r["speedup_vs_reference"], ".1f", "x"), x(r["speedup_vs_pyg"], ".1f", "x"), x(r["peak_extra_mb"], ",.1f"),
-               f"{r['eff_gbs']:.1f}", f"{r['fwd_roofline']:.1%}")  # fmt: skip
+        row = (
+            r["backend"],
+            f"{r['fwd_ms']:,.1f}",
+            f"{r['bwd_ms']:,.1f}",
+            f"{r['fwd_bwd_ms']:,.1f}",
+            x(r["speedup_vs_reference"], ".1f", "x"),
+            x(r["speedup_vs_pyg"], ".1f", "x"),
+            x(r["peak_extra_mb"], ",.1f"),
+            f"{r['eff_gbs']:.1f}",
+            f"{r['fwd_roofline']:.1%}",
+        )
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -284,10 +346,18 @@ def main(argv=None) -> None:
         raise SystemExit("bench_kernels: --device cuda but torch sees no GPU")
     copy_gbs = copy_bandwidth_gbs(device)
     peak_gbs = args.peak_gbs or copy_gbs
-    print(f"# sparse attention kernels on {device_label(device)}; copy bandwidth {copy_gbs:.1f} GB/s (read + write); "
-          f"roofline at {peak_gbs:.1f} GB/s")  # fmt: skip
+    print(
+        f"# sparse attention kernels on {device_label(device)}; copy bandwidth {copy_gbs:.1f} GB/s (read + write); "
+        f"roofline at {peak_gbs:.1f} GB/s"
+    )
     print(f"# median of {args.repeats} runs after a warm-up; speedups over 'reference' and 'pyg' in this run")
-    payload = {"format": "dsgraph-bench-kernels", "device": device_label(device), "copy_gbs": copy_gbs, "peak_gbs": peak_gbs, "records": []}
+    payload = {
+        "format": "dsgraph-bench-kernels",
+        "device": device_label(device),
+        "copy_gbs": copy_gbs,
+        "peak_gbs": peak_gbs,
+        "records": [],
+    }
     if args.append and args.json_out and Path(args.json_out).is_file():
         payload["records"] = json.loads(Path(args.json_out).read_text()).get("records", [])
     for spec in args.graph or ["rmat:17"]:

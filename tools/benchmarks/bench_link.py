@@ -25,8 +25,10 @@ import statistics
 import sys
 import tempfile
 
-OPTIONS = {"transformer": dict(block="transformer", input_projection=True, norm="pre", residual="identity", head="linear"),
-           "gat": dict(block="attention", input_projection=False, norm="none", residual="identity", head="attention")}  # fmt: skip
+OPTIONS = {
+    "transformer": dict(block="transformer", input_projection=True, norm="pre", residual="identity", head="linear"),
+    "gat": dict(block="attention", input_projection=False, norm="none", residual="identity", head="attention"),
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,7 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--model", choices=sorted(OPTIONS), default="transformer", help="block options (default transformer)")
+    p.add_argument(
+        "--model", choices=sorted(OPTIONS), default="transformer", help="block options (default transformer)"
+    )
     p.add_argument("--embedding-dim", type=int, default=64, help="the link task's embedding width (default 64)")
     p.add_argument("--negatives", type=int, default=1, help="training negatives per training edge (default 1)")
     p.add_argument("--decoder", choices=["dot", "mlp"], default="dot")
@@ -47,17 +51,37 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def settings(args, task: str) -> dict:
-    cfg = dict(dataset=args.dataset, strategy=args.strategy, hidden=args.hidden, heads=args.heads, layers=args.layers,
-               dropout=0.1, input_dropout=0.0, attention_dropout=0.0, model=OPTIONS[args.model], epochs=10**6, seed=0,
-               metrics_out=None, checkpoint_every=0, run_name=f"bench-{task}", task=task)  # fmt: skip
+    cfg = dict(
+        dataset=args.dataset,
+        strategy=args.strategy,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        dropout=0.1,
+        input_dropout=0.0,
+        attention_dropout=0.0,
+        model=OPTIONS[args.model],
+        epochs=10**6,
+        seed=0,
+        metrics_out=None,
+        checkpoint_every=0,
+        run_name=f"bench-{task}",
+        task=task,
+    )
     if task == "link":
         cfg["link"] = dict(embedding_dim=args.embedding_dim, negatives=args.negatives, decoder=args.decoder)
     return cfg
 
 
-DS = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
-      "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}, "zero_optimization": {"stage": 2},
-      "bf16": {"enabled": False}}  # fmt: skip
+DS = {
+    "train_micro_batch_size_per_gpu": 1,
+    "gradient_accumulation_steps": 1,
+    "gradient_clipping": 1.0,
+    "steps_per_print": 10**9,
+    "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+    "zero_optimization": {"stage": 2},
+    "bf16": {"enabled": False},
+}
 
 
 def _timed_epoch(trainer, epoch: int) -> tuple[float, dict]:
@@ -73,7 +97,9 @@ def _timed_epoch(trainer, epoch: int) -> tuple[float, dict]:
 
 
 def _worker(rank, world, port, args, phase, out_dir):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     import deepspeed.comm as dist
     import torch
 
@@ -83,7 +109,10 @@ def _worker(rank, world, port, args, phase, out_dir):
     device = init_distributed()
     tasks = ("node", "link") if phase == "time" else (phase,)
     quiet = lambda line: None  # noqa: E731
-    trainers = {t: Trainer(DsgraphConfig.from_dict(settings(args, t)), DS, device, log=print if rank == 0 else quiet) for t in tasks}
+    trainers = {
+        t: Trainer(DsgraphConfig.from_dict(settings(args, t)), DS, device, log=print if rank == 0 else quiet)
+        for t in tasks
+    }
     times = {t: [] for t in tasks}
     rows = {t: [] for t in tasks}
     for t in tasks:
@@ -106,9 +135,13 @@ def _worker(rank, world, port, args, phase, out_dir):
 def summarise(times: dict, rows: dict) -> dict:
     out = {}
     for task, values in times.items():
-        out[task] = {"min_s": min(values), "median_s": statistics.median(values),
-                     "step_time_s_median": statistics.median(r["step_time_s"] for r in rows[task]),
-                     "comm_bytes": rows[task][-1]["comm_bytes"], "loss": rows[task][-1]["loss"]}  # fmt: skip
+        out[task] = {
+            "min_s": min(values),
+            "median_s": statistics.median(values),
+            "step_time_s_median": statistics.median(r["step_time_s"] for r in rows[task]),
+            "comm_bytes": rows[task][-1]["comm_bytes"],
+            "loss": rows[task][-1]["loss"],
+        }
     out["ratio_min"] = out["link"]["min_s"] / out["node"]["min_s"]
     out["ratio_median"] = out["link"]["median_s"] / out["node"]["median_s"]
     return out
@@ -124,21 +157,28 @@ def main(argv=None) -> int:
     report = {"args": vars(args)}
     with tempfile.TemporaryDirectory() as tmp:
         for phase in ("time", "node", "link"):
-            mp.start_processes(_worker, args=(args.nprocs, free_port(), args, phase, tmp), nprocs=args.nprocs, start_method="spawn")
+            mp.start_processes(
+                _worker, args=(args.nprocs, free_port(), args, phase, tmp), nprocs=args.nprocs, start_method="spawn"
+            )
             if phase == "time":
                 timed = json.load(open(os.path.join(tmp, "time.json")))
                 report["timing"] = summarise(timed["times"], timed["rows"])
                 report["epochs_s"] = timed["times"]
             else:
-                report[f"{phase}_peak_mem_mb"] = [json.load(open(os.path.join(tmp, f"{phase}_mem{r}.json")))["peak_mem_mb"]
-                                                  for r in range(args.nprocs)]  # fmt: skip
+                report[f"{phase}_peak_mem_mb"] = [
+                    json.load(open(os.path.join(tmp, f"{phase}_mem{r}.json")))["peak_mem_mb"]
+                    for r in range(args.nprocs)
+                ]
     t = report["timing"]
-    print(f"| task | step min / median (s) | trainer step_time_s (median) | comm MB per step | peak MB per rank |")
+    print("| task | step min / median (s) | trainer step_time_s (median) | comm MB per step | peak MB per rank |")
     print("| --- | --- | --- | --- | --- |")
     for task in ("node", "link"):
         s = t[task]
         mem = " / ".join(f"{m:,.0f}" for m in report[f"{task}_peak_mem_mb"])
-        print(f"| {task} | {s['min_s']:.3f} / {s['median_s']:.3f} | {s['step_time_s_median']:.3f} | {s['comm_bytes'] / 2**20:,.1f} | {mem} |")
+        print(
+            f"| {task} | {s['min_s']:.3f} / {s['median_s']:.3f} | {s['step_time_s_median']:.3f} "
+            f"| {s['comm_bytes'] / 2**20:,.1f} | {mem} |"
+        )
     print(f"link / node: {t['ratio_min']:.3f} (min), {t['ratio_median']:.3f} (median)")
     write_json(args.json_out, report)
     return 0

@@ -40,12 +40,11 @@ from pathlib import Path
 
 import torch
 
+from dsgraph.models.options import TRANSFORMER
+from tools.common.bench import device_label, is_out_of_memory, process_peak_bytes, release, sync, write_json
+from tools.common.rss_watch import kill_group
+
 ROOT = Path(__file__).resolve().parents[2]
-
-from tools.common.bench import device_label, is_out_of_memory, process_peak_bytes, release, sync, write_json  # noqa: E402
-from dsgraph.models.options import TRANSFORMER  # noqa: E402
-from tools.common.rss_watch import kill_group  # noqa: E402
-
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 EPOCH_LINE = re.compile(r"^epoch\s+(\d+)\s+loss")
 
@@ -75,9 +74,18 @@ def dsgraph_config(args: argparse.Namespace, folder: Path) -> Path:
     config["bf16"] = {"enabled": args.dtype == "bf16"}
     config["tensorboard"] = {"enabled": False}
     config["optimizer"]["params"].update(lr=1e-3, weight_decay=0.0)
-    config["dsgraph"].update(dataset=args.dataset, hidden=args.hidden, heads=args.heads, layers=args.layers, ffn_mult=args.ffn_mult,
-                             dropout=args.dropout, input_dropout=0.0, attention_dropout=0.0, checkpoint_dir=str(folder / "ckpt"),
-                             model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of PyG's TransformerConv model)
+    config["dsgraph"].update(
+        dataset=args.dataset,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        ffn_mult=args.ffn_mult,
+        dropout=args.dropout,
+        input_dropout=0.0,
+        attention_dropout=0.0,
+        checkpoint_dir=str(folder / "ckpt"),
+        model=TRANSFORMER.to_dict(),
+    )  # the shape of PyG's TransformerConv model
     path = folder / "bench_models.json"
     path.write_text(json.dumps(config, indent=1))
     return path
@@ -87,8 +95,21 @@ def dsgraph_command(args: argparse.Namespace, config: Path, metrics: Path) -> li
     epochs = args.steps + 2
     launcher = [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(args.port)]
     launcher += ["--num_gpus", "1"] if args.device == "cuda" else ["--num_accelerators", "1"]
-    return launcher + [str(ROOT / "launch/train.py"), "--deepspeed_config", str(config), "--epochs", str(epochs),
-                       "--eval-every", str(epochs), "--backend", args.device, "--seed", "0", "--metrics-out", str(metrics)]  # fmt: skip
+    return launcher + [
+        str(ROOT / "launch/train.py"),
+        "--deepspeed_config",
+        str(config),
+        "--epochs",
+        str(epochs),
+        "--eval-every",
+        str(epochs),
+        "--backend",
+        args.device,
+        "--seed",
+        "0",
+        "--metrics-out",
+        str(metrics),
+    ]
 
 
 def line_intervals(stamped: list[tuple[float, str]]) -> list[float]:
@@ -101,8 +122,16 @@ def line_intervals(stamped: list[tuple[float, str]]) -> list[float]:
 def _run_streamed(cmd: list[str], env: dict, timeout: float) -> tuple[int | None, list[tuple[float, str]]]:
     """Runs cmd (own process group), time-stamping each output line as it arrives; kills the group
     at the timeout (returncode None)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
     timer = threading.Timer(timeout, kill_group, args=(proc.pid,))
     timer.start()
     stamped = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
@@ -124,16 +153,24 @@ def run_dsgraph(args: argparse.Namespace) -> dict:
     rc, stamped = _run_streamed(cmd, env, args.timeout)
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
     steps = [r for r in rows if r.get("kind") == "step"]
-    result = {"command": " ".join(cmd), "returncode": rc, "seconds": time.monotonic() - began,
-              "log_tail": "\n".join(line for _, line in stamped[-40:])}  # fmt: skip
+    result = {
+        "command": " ".join(cmd),
+        "returncode": rc,
+        "seconds": time.monotonic() - began,
+        "log_tail": "\n".join(line for _, line in stamped[-40:]),
+    }
     intervals = line_intervals(stamped)
     if rc != 0 or len(steps) < args.steps + 2 or not intervals:
         return {**result, "status": "timeout" if rc is None else "failed"}
     return {
-        **result, "status": "ok", "wall_step_s": statistics.median(intervals), "wall_steps_s": intervals,
+        **result,
+        "status": "ok",
+        "wall_step_s": statistics.median(intervals),
+        "wall_steps_s": intervals,
         "trainer_step_time_s": statistics.median(r["step_time_s"] for r in steps[1:]),
-        "peak_mem_mb": max(r["peak_mem_mb"] for r in steps), "losses": [r["loss"] for r in steps],
-    }  # fmt: skip
+        "peak_mem_mb": max(r["peak_mem_mb"] for r in steps),
+        "losses": [r["loss"] for r in steps],
+    }
 
 
 # --- PyG TransformerConv, in this process ------------------------------------------------------
@@ -150,7 +187,9 @@ def pyg_model(in_dim: int, num_classes: int, args: argparse.Namespace) -> torch.
             self.attn_norm, self.ffn_norm = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
             self.conv = TransformerConv(hidden, hidden // heads, heads=heads, root_weight=False)
             self.attn_out = nn.Linear(hidden, hidden)
-            self.ffn = nn.Sequential(nn.Linear(hidden, args.ffn_mult * hidden), nn.GELU(), nn.Linear(args.ffn_mult * hidden, hidden))
+            self.ffn = nn.Sequential(
+                nn.Linear(hidden, args.ffn_mult * hidden), nn.GELU(), nn.Linear(args.ffn_mult * hidden, hidden)
+            )
             self.drop = nn.Dropout(args.dropout)
 
         def forward(self, h, edge_index):
@@ -194,7 +233,13 @@ def run_pyg(graph, args: argparse.Namespace) -> dict:
             raise
         peak = process_peak_bytes(device) / 2**20
         release(device)
-        return {**result, "status": "oom", "oom": True, "error": str(err).splitlines()[0][:300], "peak_mem_mb_before_oom": peak}
+        return {
+            **result,
+            "status": "oom",
+            "oom": True,
+            "error": str(err).splitlines()[0][:300],
+            "peak_mem_mb_before_oom": peak,
+        }
 
 
 def _pyg_steps(graph, edge_index, args, device, dtype) -> dict:
@@ -217,21 +262,34 @@ def _pyg_steps(graph, edge_index, args, device, dtype) -> dict:
         sync(device)
         if step:  # step 0 is the warm-up
             times.append(time.perf_counter() - t0)
-    return {"status": "ok", "oom": False, "wall_step_s": statistics.median(times), "wall_steps_s": times,
-            "peak_mem_mb": process_peak_bytes(device) / 2**20, "losses": losses}  # fmt: skip
+    return {
+        "status": "ok",
+        "oom": False,
+        "wall_step_s": statistics.median(times),
+        "wall_steps_s": times,
+        "peak_mem_mb": process_peak_bytes(device) / 2**20,
+        "losses": losses,
+    }
 
 
 def compare(ds: dict, pyg: dict) -> dict:
     """PyG over dsgraph for step time and peak memory (None where either did not finish)."""
     if ds.get("status") != "ok" or pyg.get("status") != "ok":
         return {"pyg_over_dsgraph_step_time": None, "pyg_over_dsgraph_peak_mem": None}
-    return {"pyg_over_dsgraph_step_time": pyg["wall_step_s"] / ds["wall_step_s"], "pyg_over_dsgraph_peak_mem": pyg["peak_mem_mb"] / ds["peak_mem_mb"]}
+    return {
+        "pyg_over_dsgraph_step_time": pyg["wall_step_s"] / ds["wall_step_s"],
+        "pyg_over_dsgraph_peak_mem": pyg["peak_mem_mb"] / ds["peak_mem_mb"],
+    }
 
 
 def report(payload: dict) -> str:
-    lines = [f"# {payload['dataset']}: N={payload['nodes']:,} E={payload['edges']:,} on {payload['device']}, {payload['dtype']}, "
-             f"hidden {payload['hidden']}, {payload['heads']} heads, {payload['layers']} layers",
-             "| model | status | step ms (wall) | trainer step_time_s ms | peak MB |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# {payload['dataset']}: N={payload['nodes']:,} E={payload['edges']:,} on {payload['device']}, "
+        f"{payload['dtype']}, "
+        f"hidden {payload['hidden']}, {payload['heads']} heads, {payload['layers']} layers",
+        "| model | status | step ms (wall) | trainer step_time_s ms | peak MB |",
+        "|---|---|---|---|---|",
+    ]
     for name in ("dsgraph", "pyg"):
         r = payload.get(name)
         if r is None:
@@ -243,7 +301,10 @@ def report(payload: dict) -> str:
         lines.append(f"| {name} | {status} | {ms} | {trainer} | {'-' if peak is None else f'{peak:,.0f}'} |")
     ratio = payload.get("comparison", {})
     if ratio.get("pyg_over_dsgraph_step_time"):
-        lines.append(f"PyG / dsgraph: step time {ratio['pyg_over_dsgraph_step_time']:.2f}x, peak memory {ratio['pyg_over_dsgraph_peak_mem']:.2f}x")
+        lines.append(
+            f"PyG / dsgraph: step time {ratio['pyg_over_dsgraph_step_time']:.2f}x, peak memory "
+            f"{ratio['pyg_over_dsgraph_peak_mem']:.2f}x"
+        )
     return "\n".join(lines)
 
 
@@ -257,8 +318,16 @@ def main(argv=None) -> int:
 
     models = args.models.split(",")
     label = Path(args.dataset).stem if args.dataset.endswith(".npz") else args.dataset
-    payload = {"format": "dsgraph-bench-models", "dataset": label, "device": device_label(torch.device(args.device)),
-               "dtype": args.dtype, "hidden": args.hidden, "heads": args.heads, "layers": args.layers, "steps": args.steps}  # fmt: skip
+    payload = {
+        "format": "dsgraph-bench-models",
+        "dataset": label,
+        "device": device_label(torch.device(args.device)),
+        "dtype": args.dtype,
+        "hidden": args.hidden,
+        "heads": args.heads,
+        "layers": args.layers,
+        "steps": args.steps,
+    }
     if "dsgraph" in models:  # first, while this process holds no device memory
         payload["dsgraph"] = run_dsgraph(args)
         write_json(args.json_out, {**payload, "nodes": None, "edges": None})

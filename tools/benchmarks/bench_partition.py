@@ -73,8 +73,10 @@ def dataset_file(spec: str, work: str) -> str:
         return spec
     path = os.path.join(work, spec.replace(":", "_") + ".npz")
     if not os.path.exists(path):
-        code = ("import sys; from dsgraph.graph import load_dataset, save_npz; "
-                "save_npz(load_dataset(sys.argv[1]), sys.argv[2])")
+        code = (
+            "import sys; from dsgraph.graph import load_dataset, save_npz; "
+            "save_npz(load_dataset(sys.argv[1]), sys.argv[2])"
+        )
         wall, rss, _ = run_measured([sys.executable, "-c", code, spec, path])
         print(f"generated {spec} -> {path} in {wall:.1f}s (peak RSS {rss:.0f} MB)", flush=True)
     return path
@@ -84,24 +86,55 @@ def bench_partition(spec: str, data: str, parts: int, method: str, work: str, me
     label = method if method != "metis" or metis_balance == "nodes" else f"metis/{metis_balance}"
     out = os.path.join(work, f"{spec.replace(':', '_')}-{label.replace('/', '_')}-{parts}")
     stats_path = out + ".stats.json"
-    cmd = [sys.executable, "-m", "dsgraph", "partition", "--dataset", data, "--parts", str(parts),
-           "--method", method, "--metis-balance", metis_balance, "--out", out, "--force", "--quiet",
-           "--stats-json", stats_path]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dsgraph",
+        "partition",
+        "--dataset",
+        data,
+        "--parts",
+        str(parts),
+        "--method",
+        method,
+        "--metis-balance",
+        metis_balance,
+        "--out",
+        out,
+        "--force",
+        "--quiet",
+        "--stats-json",
+        stats_path,
+    ]
     wall, rss, _ = run_measured(cmd)
     with open(stats_path) as f:
         stats = json.load(f)
-    return {"dataset": spec, "method": label, "parts": parts, "wall_s": wall,
-            "partition_s": stats["timings_s"]["partition"], "peak_rss_mb": rss, "store": out, **stats["quality"]}
+    return {
+        "dataset": spec,
+        "method": label,
+        "parts": parts,
+        "wall_s": wall,
+        "partition_s": stats["timings_s"]["partition"],
+        "peak_rss_mb": rss,
+        "store": out,
+        **stats["quality"],
+    }
 
 
 def print_partition_table(rows: list[dict]) -> None:
-    print(f"\n| dataset | parts | method | wall s | partition s | peak RSS MB | edge cut % | node bal | edge bal | halo per part |")
+    print(
+        "\n| dataset | parts | method | wall s | partition s | peak RSS MB | edge cut % | node bal | edge bal "
+        "| halo per part |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         halos = " / ".join(f"{h:,}" for h in r["halo_sizes"])
-        print(f"| {r['dataset']} | {r['parts']} | {r['method']} | {r['wall_s']:.1f} | {r['partition_s']:.1f} | "
-              f"{r['peak_rss_mb']:.0f} | {r['edge_cut_pct']:.2f} | {r['node_balance']:.3f} | "
-              f"{r['edge_balance']:.3f} | {halos} |", flush=True)
+        print(
+            f"| {r['dataset']} | {r['parts']} | {r['method']} | {r['wall_s']:.1f} | {r['partition_s']:.1f} | "
+            f"{r['peak_rss_mb']:.0f} | {r['edge_cut_pct']:.2f} | {r['node_balance']:.3f} | "
+            f"{r['edge_balance']:.3f} | {halos} |",
+            flush=True,
+        )
 
 
 def bench_loading(spec: str, data: str, store: str, parts: int) -> None:
@@ -115,20 +148,36 @@ def bench_loading(spec: str, data: str, store: str, parts: int) -> None:
     for rank in range(parts):
         _, rss, out = run_measured([sys.executable, "-c", TOUCH_PART, store, str(rank), str(parts)])
         nodes, edges, _ = out.split()
-        print(f"| rank {rank}: load_part + touch ({int(nodes):,} nodes, {int(edges):,} edges) | {rss:.0f} | "
-              f"{rss / whole:.1%} |", flush=True)
+        print(
+            f"| rank {rank}: load_part + touch ({int(nodes):,} nodes, {int(edges):,} edges) | {rss:.0f} | "
+            f"{rss / whole:.1%} |",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=["cora", "rmat:20"], help="dataset specs (default: cora rmat:20)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", default=["cora", "rmat:20"], help="dataset specs (default: cora rmat:20)"
+    )
     parser.add_argument("--parts", nargs="+", type=int, default=[2, 4], help="part counts (default: 2 4)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--metis-balance", nargs="+", choices=("nodes", "edges"), default=["nodes", "edges"],
-                        help="run metis once per choice; 'edges' rows are labelled metis/edges (default: both)")
+    parser.add_argument(
+        "--metis-balance",
+        nargs="+",
+        choices=("nodes", "edges"),
+        default=["nodes", "edges"],
+        help="run metis once per choice; 'edges' rows are labelled metis/edges (default: both)",
+    )
     parser.add_argument("--work", default="/tmp/dsgraph-bench-partition", help="folder for datasets and stores")
-    parser.add_argument("--load-method", default="metis", choices=METHODS,
-                        help="method of the store used for the loading comparison (default: metis)")
+    parser.add_argument(
+        "--load-method",
+        default="metis",
+        choices=METHODS,
+        help="method of the store used for the loading comparison (default: metis)",
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
 
@@ -139,13 +188,23 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 for balance in args.metis_balance if method == "metis" else ["nodes"]:
                     rows.append(bench_partition(spec, data, parts, method, args.work, balance))
-                    print(f"done {spec} {parts} {rows[-1]['method']}: {rows[-1]['wall_s']:.1f}s", file=sys.stderr, flush=True)
+                    print(
+                        f"done {spec} {parts} {rows[-1]['method']}: {rows[-1]['wall_s']:.1f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     print_partition_table(rows)
 
     biggest = args.datasets[-1]
     parts = max(args.parts)
-    store = next((r["store"] for r in rows if r["dataset"] == biggest and r["parts"] == parts
-                  and r["method"] == args.load_method), None)
+    store = next(
+        (
+            r["store"]
+            for r in rows
+            if r["dataset"] == biggest and r["parts"] == parts and r["method"] == args.load_method
+        ),
+        None,
+    )
     if store is not None:
         bench_loading(biggest, dataset_file(biggest, args.work), store, parts)
     return 0

@@ -49,20 +49,25 @@ from pathlib import Path
 
 import torch
 
+import dsgraph  # noqa: F401  (before any large tensor: it sets THP_MEM_ALLOC_ENABLE, see below)
+from tools.benchmarks import peer_models
+from tools.common.bench import cpu_peak_supported, is_out_of_memory, peak_extra_bytes, write_json
+
 ROOT = Path(__file__).resolve().parents[2]
-
-import dsgraph  # noqa: E402,F401  (before any large tensor: it sets THP_MEM_ALLOC_ENABLE, see below)
-from tools.benchmarks import peer_models  # noqa: E402
-from tools.common.bench import cpu_peak_supported, is_out_of_memory, peak_extra_bytes, write_json  # noqa: E402
-
 PEERS = ("dsgraph", "pyg", "dgl")
 DGL_PYTHON = ROOT / ".venv-dgl" / "bin" / "python"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", action="append", help="kernel graphs: rmat:SCALE[:EF] | cora | PATH.npz (repeatable; default rmat:16)")
-    p.add_argument("--train-graph", action="append", help="training-step graphs (repeatable; default rmat:16; 'none' for none)")
+    p.add_argument(
+        "--graph",
+        action="append",
+        help="kernel graphs: rmat:SCALE[:EF] | cora | PATH.npz (repeatable; default rmat:16)",
+    )
+    p.add_argument(
+        "--train-graph", action="append", help="training-step graphs (repeatable; default rmat:16; 'none' for none)"
+    )
     p.add_argument("--peers", default=",".join(PEERS), help=f"comma list from {','.join(PEERS)} (default all)")
     p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
     p.add_argument("--dim", type=int, default=16, help="head dim D of the kernels (default 16)")
@@ -70,10 +75,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2, help="blocks of the models (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of kernels after a warm-up (default 3)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps per model after a warm-up (default 3)")
-    p.add_argument("--turn-warmup", type=int, default=1, help="untimed calls or steps of a peer right before each timed one (default 1)")
+    p.add_argument(
+        "--turn-warmup",
+        type=int,
+        default=1,
+        help="untimed calls or steps of a peer right before each timed one (default 1)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads of every peer (default: torch's)")
-    p.add_argument("--pyg-max-edges", type=int, default=2_000_000, help="PyG runs only on graphs with fewer edges (default 2,000,000)")
-    p.add_argument("--dgl-python", default=str(DGL_PYTHON), help="python of the DGL environment (default .venv-dgl/bin/python)")
+    p.add_argument(
+        "--pyg-max-edges",
+        type=int,
+        default=2_000_000,
+        help="PyG runs only on graphs with fewer edges (default 2,000,000)",
+    )
+    p.add_argument(
+        "--dgl-python", default=str(DGL_PYTHON), help="python of the DGL environment (default .venv-dgl/bin/python)"
+    )
     p.add_argument("--plot", help="write a bar chart (PNG) of the times here (needs matplotlib)")
     p.add_argument("--json-out", help="write every figure to this JSON file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the DGL subprocess
@@ -207,7 +224,9 @@ def open_lanes(args: argparse.Namespace) -> tuple[dict, list[str]]:
     try:
         import torch_geometric  # noqa: F401
     except ImportError:
-        notes.append("pyg: torch_geometric is not installed; the kernel is dsgraph's torch reference and no training step runs")
+        notes.append(
+            "pyg: torch_geometric is not installed; the kernel is dsgraph's torch reference and no training step runs"
+        )
     return lanes, notes
 
 
@@ -232,10 +251,16 @@ def summarise(results: dict, keys: tuple[str, ...]) -> dict:
     for name, r in results.items():
         runs = [x for x in r["runs"] if not x["oom"]]
         failed = r["setup"]["oom"] or len(runs) < len(r["runs"]) or not runs
-        row = {"oom": failed, "error": r["setup"].get("error") or next((x.get("error") for x in r["runs"] if x["oom"]), None)}
+        row = {
+            "oom": failed,
+            "error": r["setup"].get("error") or next((x.get("error") for x in r["runs"] if x["oom"]), None),
+        }
         if not failed:
             for key in keys:
-                row[key + "_min"], row[key + "_med"] = min(x[key] for x in runs), statistics.median(x[key] for x in runs)
+                row[key + "_min"], row[key + "_med"] = (
+                    min(x[key] for x in runs),
+                    statistics.median(x[key] for x in runs),
+                )
             peaks = [x["peak"] for x in runs if x["peak"] is not None]
             row["peak_mb"] = max(peaks) / 2**20 if peaks else None
             row["loss"] = runs[-1].get("loss")
@@ -258,7 +283,10 @@ def kernel_bench(lanes: dict, spec: str, args: argparse.Namespace, copy_gbs: flo
             row["total_min"] = row["fwd_min"] + row["bwd_min"]
     extra = {}
     if ds and not ds["oom"]:
-        extra = {"dsgraph_bwd_over_fwd": ds["bwd_min"] / ds["fwd_min"], "dsgraph_fwd_gbs": fwd_bytes / ds["fwd_min"] / 1e9}
+        extra = {
+            "dsgraph_bwd_over_fwd": ds["bwd_min"] / ds["fwd_min"],
+            "dsgraph_fwd_gbs": fwd_bytes / ds["fwd_min"] / 1e9,
+        }
         extra["dsgraph_fwd_share_of_copy"] = extra["dsgraph_fwd_gbs"] / copy_gbs
         for row in rows.values():
             row["dsgraph_speedup"] = None if row["oom"] else row["total_min"] / ds["total_min"]
@@ -300,29 +328,44 @@ def _opt(value, fmt: str) -> str:
 def kernel_table(rec: dict, args: argparse.Namespace) -> str:
     lines = [f"\n## kernels, {rec['graph']}: N={rec['nodes']:,} E={rec['edges']:,} H={args.heads} D={args.dim} fp32"]
     lines += [f"# {note}" for note in rec["notes"]]
-    lines += ["| peer | fwd ms (min / med) | bwd ms (min / med) | fwd+bwd ms (min) | peak extra MB | dsgraph speedup |", "|---|---|---|---|---|---|"]
+    lines += [
+        "| peer | fwd ms (min / med) | bwd ms (min / med) | fwd+bwd ms (min) | peak extra MB | dsgraph speedup |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, row in rec["peers"].items():
         if row["oom"]:
             lines.append(f"| {name} | out of memory | | | | |")
             continue
-        lines.append(f"| {name} | {_ms(row, 'fwd')} | {_ms(row, 'bwd')} | {row['total_min'] * 1e3:,.0f} | {_opt(row['peak_mb'], ',.0f')} "
-                     f"| {_opt(row.get('dsgraph_speedup'), '.2f')}x |")  # fmt: skip
+        lines.append(
+            f"| {name} | {_ms(row, 'fwd')} | {_ms(row, 'bwd')} | {row['total_min'] * 1e3:,.0f} "
+            f"| {_opt(row['peak_mb'], ',.0f')} "
+            f"| {_opt(row.get('dsgraph_speedup'), '.2f')}x |"
+        )
     if "dsgraph_bwd_over_fwd" in rec:
-        lines.append(f"dsgraph: backward / forward {rec['dsgraph_bwd_over_fwd']:.2f}; forward {rec['dsgraph_fwd_gbs']:.1f} GB/s "
-                     f"(no-reuse model) = {rec['dsgraph_fwd_share_of_copy']:.0%} of the copy bandwidth")  # fmt: skip
+        lines.append(
+            f"dsgraph: backward / forward {rec['dsgraph_bwd_over_fwd']:.2f}; forward {rec['dsgraph_fwd_gbs']:.1f} GB/s "
+            f"(no-reuse model) = {rec['dsgraph_fwd_share_of_copy']:.0%} of the copy bandwidth"
+        )
     return "\n".join(lines)
 
 
 def train_table(rec: dict, args: argparse.Namespace) -> str:
-    lines = [f"\n## training step, {rec['graph']} with self loops: N={rec['nodes']:,} E={rec['edges']:,} hidden {args.hidden}, "
-             f"{args.heads} heads, {args.layers} layers, fp32", "| peer | step ms (min / med) | peak extra MB | loss | dsgraph speedup |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## training step, {rec['graph']} with self loops: N={rec['nodes']:,} E={rec['edges']:,} hidden "
+        f"{args.hidden}, "
+        f"{args.heads} heads, {args.layers} layers, fp32",
+        "| peer | step ms (min / med) | peak extra MB | loss | dsgraph speedup |",
+        "|---|---|---|---|---|",
+    ]
     lines[1:1] = [f"# {note}" for note in rec["notes"]]
     for name, row in rec["peers"].items():
         if row["oom"]:
             lines.append(f"| {name} | out of memory | | | |")
             continue
-        lines.append(f"| {name} | {_ms(row, 'step')} | {_opt(row['peak_mb'], ',.0f')} | {row['loss']:.4f} | {_opt(row['dsgraph_speedup'], '.2f')}x |")
+        lines.append(
+            f"| {name} | {_ms(row, 'step')} | {_opt(row['peak_mb'], ',.0f')} | {row['loss']:.4f} "
+            f"| {_opt(row['dsgraph_speedup'], '.2f')}x |"
+        )
     return "\n".join(lines)
 
 
@@ -335,11 +378,18 @@ def plot(path: str, kernels: list[dict], trains: list[dict]) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "# no plot: matplotlib is not installed"
-    groups = [(f"kernels {r['graph']}", r, "total_min") for r in kernels] + [(f"step {r['graph']}", r, "step_min") for r in trains]
+    groups = [(f"kernels {r['graph']}", r, "total_min") for r in kernels] + [
+        (f"step {r['graph']}", r, "step_min") for r in trains
+    ]
     fig, ax = plt.subplots(figsize=(2.2 * len(groups) + 2, 4))
     for p, peer in enumerate(PEERS):
         xs = [g for g, (_, r, key) in enumerate(groups) if not r["peers"].get(peer, {"oom": True})["oom"]]
-        ax.bar([x + 0.27 * (p - 1) for x in xs], [groups[x][1]["peers"][peer][groups[x][2]] * 1e3 for x in xs], 0.27, label=peer)
+        ax.bar(
+            [x + 0.27 * (p - 1) for x in xs],
+            [groups[x][1]["peers"][peer][groups[x][2]] * 1e3 for x in xs],
+            0.27,
+            label=peer,
+        )
     ax.set_xticks(range(len(groups)), [g[0] for g in groups])
     ax.set_yscale("log")
     ax.set_ylabel("ms (min; log scale)")
@@ -363,11 +413,23 @@ def main(argv=None) -> None:
     from dsgraph.ops.cpu.huge_pages import TORCH_SWITCH
 
     thp = os.environ.get(TORCH_SWITCH)
-    print(f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; {TORCH_SWITCH}={thp}; copy bandwidth {copy_gbs:.1f} GB/s; "
-          f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating, "
-          f"{args.turn_warmup} untimed before each timed one")  # fmt: skip
+    print(
+        f"# bench_peers: {', '.join(lanes)}; {torch.get_num_threads()} threads; {TORCH_SWITCH}={thp}; copy bandwidth "
+        f"{copy_gbs:.1f} GB/s; "
+        f"min / median of {args.repeats} kernel rounds and {args.steps} steps, peers alternating, "
+        f"{args.turn_warmup} untimed before each timed one"
+    )
     print("\n".join(f"# {n}" for n in notes))
-    payload = {"format": "dsgraph-bench-peers", "thp_mem_alloc_enable": thp, "turn_warmup": args.turn_warmup, "copy_gbs": copy_gbs, "threads": torch.get_num_threads(), "notes": notes, "kernels": [], "train": []}
+    payload = {
+        "format": "dsgraph-bench-peers",
+        "thp_mem_alloc_enable": thp,
+        "turn_warmup": args.turn_warmup,
+        "copy_gbs": copy_gbs,
+        "threads": torch.get_num_threads(),
+        "notes": notes,
+        "kernels": [],
+        "train": [],
+    }
     for spec in args.graph or ["rmat:16"]:
         payload["kernels"].append(kernel_bench(lanes, spec, args, copy_gbs))
         print(kernel_table(payload["kernels"][-1], args), flush=True)

@@ -26,10 +26,16 @@ import torch.nn.functional as F
 
 from dsgraph.graph import load_dataset
 from dsgraph.models import GraphTransformer
-from dsgraph.modes.sampled import (
-    BatchBuilder, FeatureStore, NeighborSampler, Prefetcher, epoch_batches, in_degree_scores, sampling_frequency_scores,
-)  # fmt: skip
 from dsgraph.modes.ranks import local_attention
+from dsgraph.modes.sampled import (
+    BatchBuilder,
+    FeatureStore,
+    NeighborSampler,
+    Prefetcher,
+    epoch_batches,
+    in_degree_scores,
+    sampling_frequency_scores,
+)
 from dsgraph.modes.sampled.mode import batch_graph
 
 
@@ -43,18 +49,26 @@ def bench_dedup(builder: BatchBuilder, batches: list[np.ndarray], count: int) ->
     print("| --- | --- | --- | --- | --- | --- |")
     print(
         f"| {before:.0f} | {after:.0f} | {100 * (1 - after / before):.1f}% | {edges:.0f} | "
-        f"{1e3 * np.median([b.sample_time_s for b in rows]):.1f} | {1e3 * np.median([b.gather_time_s for b in rows]):.1f} |"
+        f"{1e3 * np.median([b.sample_time_s for b in rows]):.1f} "
+        f"| {1e3 * np.median([b.gather_time_s for b in rows]):.1f} |"
     )
 
 
-def bench_prefetch(builder: BatchBuilder, batches: list[np.ndarray], graph, steps: int, depths: list[int], hidden: int) -> None:
-    print(f"\n### Prefetch ({steps} training steps per depth; the first step's wait is excluded: nothing can be ahead of it)\n")
+def bench_prefetch(
+    builder: BatchBuilder, batches: list[np.ndarray], graph, steps: int, depths: list[int], hidden: int
+) -> None:
+    print(
+        f"\n### Prefetch ({steps} training steps per depth; the first step's wait is excluded: nothing can be ahead of "
+        "it)\n"
+    )
     print("| prefetch depth | mean wait/step ms | total wait s | mean step compute ms | loop s |")
     print("| --- | --- | --- | --- | --- |")
     result = {}
     for depth in depths:
         torch.manual_seed(0)
-        model = GraphTransformer(graph.num_features, graph.num_classes, hidden=hidden, heads=8, layers=len(builder.sampler.fanouts))
+        model = GraphTransformer(
+            graph.num_features, graph.num_classes, hidden=hidden, heads=8, layers=len(builder.sampler.fanouts)
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         computes = []
         start = time.perf_counter()
@@ -71,13 +85,17 @@ def bench_prefetch(builder: BatchBuilder, batches: list[np.ndarray], graph, step
             waits = items.waits[1:]
         loop = time.perf_counter() - start
         result[depth] = sum(waits)
-        print(f"| {depth} | {1e3 * np.mean(waits):.1f} | {sum(waits):.2f} | {1e3 * np.mean(computes):.0f} | {loop:.1f} |")
+        print(
+            f"| {depth} | {1e3 * np.mean(waits):.1f} | {sum(waits):.2f} | {1e3 * np.mean(computes):.0f} | {loop:.1f} |"
+        )
     if len(depths) >= 2 and result[depths[0]] > 0:
         a, b = depths[0], depths[-1]
         print(f"\nwait reduction depth {a} -> {b}: {100 * (1 - result[b] / result[a]):.1f}%")
 
 
-def bench_cache(graph, sampler: NeighborSampler, batches: list[np.ndarray], count: int, fraction: float, fanout: int) -> None:
+def bench_cache(
+    graph, sampler: NeighborSampler, batches: list[np.ndarray], count: int, fraction: float, fanout: int
+) -> None:
     policies = {
         "sampling frequency": sampling_frequency_scores(graph.rowptr, graph.col, fanout),
         "in-degree": in_degree_scores(graph.rowptr),

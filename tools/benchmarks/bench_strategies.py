@@ -43,8 +43,13 @@ def write_config(args, folder: str) -> str:
     with open(args.config) as f:
         config = json.load(f)
     config.update(bf16={"enabled": bool(args.bf16)}, tensorboard={"enabled": False})
-    config["dsgraph"].update(dataset=args.dataset, epochs=args.epochs, eval_every=args.epochs, checkpoint_every=0,
-                             checkpoint_dir=os.path.join(folder, "checkpoints"))  # fmt: skip
+    config["dsgraph"].update(
+        dataset=args.dataset,
+        epochs=args.epochs,
+        eval_every=args.epochs,
+        checkpoint_every=0,
+        checkpoint_dir=os.path.join(folder, "checkpoints"),
+    )
     path = os.path.join(folder, "config.json")
     with open(path, "w") as f:
         json.dump(config, f)
@@ -53,12 +58,24 @@ def write_config(args, folder: str) -> str:
 
 def run_once(args, config: str, strategy: str, metrics: str) -> list[float]:
     """Step times (s) of one training run after its warm-up steps."""
-    cmd = [str(Path(sys.executable).with_name("deepspeed")), "--num_accelerators", str(args.ranks), str(ROOT / "launch/train.py"),
-           "--deepspeed_config", config, "--strategy", strategy, "--metrics-out", metrics]  # fmt: skip
+    cmd = [
+        str(Path(sys.executable).with_name("deepspeed")),
+        "--num_accelerators",
+        str(args.ranks),
+        str(ROOT / "launch/train.py"),
+        "--deepspeed_config",
+        config,
+        "--strategy",
+        strategy,
+        "--metrics-out",
+        metrics,
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"{strategy}: training failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{strategy}: training failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     with open(metrics) as f:
         rows = [json.loads(line) for line in f]
     return [r["step_time_s"] for r in rows if r["kind"] == "step"][args.warmup :]
@@ -75,12 +92,20 @@ def main(argv=None) -> int:
                 samples[strategy] += run_once(args, config, strategy, os.path.join(folder, f"{strategy}_{r}.jsonl"))
     base = args.strategies[0]
     base_min, base_med = min(samples[base]), statistics.median(samples[base])
-    print(f"{args.dataset}, {args.ranks} rank(s), {'bf16' if args.bf16 else 'fp32'}, {args.rounds} alternating rounds of "
-          f"{args.epochs} steps ({args.warmup} left out each)\n")  # fmt: skip
-    print(f"| strategy | steps | min ms | median ms | min / {base} min | median / {base} median |\n| --- | --- | --- | --- | --- | --- |")
+    print(
+        f"{args.dataset}, {args.ranks} rank(s), {'bf16' if args.bf16 else 'fp32'}, {args.rounds} alternating rounds of "
+        f"{args.epochs} steps ({args.warmup} left out each)\n"
+    )
+    print(
+        f"| strategy | steps | min ms | median ms | min / {base} min | median / {base} median |\n"
+        "| --- | --- | --- | --- | --- | --- |"
+    )
     for strategy, times in samples.items():
         lo, mid = min(times), statistics.median(times)
-        print(f"| {strategy} | {len(times)} | {lo * 1e3:.0f} | {mid * 1e3:.0f} | {lo / base_min:.2f} | {mid / base_med:.2f} |")
+        print(
+            f"| {strategy} | {len(times)} | {lo * 1e3:.0f} | {mid * 1e3:.0f} | {lo / base_min:.2f} "
+            f"| {mid / base_med:.2f} |"
+        )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"args": vars(args), "step_time_s": samples}, f, indent=1)

@@ -39,8 +39,12 @@ DGL_PYTHON = ROOT / ".venv-dgl/bin/python"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peers", default="pyg,dgl,dsgraph:ag,dsgraph:ag+ckpt,dsgraph:a2a,dsgraph:ag_ring,dsgraph:halo",
-                   help="comma list of pyg, dgl, dsgraph:STRATEGY[+ckpt] (default: pyg, dgl, and dsgraph's ag, ag+ckpt, a2a, ag_ring, halo)")  # fmt: skip
+    p.add_argument(
+        "--peers",
+        default="pyg,dgl,dsgraph:ag,dsgraph:ag+ckpt,dsgraph:a2a,dsgraph:ag_ring,dsgraph:halo",
+        help="comma list of pyg, dgl, dsgraph:STRATEGY[+ckpt] "
+        "(default: pyg, dgl, and dsgraph's ag, ag+ckpt, a2a, ag_ring, halo)",
+    )
     p.add_argument("--cap-gb", type=float, default=4.0, help="memory cap per run, GiB of resident set (default 4)")
     p.add_argument("--start", type=int, default=14, help="first R-MAT scale (default 14)")
     p.add_argument("--stop", type=int, default=22, help="last R-MAT scale tried (default 22)")
@@ -80,11 +84,32 @@ def dsgraph_command(args, peer: str, spec: str, folder: Path) -> list[str]:
     from tools.reports.memory_report import write_run_config
 
     strategy, _, flag = peer.split(":", 1)[1].partition("+")
-    config = write_run_config(folder, dataset=spec, strategy=strategy, hidden=args.hidden, heads=args.heads, layers=args.layers,
-                              epochs=1, eval_every=1, checkpoint_activations=flag == "ckpt",
-                              model=TRANSFORMER.to_dict())  # fmt: skip  (the shape of the PyG and DGL peers)
-    return [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", "29693", "--num_accelerators", "1",
-            str(ROOT / "launch/train.py"), "--deepspeed_config", str(config), "--backend", "cpu"]  # fmt: skip
+    config = write_run_config(
+        folder,
+        dataset=spec,
+        strategy=strategy,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        epochs=1,
+        eval_every=1,
+        checkpoint_activations=flag == "ckpt",
+        model=TRANSFORMER.to_dict(),
+    )  # the shape of the PyG and DGL peers
+    return [
+        sys.executable,
+        "-m",
+        "deepspeed.launcher.runner",
+        "--master_port",
+        "29693",
+        "--num_accelerators",
+        "1",
+        str(ROOT / "launch/train.py"),
+        "--deepspeed_config",
+        str(config),
+        "--backend",
+        "cpu",
+    ]
 
 
 def run_peer(args, peer: str, scale: int) -> dict:
@@ -103,13 +128,21 @@ def run_peer(args, peer: str, scale: int) -> dict:
         shape = ["--layers", str(args.layers), "--hidden", str(args.hidden), "--heads", str(args.heads)]
         cmd, match = [python, str(Path(__file__).resolve()), "--worker", peer, "--graph", path, *shape], ""
     cap_mb = args.cap_gb * 1024
-    watched = run_watched(cmd, log_path=str(folder / "log.txt"), cap_mb=cap_mb, timeout=args.timeout, match=match, env=env, cwd=str(ROOT))
+    watched = run_watched(
+        cmd, log_path=str(folder / "log.txt"), cap_mb=cap_mb, timeout=args.timeout, match=match, env=env, cwd=str(ROOT)
+    )
     peak = max(watched.peaks(), default=None)
     log = (folder / "log.txt").read_text()
     ok = watched.returncode == 0 and (("done:" in log) if peer.startswith("dsgraph:") else '"loss"' in log)
     status = "ok" if ok else "over cap" if watched.over_cap else "timeout" if watched.timed_out else "failed"
-    return {"peer": peer, "scale": scale, "status": status, "peak_rss_mb": peak, "seconds": watched.seconds,
-            "log_tail": "" if ok else log[-1500:]}  # fmt: skip
+    return {
+        "peer": peer,
+        "scale": scale,
+        "status": status,
+        "peak_rss_mb": peak,
+        "seconds": watched.seconds,
+        "log_tail": "" if ok else log[-1500:],
+    }
 
 
 def graph_size(scale: int) -> tuple[int, int]:
@@ -122,8 +155,12 @@ def graph_size(scale: int) -> tuple[int, int]:
 
 
 def table(payload: dict) -> str:
-    lines = [f"cap {payload['cap_gb']:g} GiB resident set per run, {payload['layers']} layers, hidden {payload['hidden']}, {payload['heads']} heads, fp32",
-             "| peer | largest scale that trained | its edges | its peak RSS MB | next scale |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"cap {payload['cap_gb']:g} GiB resident set per run, {payload['layers']} layers, hidden {payload['hidden']}, "
+        f"{payload['heads']} heads, fp32",
+        "| peer | largest scale that trained | its edges | its peak RSS MB | next scale |",
+        "|---|---|---|---|---|",
+    ]
     sizes = payload["sizes"]
     for peer in payload["peers"]:
         runs = [r for r in payload["runs"] if r["peer"] == peer]
@@ -132,7 +169,10 @@ def table(payload: dict) -> str:
         best = ok[-1] if ok else None
         nxt = f"rmat:{fail['scale']} {fail['status']}" if fail else "not tried"
         if best:
-            lines.append(f"| {peer} | rmat:{best['scale']} | {sizes[str(best['scale'])][1]:,} | {best['peak_rss_mb']:,.0f} | {nxt} |")
+            lines.append(
+                f"| {peer} | rmat:{best['scale']} | {sizes[str(best['scale'])][1]:,} | {best['peak_rss_mb']:,.0f} "
+                f"| {nxt} |"
+            )
         else:
             lines.append(f"| {peer} | none | - | - | {nxt} |")
     return "\n".join(lines)
@@ -150,8 +190,16 @@ def main(argv=None) -> int:
         raise SystemExit(f"peer_memory: unknown peers {bad}; use pyg, dgl or dsgraph:STRATEGY[+ckpt]")
     if "dgl" in peers and not DGL_PYTHON.is_file():
         raise SystemExit(f"peer_memory: the dgl peer needs {DGL_PYTHON} (build it with tools/test_dgl_lane.sh)")
-    payload = {"format": "dsgraph-peer-memory", "cap_gb": args.cap_gb, "layers": args.layers, "hidden": args.hidden,
-               "heads": args.heads, "peers": peers, "sizes": {}, "runs": []}  # fmt: skip
+    payload = {
+        "format": "dsgraph-peer-memory",
+        "cap_gb": args.cap_gb,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "heads": args.heads,
+        "peers": peers,
+        "sizes": {},
+        "runs": [],
+    }
     alive = list(peers)
     for scale in range(args.start, args.stop + 1):
         if not alive:
@@ -161,7 +209,11 @@ def main(argv=None) -> int:
             result = run_peer(args, peer, scale)
             payload["runs"].append(result)
             write_json(args.json_out, payload)
-            print(f"rmat:{scale} {peer}: {result['status']}, peak RSS {result['peak_rss_mb'] or 0:,.0f} MB, {result['seconds']:.0f} s", flush=True)
+            print(
+                f"rmat:{scale} {peer}: {result['status']}, peak RSS {result['peak_rss_mb'] or 0:,.0f} MB, "
+                f"{result['seconds']:.0f} s",
+                flush=True,
+            )
             if result["status"] != "ok":
                 alive.remove(peer)
     print(table(payload))

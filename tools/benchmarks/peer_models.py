@@ -21,13 +21,10 @@ with an output Linear, GELU FFN x2, dropout 0.1), final LayerNorm, classifier; f
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-
 
 FFN_MULT, DROPOUT, LEARNING_RATE = 2, 0.1, 1e-3
 
@@ -46,9 +43,8 @@ def dsgraph_kernel(rowptr, col):
 
 def pyg_kernel(rowptr, col):
     """PyG's message passing (bench_kernels.pyg_attention); without PyG, dsgraph's torch reference."""
-    from tools.benchmarks.bench_kernels import pyg_attention
-
     from dsgraph.ops.reference import sparse_attention_reference
+    from tools.benchmarks.bench_kernels import pyg_attention
 
     pyg, dst = pyg_attention(), destinations(rowptr)
     if pyg is None:
@@ -95,8 +91,18 @@ def _graph_transformer(graph, hidden: int, heads: int, layers: int, attention) -
     from dsgraph.models.options import TRANSFORMER
 
     torch.manual_seed(0)
-    model = GraphTransformer(graph.x.shape[1], graph.num_classes, hidden=hidden, heads=heads, layers=layers, ffn_mult=FFN_MULT,
-                             dropout=DROPOUT, input_dropout=0.0, attention_dropout=0.0, options=TRANSFORMER)  # fmt: skip
+    model = GraphTransformer(
+        graph.x.shape[1],
+        graph.num_classes,
+        hidden=hidden,
+        heads=heads,
+        layers=layers,
+        ffn_mult=FFN_MULT,
+        dropout=DROPOUT,
+        input_dropout=0.0,
+        attention_dropout=0.0,
+        options=TRANSFORMER,
+    )
     node_ids = torch.arange(graph.num_nodes)
     return Peer(model, lambda x, step: model(x, attention, node_ids, step), graph)
 

@@ -16,9 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-
-from dsgraph.graph import load_dataset  # noqa: E402
-from dsgraph.graph.npz import save_npz  # noqa: E402
+from dsgraph.graph import load_dataset
+from dsgraph.graph.npz import save_npz
 
 
 def main(argv=None) -> int:
@@ -34,7 +33,10 @@ def main(argv=None) -> int:
     partial = out.with_name(out.stem + ".partial.npz")  # readers never see a half-written file
     save_npz(graph, partial)
     os.replace(partial, out)
-    print(f"save_dataset: {args.spec} -> {args.out}: N={graph.num_nodes:,} E={graph.num_edges:,} in {time.perf_counter() - began:.1f} s")
+    print(
+        f"save_dataset: {args.spec} -> {args.out}: N={graph.num_nodes:,} E={graph.num_edges:,} in "
+        f"{time.perf_counter() - began:.1f} s"
+    )
     return 0
 
 

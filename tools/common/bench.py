@@ -12,7 +12,8 @@ import os
 
 import torch
 
-from tools.common.peak_memory import cpu_peak_supported, peak_extra_bytes, process_peak_bytes  # noqa: F401 (re-exported)
+# re-exported: the benchmarks import these from here
+from tools.common.peak_memory import cpu_peak_supported, peak_extra_bytes, process_peak_bytes  # noqa: F401
 
 
 def sync(device: torch.device) -> None:

@@ -48,7 +48,11 @@ def field_docstrings(cls) -> dict[str, str]:
     docs = {}
     for node, after in zip(body, body[1:] + [None]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            if (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
@@ -71,10 +75,10 @@ def allowed_values() -> dict[str, tuple[str, ...]]:
     from dsgraph.comm.compress import CODECS
     from dsgraph.graph.partition import METHODS
     from dsgraph.models import options
+    from dsgraph.models.link import DECODERS
     from dsgraph.modes.isolated import config as isolated
     from dsgraph.modes.isolated.chunks import CHUNK_METHODS, CORRECTIONS
     from dsgraph.modes.registry import mode_names
-    from dsgraph.models.link import DECODERS
     from dsgraph.modes.sampled.config import FEATURE_DTYPE_NAMES
     from dsgraph.parallel import strategy_names
     from dsgraph.tasks import task_names
@@ -137,17 +141,18 @@ def markdown() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "A run is one DeepSpeed JSON file: DeepSpeed's own keys plus a top-level `\"dsgraph\"` section, whose keys",
+        'A run is one DeepSpeed JSON file: DeepSpeed\'s own keys plus a top-level `"dsgraph"` section, whose keys',
         "are listed here. dsgraph validates the section itself: an unknown or mistyped key is an error that names it",
         "and lists the valid keys (DeepSpeed would ignore it). Command-line options of `launch/train.py` override",
-        "the section. The nested sections `model`, `sampled`, `isolated` and `link` are JSON objects; keys left out keep",
+        "the section. The nested sections `model`, `sampled`, `isolated` and `link` are JSON objects; keys left out "
+        "keep",
         "their defaults. The keys of `sampled` and `isolated` are also accepted at the top level under their older",
         "spellings (for example `isolated_chunks` for `isolated.chunks`).",
         "",
         "This page is generated from the config dataclasses (`dsgraph/train/config.py`, `dsgraph/models/options.py`,",
         "`dsgraph/modes/sampled/config.py`, `dsgraph/modes/isolated/config.py`, `dsgraph/tasks/link_config.py`) by",
         "`python -m tools.common.config_reference`, again at every build of the site: the description of each",
-        "key is the docstring under its field. \"Mode\" says which training mode reads it (`all`: every mode; see",
+        'key is the docstring under its field. "Mode" says which training mode reads it (`all`: every mode; see',
         "[Training modes](../concepts/modes.md)).",
         "",
         "```json",
@@ -156,14 +161,23 @@ def markdown() -> str:
         "```",
         "",
     ]
-    titles = {"": "Top-level keys", "model": "`model`: the architecture", "sampled": "`sampled`: mini-batch mode",
-              "isolated": "`isolated`: isolated (Grappa) mode", "link": "`link`: link prediction (`\"task\": \"link\"`)"}  # fmt: skip
+    titles = {
+        "": "Top-level keys",
+        "model": "`model`: the architecture",
+        "sampled": "`sampled`: mini-batch mode",
+        "isolated": "`isolated`: isolated (Grappa) mode",
+        "link": '`link`: link prediction (`"task": "link"`)',
+    }
     by_section: dict[str, list[Key]] = {}
     for key in keys():
         by_section.setdefault(key.path.rpartition(".")[0], []).append(key)
     for prefix, section_keys in by_section.items():
-        lines += [f"## {titles.get(prefix, prefix)}", "", "| key | type | default | allowed values | mode | description |",
-                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += [
+            f"## {titles.get(prefix, prefix)}",
+            "",
+            "| key | type | default | allowed values | mode | description |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for k in section_keys:
             allowed = ", ".join(f"`{a}`" for a in k.allowed) if k.allowed else ""
             lines.append(f"| `{k.path}` | `{k.type}` | {_value(k.default)} | {allowed} | {k.mode} | {_cell(k.doc)} |")
@@ -172,7 +186,9 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.common.config_reference", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.common.config_reference", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 naming every config key without a docstring")
     parser.add_argument("--out", metavar="FILE", help=f"write the page to FILE (the committed copy is {PAGE})")
     args = parser.parse_args(argv)

@@ -2,9 +2,9 @@
 
 ``on_files`` generates ``reference/config.md`` from the config dataclasses
 (``tools.common.config_reference``) at every build, in place of the committed copy, so the site's
-configuration reference cannot drift from the code; a key without a docstring fails the build. Run MkDocs as ``python -m mkdocs`` from the
-repository root (``bash tools/docs.sh`` does), so that ``tools`` and this checkout's ``dsgraph``
-are importable.
+configuration reference cannot drift from the code; a key without a docstring fails the build. Run
+MkDocs as ``python -m mkdocs`` from the repository root (``bash tools/docs.sh`` does), so that
+``tools`` and this checkout's ``dsgraph`` are importable.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ def on_files(files, config):
     try:
         from tools.common import config_reference
     except ImportError as err:
-        raise PluginError(f"{err}: run mkdocs from the repository root as `python -m mkdocs` (bash tools/docs.sh)") from None
+        raise PluginError(
+            f"{err}: run mkdocs from the repository root as `python -m mkdocs` (bash tools/docs.sh)"
+        ) from None
     missing = config_reference.missing_docstrings()
     if missing:
         raise PluginError(f"config key(s) without a docstring under the field: {', '.join(missing)}")

@@ -21,7 +21,9 @@ class NvrtcUnavailable(RuntimeError):
 
 def add_variant_options(p: argparse.ArgumentParser, default_archs: list[str]) -> None:
     """--arch, --dtype, --head-dim and --file (each repeatable) of the tools that compile kernel variants."""
-    p.add_argument("--arch", action="append", help=f"target, e.g. sm_90 (repeatable; default {' and '.join(default_archs)})")
+    p.add_argument(
+        "--arch", action="append", help=f"target, e.g. sm_90 (repeatable; default {' and '.join(default_archs)})"
+    )
     p.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default all")
     p.add_argument("--head-dim", action="append", type=int, choices=HEAD_DIMS, help="repeatable; default all")
     p.add_argument("--file", action="append", choices=sorted(KERNELS), help="repeatable; default all")
@@ -30,8 +32,9 @@ def add_variant_options(p: argparse.ArgumentParser, default_archs: list[str]) ->
 
 def variants(args: argparse.Namespace) -> Iterator[tuple[str, str, str, int]]:
     """(file, arch, dtype, head dim) of every variant the options of ``add_variant_options`` select."""
-    return itertools.product(args.file or sorted(KERNELS), args.arch or args.default_archs, args.dtype or DTYPES,
-                             args.head_dim or HEAD_DIMS)  # fmt: skip
+    return itertools.product(
+        args.file or sorted(KERNELS), args.arch or args.default_archs, args.dtype or DTYPES, args.head_dim or HEAD_DIMS
+    )
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -61,9 +64,12 @@ def ptxas_resources(file: str, arch: str, dtype: str, head_dim: int) -> dict[str
     current = None
     for line in log.splitlines():
         if m := re.search(r"Function properties for (\w+)", line):
-            current = out.setdefault(m.group(1), {"registers": 0, "smem": 0, "stack": 0, "spill_stores": 0,
-                                                  "spill_loads": 0, "barriers": 0})  # fmt: skip
-        elif current is not None and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            current = out.setdefault(
+                m.group(1), {"registers": 0, "smem": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0, "barriers": 0}
+            )
+        elif current is not None and (
+            m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        ):
             current["stack"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
         elif current is not None and (m := re.search(r"Used (\d+) registers", line)):
             current["registers"] = int(m.group(1))
@@ -72,7 +78,9 @@ def ptxas_resources(file: str, arch: str, dtype: str, head_dim: int) -> dict[str
     return out
 
 
-def _compile(file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, ...] = (), bias: bool = False) -> tuple[bytes, str]:
+def _compile(
+    file: str, arch: str, dtype: str, head_dim: int, extra: tuple[str, ...] = (), bias: bool = False
+) -> tuple[bytes, str]:
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(kernel_source(file).encode(), file.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
@@ -129,7 +137,9 @@ def compile_cubin_with_cupy(file: str, arch: str, dtype: str, head_dim: int, bia
     compiler._get_arch_for_options_for_nvrtc = lambda arch=None: (f"-arch=sm_{cc}", "cubin")
     try:
         options = (*compile_options(dtype, head_dim, bias), "-ftz=true")  # RawModule adds -ftz=true
-        cubin, _ = compiler.compile_using_nvrtc(kernel_source(file), options, arch=cc, filename=file, cache_in_memory=True)
+        cubin, _ = compiler.compile_using_nvrtc(
+            kernel_source(file), options, arch=cc, filename=file, cache_in_memory=True
+        )
     finally:
         compiler._get_arch_for_options_for_nvrtc = chosen
     return cubin

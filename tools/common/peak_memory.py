@@ -6,7 +6,7 @@ just before the call through /proc/self/clear_refs, so numpy, numba and torch al
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -86,8 +86,16 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def run_watched(cmd: list[str], *, log_path: str, cap_mb: float | None = None, timeout: float = 3600.0,
-                match: str = "", env: dict | None = None, cwd: str | None = None) -> Watched:  # fmt: skip
+def run_watched(
+    cmd: list[str],
+    *,
+    log_path: str,
+    cap_mb: float | None = None,
+    timeout: float = 3600.0,
+    match: str = "",
+    env: dict | None = None,
+    cwd: str | None = None,
+) -> Watched:
     """Runs ``cmd`` in its own process group (output to ``log_path``), sampling its watched
     processes' memory; kills the group above ``cap_mb`` (``over_cap``) or after ``timeout`` s."""
     began = time.monotonic()

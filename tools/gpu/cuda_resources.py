@@ -38,8 +38,10 @@ def main(argv=None) -> int:
         for name in KERNELS[file]:
             f = figures[name]
             spills += f["spill_stores"] + f["spill_loads"]
-            print(f"| {name} | {arch} | {dtype} | {dim} | {f['registers']} | {f['smem']} | {f['stack']} | "
-                  f"{f['spill_stores']} | {f['spill_loads']} | {f['barriers']} |")  # fmt: skip
+            print(
+                f"| {name} | {arch} | {dtype} | {dim} | {f['registers']} | {f['smem']} | {f['stack']} | "
+                f"{f['spill_stores']} | {f['spill_loads']} | {f['barriers']} |"
+            )
     print(f"\nspill bytes in all: {spills}")
     return 0
 

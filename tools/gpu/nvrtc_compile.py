@@ -36,7 +36,10 @@ def main(argv=None) -> int:
             print(exc, file=sys.stderr)
             return 1
         seconds = time.perf_counter() - t0
-        print(f"| {file} | {arch} | {dtype} | {dim} | {'yes' if bias else 'no'} | {len(cubin) / 1024:.0f} | {seconds:.2f} |")
+        print(
+            f"| {file} | {arch} | {dtype} | {dim} | {'yes' if bias else 'no'} | {len(cubin) / 1024:.0f} "
+            f"| {seconds:.2f} |"
+        )
     return 0
 
 

@@ -32,28 +32,87 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 DEEPSPEED = "deepspeed==0.19.8"
 MISSING_ON_GPU = ("hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions")
 # packages of the GPU image (the device notes' list) that the packed wheels may require
-ON_GPU_IMAGE = frozenset(canonicalize_name(n) for n in (
-    "torch", "numpy", "einops", "msgpack", "ninja", "packaging", "psutil", "py-cpuinfo", "tqdm", "nvidia-ml-py",
-    "scipy", "numba", "mpi4py", "tensorboard", "torch-geometric", "cupy-cuda13x", "pytest",
-))  # fmt: skip
+ON_GPU_IMAGE = frozenset(
+    canonicalize_name(n)
+    for n in (
+        "torch",
+        "numpy",
+        "einops",
+        "msgpack",
+        "ninja",
+        "packaging",
+        "psutil",
+        "py-cpuinfo",
+        "tqdm",
+        "nvidia-ml-py",
+        "scipy",
+        "numba",
+        "mpi4py",
+        "tensorboard",
+        "torch-geometric",
+        "cupy-cuda13x",
+        "pytest",
+    )
+)
 NOT_NEEDED = {"pymetis": "imported only to METIS-partition into 2 or more parts; one GPU trains one part"}
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-TARGET_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
-              "platform_machine": "x86_64", "implementation_name": "cpython", "platform_python_implementation": "CPython",
-              "os_name": "posix", "extra": ""}  # fmt: skip
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
+TARGET_ENV = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "os_name": "posix",
+    "extra": "",
+}
 
 
 def build_deepspeed(folder: Path) -> None:
     """DeepSpeed is published as an sdist; a no-build-isolation wheel uses this environment's torch."""
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps", "--no-build-isolation", "-w", str(folder), DEEPSPEED]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-cache-dir",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(folder),
+        DEEPSPEED,
+    ]
     subprocess.run(cmd, check=True)
 
 
 def download(names: list[str], folder: Path) -> None:
     """Binary wheels of ``names`` at this environment's versions, for CPython 3.12 manylinux x86-64."""
     pins = [f"{name}=={metadata.version(name)}" for name in names]
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-           "--implementation", "cp", *sum((["--platform", p] for p in PLATFORMS), []), "-d", str(folder), *pins]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        *sum((["--platform", p] for p in PLATFORMS), []),
+        "-d",
+        str(folder),
+        *pins,
+    ]
     subprocess.run(cmd, check=True)
 
 
@@ -62,7 +121,9 @@ def installs_on_target(filename: str) -> bool:
     _, _, _, tags = parse_wheel_filename(filename)
     for tag in tags:
         py_ok = tag.interpreter in ("py3", "cp312") or (tag.abi == "abi3" and tag.interpreter.startswith("cp3"))
-        plat_ok = tag.platform == "any" or (tag.platform.endswith("_x86_64") and tag.platform.startswith(("manylinux", "linux")))
+        plat_ok = tag.platform == "any" or (
+            tag.platform.endswith("_x86_64") and tag.platform.startswith(("manylinux", "linux"))
+        )
         if py_ok and plat_ok and tag.abi in ("none", "abi3", "cp312"):
             return True
     return False
@@ -82,19 +143,33 @@ def check_pack(folder: Path, max_mib: float) -> list[dict]:
     entries, required = [], {}
     for path in sorted(folder.glob("*.whl")):
         if not installs_on_target(path.name):
-            raise ValueError(f"{path.name}: no tag installs on CPython 3.12 / manylinux x86-64; download the cp312 wheel")
+            raise ValueError(
+                f"{path.name}: no tag installs on CPython 3.12 / manylinux x86-64; download the cp312 wheel"
+            )
         name, version, reqs = wheel_metadata(path)
-        entries.append({"file": path.name, "name": name, "version": version, "bytes": path.stat().st_size,
-                        "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})  # fmt: skip
+        entries.append(
+            {
+                "file": path.name,
+                "name": name,
+                "version": version,
+                "bytes": path.stat().st_size,
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
+        )
         for r in reqs:
             required.setdefault(canonicalize_name(r.name), []).append(name)
     packed = [canonicalize_name(e["name"]) for e in entries]
     duplicates = sorted({n for n in packed if packed.count(n) > 1})
     if duplicates:
-        raise ValueError(f"{folder}: more than one version of {', '.join(duplicates)}; pip refuses to install two, delete the extra")
+        raise ValueError(
+            f"{folder}: more than one version of {', '.join(duplicates)}; pip refuses to install two, delete the extra"
+        )
     missing = {n: by for n, by in required.items() if n not in packed and n not in ON_GPU_IMAGE}
     if missing:
-        raise ValueError("not packed and not on the GPU image: " + "; ".join(f"{n} (needed by {', '.join(by)})" for n, by in missing.items()))
+        raise ValueError(
+            "not packed and not on the GPU image: "
+            + "; ".join(f"{n} (needed by {', '.join(by)})" for n, by in missing.items())
+        )
     total = sum(e["bytes"] for e in entries)
     if total > max_mib * 2**20:
         raise ValueError(f"{folder}: {total / 2**20:.1f} MiB of wheels, over the {max_mib:g} MiB that may travel")
@@ -103,7 +178,9 @@ def check_pack(folder: Path, max_mib: float) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dir", default=".gpu_pack/wheels", help="folder for the wheels (emptied first; default .gpu_pack/wheels)")
+    p.add_argument(
+        "--dir", default=".gpu_pack/wheels", help="folder for the wheels (emptied first; default .gpu_pack/wheels)"
+    )
     p.add_argument("--max-mib", type=float, default=60.0, help="size limit of the folder (default 60 MiB)")
     args = p.parse_args(argv)
     folder = Path(args.dir)

@@ -32,7 +32,6 @@ import sys
 import time
 from pathlib import Path
 
-
 LARGE_EDGES = 50_000_000
 OPTIONAL = ("bench_models_rmat20", "profile")  # reported, but never turn the verdict to FAILED (check.sh --optional)
 
@@ -61,7 +60,11 @@ def pytest_counts(log: Path | None) -> dict:
 def pytest_counts_text(text: str) -> dict:
     """passed / failed / skipped / errors from pytest's closing line (the last line that counts
     outcomes and ends with the run time)."""
-    closing = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line) and re.search(r" in [\d.]+s", line)]
+    closing = [
+        line
+        for line in text.splitlines()
+        if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line) and re.search(r" in [\d.]+s", line)
+    ]
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", closing[-1] if closing else ""):
         counts["errors" if what.startswith("error") else what] += int(n)
@@ -70,7 +73,11 @@ def pytest_counts_text(text: str) -> dict:
 
 def large_kernel_record(kernels) -> dict | None:
     """bench_kernels' CUDA bf16 record on the largest graph of >= LARGE_EDGES edges."""
-    recs = [r for r in (kernels or {}).get("records", []) if r["backend"] == "cuda" and r["dtype"] == "bf16" and r["edges"] >= LARGE_EDGES]
+    recs = [
+        r
+        for r in (kernels or {}).get("records", [])
+        if r["backend"] == "cuda" and r["dtype"] == "bf16" and r["edges"] >= LARGE_EDGES
+    ]
     return max(recs, key=lambda r: r["edges"]) if recs else None
 
 
@@ -81,12 +88,29 @@ def profile_ok(path: Path) -> tuple[bool, str]:
         prof = load_profile(str(path))
     except Exception as err:  # noqa: BLE001 - a missing or broken profile fails the step
         return False, f"{type(err).__name__}: {err}"
-    ok = prof.backend == "cuda" and prof.dtype == "bfloat16" and prof.max_ranks >= 2 and "collectives_source" in prof.system
+    ok = (
+        prof.backend == "cuda"
+        and prof.dtype == "bfloat16"
+        and prof.max_ranks >= 2
+        and "collectives_source" in prof.system
+    )
     return ok, f"{prof.backend} {prof.dtype} p=1..{prof.max_ranks}; {prof.system.get('description', '')}"
 
 
-FULL_PLAN = ("install", "smoke", "environment", "memcheck", "racecheck", "bench_kernels", "bench_kernels_rmat22", "train_strategies",
-             "kernel_tests", "train_rest", "bench_models_rmat22", "profile")  # fmt: skip
+FULL_PLAN = (
+    "install",
+    "smoke",
+    "environment",
+    "memcheck",
+    "racecheck",
+    "bench_kernels",
+    "bench_kernels_rmat22",
+    "train_strategies",
+    "kernel_tests",
+    "train_rest",
+    "bench_models_rmat22",
+    "profile",
+)
 TRAIN_FILES = ("train_strategies.json", "train_rest.json")
 
 
@@ -118,15 +142,24 @@ def _content(name: str, d: Path, work: Path) -> tuple[bool, str]:
     if name.startswith("train_"):
         train = load_json(d / f"{name}.json")
         runs = (train or {}).get("runs", [])
-        failed = [f"{r['name']}: {r.get('check', {}).get('reason') or r.get('log_tail', '')[-120:]}" for r in runs
-                  if r.get("check", {}).get("status") != "PASSED"]  # fmt: skip
-        return bool(train and train.get("passed")), f"{len(runs) - len(failed)} of {len(runs)} runs passed" + (f"; {failed[:4]}" if failed else "")
+        failed = [
+            f"{r['name']}: {r.get('check', {}).get('reason') or r.get('log_tail', '')[-120:]}"
+            for r in runs
+            if r.get("check", {}).get("status") != "PASSED"
+        ]
+        return bool(train and train.get("passed")), f"{len(runs) - len(failed)} of {len(runs)} runs passed" + (
+            f"; {failed[:4]}" if failed else ""
+        )
     kernels = load_json(d / "kernels.json")
     if name == "bench_kernels":
-        return any(r["backend"] == "cuda" and not r["oom"] for r in (kernels or {}).get("records", [])), "CUDA records in kernels.json"
+        return any(
+            r["backend"] == "cuda" and not r["oom"] for r in (kernels or {}).get("records", [])
+        ), "CUDA records in kernels.json"
     if name == "bench_kernels_rmat22":
         big = large_kernel_record(kernels)
-        return big is not None and not big["oom"], "no CUDA bf16 record on >= 50M edges" if big is None else big["graph"]
+        return big is not None and not big["oom"], "no CUDA bf16 record on >= 50M edges" if big is None else big[
+            "graph"
+        ]
     if name.startswith("bench_models"):
         m = load_json(d / f"models_{name.split('_')[-1]}.json")
         ok = bool(m) and m.get("dsgraph", {}).get("status") == "ok" and m.get("pyg", {}).get("status") in ("ok", "oom")
@@ -145,7 +178,11 @@ def _not_run(name: str, step: dict | None, optional: tuple[str, ...]) -> dict:
 
 
 def check_statuses(
-    d: Path, work: Path, plan: tuple[str, ...] = FULL_PLAN, optional: tuple[str, ...] = OPTIONAL, rehearsal: bool = False
+    d: Path,
+    work: Path,
+    plan: tuple[str, ...] = FULL_PLAN,
+    optional: tuple[str, ...] = OPTIONAL,
+    rehearsal: bool = False,
 ) -> dict[str, dict]:
     """Every planned step's status and detail, from its exit code and the content of its output (in a
     rehearsal, the CPU counterparts of the steps: from the exit code alone). A step that could not be
@@ -165,8 +202,14 @@ def check_statuses(
         if step["rc"] in ("124", "137"):
             detail = f"timed out after {step['seconds']:.0f} s; " + detail
         passed = step["rc"] == "0" and ok
-        out[name] = {"status": "PASSED" if passed else "FAILED", "exit_code": step["rc"], "seconds": step["seconds"],
-                     "detail": detail, "log_tail": _tail(work / f"{name}.txt"), "optional": name in optional}  # fmt: skip
+        out[name] = {
+            "status": "PASSED" if passed else "FAILED",
+            "exit_code": step["rc"],
+            "seconds": step["seconds"],
+            "detail": detail,
+            "log_tail": _tail(work / f"{name}.txt"),
+            "optional": name in optional,
+        }
     return out
 
 
@@ -180,16 +223,28 @@ def kernel_figures(kernels) -> dict:
     big = large_kernel_record(kernels)
     roofline = None
     if big and not big["oom"]:
-        roofline = {k: big[k] for k in ("graph", "nodes", "edges", "fwd_ms", "fwd_roofline", "peak_gbs", "model_bytes_fwd")}
+        roofline = {
+            k: big[k] for k in ("graph", "nodes", "edges", "fwd_ms", "fwd_roofline", "peak_gbs", "model_bytes_fwd")
+        }
     speedups = []
     for r in recs:
         if r["backend"] != "cuda" or r["oom"]:
             continue
-        pyg = next((x for x in recs if x["backend"] == "pyg" and x["graph"] == r["graph"] and x["dtype"] == r["dtype"]), None)
-        speedups.append({"graph": r["graph"], "edges": r["edges"], "dtype": r["dtype"], "cuda_fwd_bwd_ms": r["fwd_bwd_ms"],
-                         "pyg_fwd_bwd_ms": None if pyg is None or pyg["oom"] else pyg["fwd_bwd_ms"],
-                         "pyg": "not run" if pyg is None else ("out of memory" if pyg["oom"] else "ran"),
-                         "speedup_vs_pyg": r["speedup_vs_pyg"], "speedup_vs_reference": r["speedup_vs_reference"]})  # fmt: skip
+        pyg = next(
+            (x for x in recs if x["backend"] == "pyg" and x["graph"] == r["graph"] and x["dtype"] == r["dtype"]), None
+        )
+        speedups.append(
+            {
+                "graph": r["graph"],
+                "edges": r["edges"],
+                "dtype": r["dtype"],
+                "cuda_fwd_bwd_ms": r["fwd_bwd_ms"],
+                "pyg_fwd_bwd_ms": None if pyg is None or pyg["oom"] else pyg["fwd_bwd_ms"],
+                "pyg": "not run" if pyg is None else ("out of memory" if pyg["oom"] else "ran"),
+                "speedup_vs_pyg": r["speedup_vs_pyg"],
+                "speedup_vs_reference": r["speedup_vs_reference"],
+            }
+        )
     return {"fwd_roofline_bf16_50M": roofline, "fwd_bwd_speedup_vs_pyg": speedups}
 
 
@@ -198,12 +253,19 @@ def model_figures(models) -> dict | None:
         return None
     ds, pyg = models.get("dsgraph", {}), models.get("pyg", {})
     return {
-        "dataset": models.get("dataset"), "nodes": models.get("nodes"), "edges": models.get("edges"), "dtype": models.get("dtype"),
-        "dsgraph_status": ds.get("status"), "dsgraph_step_ms": _ms(ds.get("wall_step_s")),
-        "dsgraph_trainer_step_time_ms": _ms(ds.get("trainer_step_time_s")), "dsgraph_peak_mb": ds.get("peak_mem_mb"),
-        "pyg_status": pyg.get("status"), "pyg_step_ms": _ms(pyg.get("wall_step_s")),
-        "pyg_peak_mb": pyg.get("peak_mem_mb") or pyg.get("peak_mem_mb_before_oom"), "pyg_error": pyg.get("error"),
-    }  # fmt: skip
+        "dataset": models.get("dataset"),
+        "nodes": models.get("nodes"),
+        "edges": models.get("edges"),
+        "dtype": models.get("dtype"),
+        "dsgraph_status": ds.get("status"),
+        "dsgraph_step_ms": _ms(ds.get("wall_step_s")),
+        "dsgraph_trainer_step_time_ms": _ms(ds.get("trainer_step_time_s")),
+        "dsgraph_peak_mb": ds.get("peak_mem_mb"),
+        "pyg_status": pyg.get("status"),
+        "pyg_step_ms": _ms(pyg.get("wall_step_s")),
+        "pyg_peak_mb": pyg.get("peak_mem_mb") or pyg.get("peak_mem_mb_before_oom"),
+        "pyg_error": pyg.get("error"),
+    }
 
 
 def _ms(seconds):
@@ -211,8 +273,16 @@ def _ms(seconds):
 
 
 def training_figures(train) -> list[dict]:
-    return [{"run": r["name"], "status": r.get("check", {}).get("status"), "max_rel_diff": r.get("check", {}).get("max_rel_diff"),
-             "reason": r.get("check", {}).get("reason"), "seconds": r["seconds"]} for r in (train or {}).get("runs", [])]  # fmt: skip
+    return [
+        {
+            "run": r["name"],
+            "status": r.get("check", {}).get("status"),
+            "max_rel_diff": r.get("check", {}).get("max_rel_diff"),
+            "reason": r.get("check", {}).get("reason"),
+            "seconds": r["seconds"],
+        }
+        for r in (train or {}).get("runs", [])
+    ]
 
 
 def markdown(figures: dict) -> str:
@@ -220,19 +290,33 @@ def markdown(figures: dict) -> str:
     lines = ["| figure | value |", "|---|---|"]
     roof = figures["kernels"]["fwd_roofline_bf16_50M"]
     if roof:
-        lines.append(f"| forward, bf16, {roof['graph']} (E={roof['edges']:,}): % of the no-reuse HBM roofline "
-                     f"({roof['peak_gbs']:,.0f} GB/s) | {roof['fwd_roofline']:.1%} ({roof['fwd_ms']:.2f} ms) |")  # fmt: skip
+        lines.append(
+            f"| forward, bf16, {roof['graph']} (E={roof['edges']:,}): % of the no-reuse HBM roofline "
+            f"({roof['peak_gbs']:,.0f} GB/s) | {roof['fwd_roofline']:.1%} ({roof['fwd_ms']:.2f} ms) |"
+        )
     for s in figures["kernels"]["fwd_bwd_speedup_vs_pyg"]:
         value = f"{s['speedup_vs_pyg']:.1f}x" if s["speedup_vs_pyg"] else f"PyG-style: {s['pyg']}"
-        lines.append(f"| fwd+bwd speedup over PyG-style, {s['dtype']}, {s['graph']} (E={s['edges']:,}) | {value} "
-                     f"(cuda {s['cuda_fwd_bwd_ms']:.2f} ms) |")  # fmt: skip
+        lines.append(
+            f"| fwd+bwd speedup over PyG-style, {s['dtype']}, {s['graph']} (E={s['edges']:,}) | {value} "
+            f"(cuda {s['cuda_fwd_bwd_ms']:.2f} ms) |"
+        )
     for key in ("model_rmat22", "model_rmat20"):
         m = figures.get(key)
         if not m:
             continue
-        pyg = f"{m['pyg_step_ms']:.1f} ms, {m['pyg_peak_mb']:,.0f} MB" if m["pyg_status"] == "ok" else f"{m['pyg_status']}"
-        ours = f"{m['dsgraph_step_ms']:.1f} ms, {m['dsgraph_peak_mb']:,.0f} MB" if m["dsgraph_status"] == "ok" else m["dsgraph_status"]
-        lines.append(f"| Graph Transformer step, {m['dataset']} (E={m['edges'] or 0:,}), {m['dtype']}: dsgraph | {ours} |")
+        pyg = (
+            f"{m['pyg_step_ms']:.1f} ms, {m['pyg_peak_mb']:,.0f} MB"
+            if m["pyg_status"] == "ok"
+            else f"{m['pyg_status']}"
+        )
+        ours = (
+            f"{m['dsgraph_step_ms']:.1f} ms, {m['dsgraph_peak_mb']:,.0f} MB"
+            if m["dsgraph_status"] == "ok"
+            else m["dsgraph_status"]
+        )
+        lines.append(
+            f"| Graph Transformer step, {m['dataset']} (E={m['edges'] or 0:,}), {m['dtype']}: dsgraph | {ours} |"
+        )
         lines.append(f"| same shape, PyG TransformerConv | {pyg} |")
     return "\n".join(lines)
 
@@ -246,7 +330,12 @@ def environment() -> dict:
 
     import torch
 
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(), "python": sys.version.split()[0]}
+    env = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "python": sys.version.split()[0],
+    }
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
         env["nvidia_smi"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().splitlines()
@@ -269,14 +358,23 @@ def environment() -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--environment", metavar="FILE", help="only write the environment (GPU, versions) to FILE; exit 1 without a GPU")
+    p.add_argument(
+        "--environment", metavar="FILE", help="only write the environment (GPU, versions) to FILE; exit 1 without a GPU"
+    )
     p.add_argument("--log-dir", help="the folder gpu_check.sh wrote its pieces to")
-    p.add_argument("--work-dir", help="the folder with steps.tsv, environment.json and each step's output NAME.txt (default: --log-dir)")
+    p.add_argument(
+        "--work-dir",
+        help="the folder with steps.tsv, environment.json and each step's output NAME.txt (default: --log-dir)",
+    )
     p.add_argument("--plan", help="the steps that were planned, space separated (default: the full plan)")
     p.add_argument("--out", help="results file (default LOG_DIR/gpu_results.json)")
     p.add_argument("--optional", default=" ".join(OPTIONAL), help="steps that never fail the check (space separated)")
-    p.add_argument("--rehearsal", action="store_true", help="the CPU rehearsal: steps judged by exit code; no GPU needed")
-    p.add_argument("--page", metavar="OUT_DIR", help="a dated page under docs/benchmarks/ from OUT_DIR/gpu_results.json")
+    p.add_argument(
+        "--rehearsal", action="store_true", help="the CPU rehearsal: steps judged by exit code; no GPU needed"
+    )
+    p.add_argument(
+        "--page", metavar="OUT_DIR", help="a dated page under docs/benchmarks/ from OUT_DIR/gpu_results.json"
+    )
     p.add_argument("--docs", default="docs", help="with --page: the docs folder (default docs)")
     args = p.parse_args(argv)
     if not args.environment and not args.log_dir and not args.page:
@@ -297,17 +395,27 @@ def results(
 ) -> dict:
     checks = check_statuses(d, work, plan, optional, rehearsal)
     trains = [load_json(d / f) for f in TRAIN_FILES]
-    figures = {"kernels": guarded(kernel_figures, load_json(d / "kernels.json")),
-               "model_rmat22": guarded(model_figures, load_json(d / "models_rmat22.json")),
-               "model_rmat20": guarded(model_figures, load_json(d / "models_rmat20.json")),
-               "training": guarded(lambda: [row for t in trains for row in training_figures(t)]),
-               "profile": load_json(d / "agp_profile_cuda_bf16.json")}  # fmt: skip
+    figures = {
+        "kernels": guarded(kernel_figures, load_json(d / "kernels.json")),
+        "model_rmat22": guarded(model_figures, load_json(d / "models_rmat22.json")),
+        "model_rmat20": guarded(model_figures, load_json(d / "models_rmat20.json")),
+        "training": guarded(lambda: [row for t in trains for row in training_figures(t)]),
+        "profile": load_json(d / "agp_profile_cuda_bf16.json"),
+    }
     table = guarded(markdown, figures)
     passed = bool(checks) and all(c["status"] == "PASSED" or c["optional"] for c in checks.values())
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"format": "dsgraph-gpu-results", "created": created, "passed": passed, "plan": list(plan), "rehearsal": rehearsal,
-            "environment": load_json(work / "environment.json"),
-            "checks": checks, "figures": figures, "table": table if isinstance(table, str) else f"(no table: {table['error']})"}  # fmt: skip
+    return {
+        "format": "dsgraph-gpu-results",
+        "created": created,
+        "passed": passed,
+        "plan": list(plan),
+        "rehearsal": rehearsal,
+        "environment": load_json(work / "environment.json"),
+        "checks": checks,
+        "figures": figures,
+        "table": table if isinstance(table, str) else f"(no table: {table['error']})",
+    }
 
 
 def minimal(work: Path, err: BaseException) -> dict:
@@ -318,9 +426,14 @@ def minimal(work: Path, err: BaseException) -> dict:
         steps = read_steps(work / "steps.tsv")
     except Exception as again:  # noqa: BLE001
         steps = {"unreadable": {"rc": f"{type(again).__name__}: {again}", "seconds": 0.0}}
-    return {"format": "dsgraph-gpu-results", "passed": False, "minimal": True,
-            "reason": f"the results writer failed: {type(err).__name__}: {err}",
-            "traceback": "".join(traceback.format_exception(err))[-3000:], "steps": steps}  # fmt: skip
+    return {
+        "format": "dsgraph-gpu-results",
+        "passed": False,
+        "minimal": True,
+        "reason": f"the results writer failed: {type(err).__name__}: {err}",
+        "traceback": "".join(traceback.format_exception(err))[-3000:],
+        "steps": steps,
+    }
 
 
 def main(argv=None) -> int:
@@ -346,7 +459,10 @@ def main(argv=None) -> int:
     except Exception as err:  # noqa: BLE001 - whatever happens, a verdict is written
         report = minimal(work, err)
         text = json.dumps(report, indent=1, default=str) + "\n"
-        print(f"gpu_check: the results writer failed ({type(err).__name__}: {err}); writing a minimal verdict", file=sys.stderr)
+        print(
+            f"gpu_check: the results writer failed ({type(err).__name__}: {err}); writing a minimal verdict",
+            file=sys.stderr,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     for name, c in report.get("checks", {}).items():

@@ -41,14 +41,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_CONFIG = ROOT / "ds_configs" / "gpu_quickstart.json"
-PROFILES = {"fp32": ROOT / "docs/agp/dgx_h100_8gpu_profile.json", "bf16": ROOT / "docs/agp/dgx_h100_8gpu_bf16_profile.json"}
+PROFILES = {
+    "fp32": ROOT / "docs/agp/dgx_h100_8gpu_profile.json",
+    "bf16": ROOT / "docs/agp/dgx_h100_8gpu_bf16_profile.json",
+}
 STRATEGIES = ("ag", "a2a", "halo", "auto", "sampled", "isolated")
-CHECKPOINTED = {"checkpoint_activations": True, "checkpoint_nested": True,  # recomputes on the device
-                "model": {"block": "transformer", "input_projection": True, "norm": "pre", "head": "linear"}}
+CHECKPOINTED = {
+    "checkpoint_activations": True,
+    "checkpoint_nested": True,  # recomputes on the device
+    "model": {"block": "transformer", "input_projection": True, "norm": "pre", "head": "linear"},
+}
 TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2}  # relative, per step loss
 FORMAT = "dsgraph-gpu-train-check"
-FINGERPRINT_PATHS = ("dsgraph", "launch/train.py", "ds_configs/gpu_quickstart.json", "tools/gpu/train_check.py",
-                     *(str(p.relative_to(ROOT)) for p in PROFILES.values()))  # fmt: skip
+FINGERPRINT_PATHS = (
+    "dsgraph",
+    "launch/train.py",
+    "ds_configs/gpu_quickstart.json",
+    "tools/gpu/train_check.py",
+    *(str(p.relative_to(ROOT)) for p in PROFILES.values()),
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,11 @@ def fingerprint(root: Path = ROOT, paths: tuple[str, ...] = FINGERPRINT_PATHS) -
     digest = hashlib.sha256()
     for top in paths:
         base = root / top
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = (
+            [base]
+            if base.is_file()
+            else sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        )
         for path in files:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -103,9 +118,25 @@ def command(spec: RunSpec, config: Path, metrics: Path, device: str, port: int) 
     """The launcher command line of one run."""
     launcher = [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(port)]
     launcher += ["--num_gpus", "1"] if device == "cuda" else ["--num_accelerators", "1"]
-    cmd = launcher + [str(ROOT / "launch/train.py"), "--deepspeed_config", str(config), "--strategy", spec.strategy,
-                      "--dataset", spec.dataset, "--epochs", str(spec.epochs), "--eval-every", str(spec.epochs),
-                      "--seed", "0", "--backend", device, "--metrics-out", str(metrics)]  # fmt: skip
+    cmd = launcher + [
+        str(ROOT / "launch/train.py"),
+        "--deepspeed_config",
+        str(config),
+        "--strategy",
+        spec.strategy,
+        "--dataset",
+        spec.dataset,
+        "--epochs",
+        str(spec.epochs),
+        "--eval-every",
+        str(spec.epochs),
+        "--seed",
+        "0",
+        "--backend",
+        device,
+        "--metrics-out",
+        str(metrics),
+    ]
     if spec.strategy == "auto":
         cmd += ["--agp-profile", str(PROFILES[spec.dtype])]
     return cmd
@@ -120,8 +151,13 @@ def read_steps(metrics: Path) -> list[dict]:
 
 
 def _environment(device: str, threads: int) -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
-               DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS=str(threads),
+        NUMBA_NUM_THREADS=str(threads),
+        DS_ACCELERATOR="cuda" if device == "cuda" else "cpu",
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -136,8 +172,15 @@ def run_one(spec: RunSpec, folder: Path, device: str, port: int, deadline: float
         return result
     cmd = command(spec, write_config(spec, folder), metrics, device, port)
     began = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_environment(device, threads), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=_environment(device, threads),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=budget)
         result["returncode"] = proc.returncode
@@ -163,9 +206,15 @@ def compare(run: dict, ref: dict | None, same_sources: bool) -> dict:
     if run["returncode"] != 0:
         return {**verdict, "reason": f"exit code {run['returncode']}"}
     if not same_sources:
-        return {**verdict, "reason": "the reference losses come from other sources; rerun `bash tools/gpu/check.sh --prepare`"}
+        return {
+            **verdict,
+            "reason": "the reference losses come from other sources; rerun `bash tools/gpu/check.sh --prepare`",
+        }
     if ref is None or ref.get("returncode") != 0 or not ref.get("losses"):
-        return {**verdict, "reason": "no usable reference run of this configuration (`bash tools/gpu/check.sh --prepare` makes them)"}
+        return {
+            **verdict,
+            "reason": "no usable reference run of this configuration (`bash tools/gpu/check.sh --prepare` makes them)",
+        }
     want = ref["losses"]
     if len(got) != len(want):
         return {**verdict, "reason": f"{len(got)} step losses, the reference has {len(want)}"}
@@ -175,7 +224,9 @@ def compare(run: dict, ref: dict | None, same_sources: bool) -> dict:
     verdict["max_rel_diff"] = diff
     if diff > tol:
         return {**verdict, "reason": f"loss differs by {diff:.2e} (relative) > {tol:g}: {got} vs {want}"}
-    if run["strategy"] == "auto" and "(fallback" in (run.get("agp_decision") or "(fallback: no agp_decision in the metrics)"):
+    if run["strategy"] == "auto" and "(fallback" in (
+        run.get("agp_decision") or "(fallback: no agp_decision in the metrics)"
+    ):
         return {**verdict, "reason": f"AGP did not use its profile: {run.get('agp_decision')}"}
     return {**verdict, "status": "PASSED"}
 
@@ -212,7 +263,9 @@ def select(specs: list[RunSpec], only: str | None) -> list[RunSpec]:
     names = only.split(",")
     unknown = sorted(set(names) - {s.name for s in specs})
     if unknown:
-        raise SystemExit(f"gpu_train_check: unknown run(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in specs)}")
+        raise SystemExit(
+            f"gpu_train_check: unknown run(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in specs)}"
+        )
     return [s for s in specs if s.name in names]
 
 
@@ -227,7 +280,9 @@ def main(argv=None) -> int:
         if Path(args.reference).is_file():
             reference = json.loads(Path(args.reference).read_text())
         else:
-            print(f"gpu_train_check: no reference file {args.reference}; make it with `bash tools/gpu/check.sh --prepare`")
+            print(
+                f"gpu_train_check: no reference file {args.reference}; make it with `bash tools/gpu/check.sh --prepare`"
+            )
             reference = {"format": FORMAT, "fingerprint": fingerprint(), "runs": []}
     jobs = args.jobs or (6 if args.device == "cuda" else 1)
     runs = run_all(specs, args.device, jobs, args.timeout, args.threads, args.port)
@@ -238,8 +293,14 @@ def main(argv=None) -> int:
         for r in runs:
             r["check"] = compare(r, refs.get(r["name"]), same)
         ok = all(r["check"]["status"] == "PASSED" for r in runs)
-    report = {"format": FORMAT, "device": args.device, "fingerprint": fingerprint(), "passed": ok,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}  # fmt: skip
+    report = {
+        "format": FORMAT,
+        "device": args.device,
+        "fingerprint": fingerprint(),
+        "passed": ok,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": runs,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(summary(runs))
@@ -254,8 +315,10 @@ def summary(runs: list[dict]) -> str:
         diff = check.get("max_rel_diff")
         status = check.get("status", "ran" if r["returncode"] == 0 else "FAILED")
         reason = f" ({check['reason']})" if check.get("reason") else ""
-        lines.append(f"| {r['name']} | {r['returncode']} | {len(r['losses'])} | {r['seconds']} | "
-                     f"{'-' if diff is None else f'{diff:.1e}'} | {status}{reason[:200]} |")  # fmt: skip
+        lines.append(
+            f"| {r['name']} | {r['returncode']} | {len(r['losses'])} | {r['seconds']} | "
+            f"{'-' if diff is None else f'{diff:.1e}'} | {status}{reason[:200]} |"
+        )
     return "\n".join(lines)
 
 

@@ -42,7 +42,11 @@ from tools.gpu import train_check
 from tools.gpu.train_check import ROOT, RunSpec
 
 FORMAT = "dsgraph-gpu-train-inprocess"
-FINGERPRINT_PATHS = (*train_check.FINGERPRINT_PATHS, "cuda", "tools/gpu/train_inprocess.py")  # a kernel change: a new reference
+FINGERPRINT_PATHS = (
+    *train_check.FINGERPRINT_PATHS,
+    "cuda",
+    "tools/gpu/train_inprocess.py",
+)  # a kernel change: a new reference
 GROUPS = ("all", "strategies", "rest")
 
 
@@ -83,13 +87,20 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def join_world(device: str) -> "object":
+def join_world(device: str) -> object:
     """A process group of one rank (no launcher): the environment a launcher would set, then
     dsgraph's init_distributed. Returns the training device."""
     from dsgraph.comm.ports import free_port
 
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(free_port()), DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")  # fmt: skip
+    os.environ.update(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        DS_ACCELERATOR="cuda" if device == "cuda" else "cpu",
+    )
     from dsgraph.runtime import extensions, host_memory
 
     extensions.use_environment_build_dir()
@@ -147,7 +158,9 @@ def train_one(spec: RunSpec, folder: Path, device, limit: float) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     steps = train_check.read_steps(folder / f"{spec.name}.jsonl")
-    result.update(seconds=round(time.monotonic() - began, 1), losses=[r["loss"] for r in steps], log_tail="\n".join(lines)[-3000:])
+    result.update(
+        seconds=round(time.monotonic() - began, 1), losses=[r["loss"] for r in steps], log_tail="\n".join(lines)[-3000:]
+    )
     result["agp_decision"] = next((r.get("agp_decision") for r in steps if r.get("agp_decision")), None)
     return result
 
@@ -169,10 +182,18 @@ def check_runs(runs: list[dict], reference: dict | None) -> bool:
 
 def write_report(out: Path, device: str, runs: list[dict], reference: dict | None, pending: list[RunSpec]) -> bool:
     """The results file as it stands: finished runs checked, the rest named as not (yet) run."""
-    rows = [dict(r) for r in runs] + [not_run(s, "running when the process ended" if i == 0 else "not started") for i, s in enumerate(pending)]
+    rows = [dict(r) for r in runs] + [
+        not_run(s, "running when the process ended" if i == 0 else "not started") for i, s in enumerate(pending)
+    ]
     ok = check_runs(rows, reference) and not pending
-    report = {"format": FORMAT, "device": device, "fingerprint": fingerprint(), "passed": ok,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": rows}  # fmt: skip
+    report = {
+        "format": FORMAT,
+        "device": device,
+        "fingerprint": fingerprint(),
+        "passed": ok,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": rows,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     partial.write_text(json.dumps(report, indent=1))
@@ -186,7 +207,9 @@ def load_reference(path: str | None) -> dict | None:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
-        print(f"gpu_train_inprocess: no usable reference {path} ({err}); make it with `bash tools/gpu/check.sh --prepare`")
+        print(
+            f"gpu_train_inprocess: no usable reference {path} ({err}); make it with `bash tools/gpu/check.sh --prepare`"
+        )
         return {"format": FORMAT, "fingerprint": "missing", "runs": []}
 
 
@@ -196,7 +219,10 @@ def run_all(specs: list[RunSpec], args: argparse.Namespace) -> bool:
     write_report(out, args.device, [], reference, specs)
     device = join_world(args.device)
     folder = Path(tempfile.mkdtemp(prefix="dsgraph-train-inprocess-"))
-    print(f"gpu_train_inprocess: {len(specs)} runs on {device}, one after another in this process; files in {folder}", flush=True)
+    print(
+        f"gpu_train_inprocess: {len(specs)} runs on {device}, one after another in this process; files in {folder}",
+        flush=True,
+    )
     runs: list[dict] = []
     for i, spec in enumerate(specs):
         left = deadline - time.monotonic()
@@ -205,7 +231,10 @@ def run_all(specs: list[RunSpec], args: argparse.Namespace) -> bool:
             break
         runs.append(train_one(spec, folder, device, min(left, args.run_timeout)))
         r = runs[-1]
-        print(f"gpu_train_inprocess: {spec.name}: exit {r['returncode']}, {len(r['losses'])} steps, {r['seconds']} s", flush=True)
+        print(
+            f"gpu_train_inprocess: {spec.name}: exit {r['returncode']}, {len(r['losses'])} steps, {r['seconds']} s",
+            flush=True,
+        )
         write_report(out, args.device, runs, reference, specs[i + 1 :])
     ok = write_report(out, args.device, runs, reference, [])
     print(train_check.summary(json.loads(out.read_text())["runs"]))
@@ -218,7 +247,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", choices=["cpu", "cuda"], required=True, help="where the runs train")
     p.add_argument("--out", required=True, help="results JSON (from --device cpu: the reference for a GPU run)")
     p.add_argument("--reference", help="results JSON of the same runs on the CPU to compare the losses with")
-    p.add_argument("--group", choices=GROUPS, default="all", help="strategies: the bf16 Cora run of each strategy; rest: the others")
+    p.add_argument(
+        "--group",
+        choices=GROUPS,
+        default="all",
+        help="strategies: the bf16 Cora run of each strategy; rest: the others",
+    )
     p.add_argument("--only", help="comma list of run names (default: the group's; see --list)")
     p.add_argument("--list", action="store_true", help="print the run names in order and exit")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for all runs together (default 900)")

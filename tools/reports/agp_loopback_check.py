@@ -21,10 +21,9 @@ import os
 import statistics
 import sys
 
-
-from dsgraph.agp.fits import LogLogFit  # noqa: E402
-from dsgraph.agp.profile import RankFits, load_profile  # noqa: E402
-from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, InterTier, Tier  # noqa: E402
+from dsgraph.agp.fits import LogLogFit
+from dsgraph.agp.profile import RankFits, load_profile
+from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, InterTier, Tier
 
 PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "agp", "cpu_profile.json")
 
@@ -33,12 +32,25 @@ def composed_profile(profile):
     """``profile`` with its 4-rank collectives replaced by 2 nodes of its 2-rank fits."""
     a2a = profile.ranks[2].collectives["all_to_all"]
     link = LogLogFit(a2a.log_a + a2a.slope * math.log(2.0), a2a.slope, a2a.r2)
-    h = Hierarchy(2, Tier("loopback gloo, 2 ranks", "measured", "docs/agp/cpu_profile.json ranks 1-2"),
-                  InterTier("loopback gloo between two 'nodes'", "measured", "the 2-rank all-to-all of docs/agp/cpu_profile.json",
-                            links_per_node=2, link=link))  # fmt: skip
+    h = Hierarchy(
+        2,
+        Tier("loopback gloo, 2 ranks", "measured", "docs/agp/cpu_profile.json ranks 1-2"),
+        InterTier(
+            "loopback gloo between two 'nodes'",
+            "measured",
+            "the 2-rank all-to-all of docs/agp/cpu_profile.json",
+            links_per_node=2,
+            link=link,
+        ),
+    )
     four = profile.ranks[4]
-    ranks = {1: profile.ranks[1], 2: profile.ranks[2],
-             4: RankFits(four.attention, four.rest, ComposedCollectives(h, profile.ranks[2].collectives, 2), four.head_dim_knee)}  # fmt: skip
+    ranks = {
+        1: profile.ranks[1],
+        2: profile.ranks[2],
+        4: RankFits(
+            four.attention, four.rest, ComposedCollectives(h, profile.ranks[2].collectives, 2), four.head_dim_knee
+        ),
+    }
     return dataclasses.replace(profile, ranks=ranks, hierarchy=h)
 
 
@@ -59,14 +71,23 @@ def main(argv=None) -> int:
     raw, _ = validate_agp._load_raw(os.path.join(os.path.dirname(PROFILE), "sweep_raw.json"), cfgs)
     for label, profile in (("measured 4-rank fits", measured_profile), ("composed 2 x 2", composed)):
         rows, _ = validate_agp.evaluate(cfgs, raw, profile)
-        errors = [abs(v["predicted_s"] - v["measured_s"]) / v["measured_s"] for r in rows for k, v in r["pairs"].items() if k.endswith("@4")]
+        errors = [
+            abs(v["predicted_s"] - v["measured_s"]) / v["measured_s"]
+            for r in rows
+            for k, v in r["pairs"].items()
+            if k.endswith("@4")
+        ]
         hits = 0
         for r in rows:
             at = {k: v for k, v in r["pairs"].items() if k.endswith("@4")}
             pick, best = min(at, key=lambda k: at[k]["predicted_s"]), min(at, key=lambda k: at[k]["measured_s"])
             hits += at[pick]["measured_s"] <= 1.1 * at[best]["measured_s"]
-        print(f"{label}: median |error| of the {len(errors)} measured 4-rank layers {100 * statistics.median(errors):.1f}% "
-              f"(mean {100 * statistics.fmean(errors):.1f}%); pick at p = 4 within 10% of the measured best in {hits}/{len(rows)}")  # fmt: skip
+        print(
+            f"{label}: median |error| of the {len(errors)} measured 4-rank layers "
+            f"{100 * statistics.median(errors):.1f}% "
+            f"(mean {100 * statistics.fmean(errors):.1f}%); pick at p = 4 within 10% of the measured best in "
+            f"{hits}/{len(rows)}"
+        )
     return 0
 
 

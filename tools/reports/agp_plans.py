@@ -19,18 +19,61 @@ import os
 import sys
 import tempfile
 
-
-from dsgraph.cli import main as dsgraph_main  # noqa: E402
+from dsgraph.cli import main as dsgraph_main
 
 PROFILE = "docs/agp/dgx_h100_8gpu_bf16_profile.json"
-MODEL = ["--layers", "3", "--hidden", "128", "--heads", "8", "--dtype", "bfloat16", "--block", "transformer", "--head", "linear",
-         "--input-projection", "--global-attention", "none", "--checkpoint-every", "1"]  # fmt: skip
+MODEL = [
+    "--layers",
+    "3",
+    "--hidden",
+    "128",
+    "--heads",
+    "8",
+    "--dtype",
+    "bfloat16",
+    "--block",
+    "transformer",
+    "--head",
+    "linear",
+    "--input-projection",
+    "--global-attention",
+    "none",
+    "--checkpoint-every",
+    "1",
+]
 GRAPHS = {
-    "ogbn-papers100M": ["--nodes", "111e6", "--edges", "1.6e9", "--in-dim", "128", "--classes", "172", "--halo-fraction", "0.05"],
-    "ogbn-products": ["--nodes", "2449029", "--edges", "61859140", "--in-dim", "100", "--classes", "47", "--halo-fraction", "0.1"],
+    "ogbn-papers100M": [
+        "--nodes",
+        "111e6",
+        "--edges",
+        "1.6e9",
+        "--in-dim",
+        "128",
+        "--classes",
+        "172",
+        "--halo-fraction",
+        "0.05",
+    ],
+    "ogbn-products": [
+        "--nodes",
+        "2449029",
+        "--edges",
+        "61859140",
+        "--in-dim",
+        "100",
+        "--classes",
+        "47",
+        "--halo-fraction",
+        "0.1",
+    ],
     "rmat 2^28": ["--nodes", str(2**28), "--edges", str(2**32), "--in-dim", "64", "--classes", "4"],
 }
-RMAT_HALO = {8: ("0.308", None, None), 16: ("0.225", "0.629", "0.615"), 32: ("0.181", "0.708", "0.414"), 64: ("0.112", "0.885", "0.308")}
+RMAT_HALO = {
+    8: ("0.308", None, None),
+    16: ("0.225", "0.629", "0.615"),
+    32: ("0.181", "0.708", "0.414"),
+    64: ("0.112", "0.885", "0.308"),
+}
 """Measured on rmat:16 (65,536 nodes, 1.02M edges with self loops), METIS balancing in-edges,
 node-then-rank beyond one node: the busiest rank's halo as a fraction of the remote nodes at p ranks,
 the share of it on other nodes, and a node's halo as a fraction of the nodes on other nodes
@@ -42,7 +85,9 @@ def command(graph: str, world: int) -> list[str]:
     args = ["--profile", PROFILE, "--world-size", str(world), "--ranks-per-node", "8", *GRAPHS[graph], *MODEL]
     if graph.startswith("rmat"):
         halo, share, node = RMAT_HALO[world]
-        args += ["--halo-fraction", halo] + (["--cross-node-share", share, "--node-halo-fraction", node] if share else [])
+        args += ["--halo-fraction", halo] + (
+            ["--cross-node-share", share, "--node-halo-fraction", node] if share else []
+        )
     return args
 
 
@@ -80,14 +125,20 @@ def row(graph: str, world: int) -> str:
     variants = [v for v in plan["variants"] if v["p"] == world and v["feasible"]]
     variant = min(variants, key=lambda v: v["time_s"]) if variants else None
     cross = f"{pick['inter_node_bytes'] / 2**30:.1f}" if nodes > 1 else "-"
-    return (f"| {graph} | {world} ({nodes}) | **{pick['strategy']}** | {pick['memory_bytes'] / 2**30:.1f} | {pick['time_s']:.3f} | "
-            f"{t['attention'] + t['attention recompute']:.3f} / {comm:.3f} / {t['projections'] + t['gradient sync']:.3f} | {cross} | "
-            f"{_cell(variant) if variant else '-'} | {fastest['strategy']}@{fastest['p']} |")  # fmt: skip
+    return (
+        f"| {graph} | {world} ({nodes}) | **{pick['strategy']}** | {pick['memory_bytes'] / 2**30:.1f} "
+        f"| {pick['time_s']:.3f} | "
+        f"{t['attention'] + t['attention recompute']:.3f} / {comm:.3f} / {t['projections'] + t['gradient sync']:.3f} "
+        f"| {cross} | "
+        f"{_cell(variant) if variant else '-'} | {fastest['strategy']}@{fastest['p']} |"
+    )
 
 
 def table() -> str:
     lines = [
-        "| graph | GPUs (nodes) | pick at that size | GiB per GPU | step (= epoch) s | attention / collectives / rest s | GiB across nodes per GPU and step | a2a-in-node variant on paper | fastest over p <= GPUs |",
+        "| graph | GPUs (nodes) | pick at that size | GiB per GPU | step (= epoch) s "
+        "| attention / collectives / rest s | GiB across nodes per GPU and step | a2a-in-node variant on paper "
+        "| fastest over p <= GPUs |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for graph in GRAPHS:
@@ -106,8 +157,8 @@ def commands() -> str:
 def measure_rmat(scale: int = 16) -> None:
     """Prints the halo fractions of RMAT_HALO, measured with METIS on rmat:SCALE."""
     from dsgraph.agp.hierarchy import node_then_rank_split
-    from dsgraph.parallel.shapes import GraphShape
     from dsgraph.graph import load_dataset
+    from dsgraph.parallel.shapes import GraphShape
 
     graph = load_dataset(f"rmat:{scale}").with_self_loops()
     n = graph.num_nodes
@@ -116,8 +167,11 @@ def measure_rmat(scale: int = 16) -> None:
     for p in WORLD_SIZES[1:]:
         s = node_then_rank_split(graph, p, 8)
         nodes, busiest = p // 8, s.halo_sizes.index(max(s.halo_sizes))
-        print(f"p={p}: halo {max(s.halo_sizes) / (n - n / p):.3f}, cross-node share {s.inter_halo_sizes[busiest] / max(s.halo_sizes):.3f}, "
-              f"node halo {max(s.node_halo_sizes) / (n - n / nodes):.3f}")
+        print(
+            f"p={p}: halo {max(s.halo_sizes) / (n - n / p):.3f}, cross-node share "
+            f"{s.inter_halo_sizes[busiest] / max(s.halo_sizes):.3f}, "
+            f"node halo {max(s.node_halo_sizes) / (n - n / nodes):.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,9 @@ import dataclasses
 import os
 import sys
 
-
-from dsgraph.agp.model import GraphShape, ModelShape, predict, strategy_names  # noqa: E402
-from dsgraph.agp.synthetic import linear_fit, linear_profile  # noqa: E402
-from dsgraph.agp.tiers import Hierarchy, InterTier, Tier  # noqa: E402
+from dsgraph.agp.model import GraphShape, ModelShape, predict, strategy_names
+from dsgraph.agp.synthetic import linear_fit, linear_profile
+from dsgraph.agp.tiers import Hierarchy, InterTier, Tier
 
 FIGURES = {
     "hbm_bytes_per_s": 3.35e12,
@@ -64,11 +63,15 @@ LINK_FIT_EXPS = (18, 36)
 no longer dominates: the messages that cross nodes in a papers100M-sized plan are 0.1-3 GB, and a
 log-log line through 1 KiB..16 GiB (the intra fits' range) under-predicts those 1.5-3x."""
 SOURCES = {
-    "compute": "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 80 GB HBM3 at 3.35 TB/s, 67 TFLOPS FP32, 989 TFLOPS dense BF16); "
+    "compute": "NVIDIA H100 Tensor Core GPU datasheet "
+    "(SXM5: 80 GB HBM3 at 3.35 TB/s, 67 TFLOPS FP32, 989 TFLOPS dense BF16); "
     "kernel and dense-layer efficiencies assumed (tools/agp_projection.py)",
-    "intra": "NVIDIA H100 datasheet and DGX H100 user guide (NVLink 4 via NVSwitch, 900 GB/s per GPU, 450 GB/s per direction); "
-    "NCCL all-gather bus bandwidth ~360 GB/s on 8 GPUs (nccl-tests doc/PERFORMANCE.md defines busbw); all-to-all at half of it assumed",
-    "inter": "NVIDIA DGX H100 user guide (eight ConnectX-7 adapters for the compute fabric, one per GPU, 400 Gb/s InfiniBand NDR each); "
+    "intra": "NVIDIA H100 datasheet and DGX H100 user guide "
+    "(NVLink 4 via NVSwitch, 900 GB/s per GPU, 450 GB/s per direction); "
+    "NCCL all-gather bus bandwidth ~360 GB/s on 8 GPUs (nccl-tests doc/PERFORMANCE.md defines busbw); "
+    "all-to-all at half of it assumed",
+    "inter": "NVIDIA DGX H100 user guide "
+    "(eight ConnectX-7 adapters for the compute fabric, one per GPU, 400 Gb/s InfiniBand NDR each); "
     "90% of line rate and 10 us per message assumed",
 }
 HEAD_DIM, HEADS = 16, 8
@@ -89,14 +92,23 @@ def dgx_h100_profile(dtype: str = "float32"):
     elem_bytes, peak = DTYPE_COSTS[dtype]
     busbw = f["nccl_all_gather_bus_bytes_per_s"]
     a2a_bw = busbw * f["all_to_all_fraction_of_all_gather"]
-    per_byte = {"all_gather": 1 / busbw, "reduce_scatter": 1 / busbw, "all_to_all": 1 / a2a_bw, "all_to_all_uneven": 1 / a2a_bw}
+    per_byte = {
+        "all_gather": 1 / busbw,
+        "reduce_scatter": 1 / busbw,
+        "all_to_all": 1 / a2a_bw,
+        "all_to_all_uneven": 1 / a2a_bw,
+    }
 
     def scale(c, p):  # x = bytes per rank: all-gather/reduce-scatter move (p-1) x, all-to-all (p-1)/p x
         return (p - 1) if c in ("all_gather", "reduce_scatter") else (p - 1) / p
 
     profile = linear_profile(
         max_ranks=8,
-        attention_s_per_edge_head=3.5 * 2 * HEAD_DIM * elem_bytes / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
+        attention_s_per_edge_head=3.5
+        * 2
+        * HEAD_DIM
+        * elem_bytes
+        / (f["hbm_bytes_per_s"] * f["attention_hbm_efficiency"]),
         rest_s_per_mac=6 / (f[peak] * f["dense_flops_efficiency"]),
         collective_s_per_byte=per_byte,
         collective_latency_s=f["collective_latency_s"],
@@ -105,7 +117,8 @@ def dgx_h100_profile(dtype: str = "float32"):
         heads=HEADS,
         head_dim=HEAD_DIM,
         system={
-            "description": f"DGX H100 (8 x H100 SXM5 80 GB, NVLink 4 / NVSwitch), {dtype}, projected from published figures",
+            "description": f"DGX H100 (8 x H100 SXM5 80 GB, NVLink 4 / NVSwitch), {dtype}, "
+            "projected from published figures",
             "device": "cuda",
             "memory_capacity_bytes": f["hbm_capacity_bytes"],
             "memory_shared_by_ranks": False,
@@ -121,16 +134,41 @@ def dgx_h100_hierarchy() -> Hierarchy:
     """Nodes of 8 H100s: the intra tier is the profile's fits, the inter tier one NDR link per GPU."""
     f = INTER_FIGURES
     bandwidth = f["link_line_rate_bytes_per_s"] * f["link_efficiency"]
-    intra_figures = {k: FIGURES[k] for k in ("nvlink_bytes_per_s_per_direction", "nccl_all_gather_bus_bytes_per_s",
-                                             "all_to_all_fraction_of_all_gather", "collective_latency_s")}  # fmt: skip
+    intra_figures = {
+        k: FIGURES[k]
+        for k in (
+            "nvlink_bytes_per_s_per_direction",
+            "nccl_all_gather_bus_bytes_per_s",
+            "all_to_all_fraction_of_all_gather",
+            "collective_latency_s",
+        )
+    }
     return Hierarchy(
         ranks_per_node=8,
-        compute=Tier("H100 SXM5 80 GB", "projected", SOURCES["compute"],
-                     {k: FIGURES[k] for k in ("hbm_bytes_per_s", "fp32_flops", "bf16_tensor_flops", "attention_hbm_efficiency",
-                                              "dense_flops_efficiency")}),  # fmt: skip
+        compute=Tier(
+            "H100 SXM5 80 GB",
+            "projected",
+            SOURCES["compute"],
+            {
+                k: FIGURES[k]
+                for k in (
+                    "hbm_bytes_per_s",
+                    "fp32_flops",
+                    "bf16_tensor_flops",
+                    "attention_hbm_efficiency",
+                    "dense_flops_efficiency",
+                )
+            },
+        ),
         intra=Tier("NVLink 4 via NVSwitch (DGX H100)", "projected", SOURCES["intra"], intra_figures),
-        inter=InterTier("InfiniBand NDR, 8 x 400 Gb/s ConnectX-7 per node (one per GPU)", "projected", SOURCES["inter"], dict(f),
-                        links_per_node=f["links_per_node"], link=linear_fit(1 / bandwidth, f["link_latency_s"], *LINK_FIT_EXPS)),
+        inter=InterTier(
+            "InfiniBand NDR, 8 x 400 Gb/s ConnectX-7 per node (one per GPU)",
+            "projected",
+            SOURCES["inter"],
+            dict(f),
+            links_per_node=f["links_per_node"],
+            link=linear_fit(1 / bandwidth, f["link_latency_s"], *LINK_FIT_EXPS),
+        ),
     )
 
 
@@ -146,6 +184,15 @@ def project(profile) -> list[dict]:
     return rows
 
 
+def _time_cell(r: dict) -> str:
+    """A strategy's time: plain if it fits, in parentheses with an x if not, x if it cannot run."""
+    return f"{r['time_s']:.3f}" if r["feasible"] else f"({r['time_s']:.3f}) x" if r["time_s"] != float("inf") else "x"
+
+
+def _memory_cell(r: dict) -> str:
+    return f"{r['memory_bytes'] / 2**30:.1f}" if r["memory_bytes"] == r["memory_bytes"] else "-"
+
+
 def markdown(rows) -> str:
     lines = [
         f"Model: L={MODEL['layers']}, d={MODEL['hidden']}, H={MODEL['heads']}, FFN x{MODEL['ffn_mult']}, fp32; "
@@ -157,20 +204,15 @@ def markdown(rows) -> str:
     for graph in GRAPHS:
         for p in range(1, 9):
             at = {r["strategy"]: r for r in rows if r["graph"] == graph and r["p"] == p}
-
-            def t(s):
-                r = at[s]
-                return f"{r['time_s']:.3f}" if r["feasible"] else f"({r['time_s']:.3f}) x" if r["time_s"] != float("inf") else "x"
-
-            def m(s):
-                r = at[s]
-                return f"{r['memory_bytes'] / 2**30:.1f}" if r["memory_bytes"] == r["memory_bytes"] else "-"
-
+            times = " | ".join(_time_cell(at[s]) for s in ("ag", "a2a", "halo"))
+            memories = " | ".join(_memory_cell(at[s]) for s in ("ag", "a2a", "halo"))
             feasible = [r for r in at.values() if r["feasible"]]
             pick = min(feasible, key=lambda r: r["time_s"])["strategy"] if feasible else "none fits"
-            lines.append(f"| {graph} | {p} | {t('ag')} | {t('a2a')} | {t('halo')} | {m('ag')} | {m('a2a')} | {m('halo')} | {pick} |")
+            lines.append(f"| {graph} | {p} | {times} | {memories} | {pick} |")
     lines.append("")
-    lines.append("x: infeasible (memory over 80 GB per GPU, or H % p != 0 for a2a); a time in parentheses is what it would take.")
+    lines.append(
+        "x: infeasible (memory over 80 GB per GPU, or H % p != 0 for a2a); a time in parentheses is what it would take."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -202,7 +244,9 @@ def plot(rows, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out-dir", default="docs/agp", help="folder for the profile JSONs, projection.md and projection.png")
+    ap.add_argument(
+        "--out-dir", default="docs/agp", help="folder for the profile JSONs, projection.md and projection.png"
+    )
     ap.add_argument("--profiles-only", action="store_true", help="write only the fp32 and bf16 profile JSONs")
     args = ap.parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)

@@ -44,14 +44,18 @@ def train(config: str, seed: int, ranks: int, out_dir: str) -> dict:
 def report(results: dict[str, list[dict]]) -> list[str]:
     base_bytes = statistics.mean(r["bytes_per_step"] for r in results["none"])
     base_acc = statistics.mean(r["best_val"] for r in results["none"])
-    lines = ["| comm setting | MB per step | share of none | test acc (best val), mean ± std | vs none (points) |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| comm setting | MB per step | share of none | test acc (best val), mean ± std | vs none (points) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, runs in results.items():
         mb = statistics.mean(r["bytes_per_step"] for r in runs)
         accs = [100 * r["best_val"] for r in runs]
         std = statistics.stdev(accs) if len(accs) > 1 else 0.0
-        lines.append(f"| {name} | {mb / 1e6:.2f} | {mb / base_bytes:.1%} | {statistics.mean(accs):.2f} ± {std:.2f} | "
-                     f"{statistics.mean(accs) - 100 * base_acc:+.2f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {mb / 1e6:.2f} | {mb / base_bytes:.1%} | {statistics.mean(accs):.2f} ± {std:.2f} | "
+            f"{statistics.mean(accs) - 100 * base_acc:+.2f} |"
+        )
     return lines
 
 
@@ -71,13 +75,19 @@ def main(argv=None) -> int:
             for name, (comm, grad) in SETTINGS.items():
                 run = train(variant(args.config, args.strategy, comm, grad, out_dir), seed, args.ranks, out_dir)
                 results.setdefault(name, []).append({"seed": seed, **run})
-                print(f"seed {seed} {name:>18}: {run['bytes_per_step'] / 1e6:.2f} MB/step, test acc {run['best_val']:.3f}", flush=True)
+                print(
+                    f"seed {seed} {name:>18}: {run['bytes_per_step'] / 1e6:.2f} MB/step, test acc "
+                    f"{run['best_val']:.3f}",
+                    flush=True,
+                )
     print(f"\n{args.config}, strategy {args.strategy}, {args.ranks} ranks, seeds {args.seeds}\n")
     print("\n".join(report(results)))
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         with open(args.json_out, "w") as f:
-            json.dump({"config": args.config, "strategy": args.strategy, "ranks": args.ranks, "results": results}, f, indent=1)
+            json.dump(
+                {"config": args.config, "strategy": args.strategy, "ranks": args.ranks, "results": results}, f, indent=1
+            )
     return 0
 
 

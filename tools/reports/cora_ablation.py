@@ -142,8 +142,10 @@ def load_config(path: str) -> tuple[dict, dict, float]:
         ds = json.load(f)
     opt = ds.get("optimizer", {})
     if opt.get("type") != "Adam" or opt.get("params", {}).get("adam_w_mode", True) or "scheduler" in ds:
-        raise SystemExit(f"{path}: the model part trains with Adam with L2 weight decay (adam_w_mode false) "
-                         f"and a constant learning rate, as the Cora configs do; this config differs")  # fmt: skip
+        raise SystemExit(
+            f"{path}: the model part trains with Adam with L2 weight decay (adam_w_mode false) "
+            f"and a constant learning rate, as the Cora configs do; this config differs"
+        )
     return ds.get("dsgraph", {}), opt["params"], float(ds.get("gradient_clipping", 0.0))
 
 
@@ -162,7 +164,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=200, help="epochs of the gcn part (the model part uses the config's)")
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="the model part's base config")
-    p.add_argument("--variants", nargs="+", metavar="NAME", help=f"model variants to run (default all): {'; '.join(MODEL_VARIANTS)}")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        metavar="NAME",
+        help=f"model variants to run (default all): {'; '.join(MODEL_VARIANTS)}",
+    )
     args = p.parse_args(argv)
     unknown = sorted(set(args.variants or []) - set(MODEL_VARIANTS))
     if unknown:
@@ -175,9 +182,14 @@ def main(argv=None) -> int:
             print(row(name, [run_gcn(graph, s, args.epochs, **options) for s in args.seeds], ["last"]), flush=True)
     if args.part in ("model", "both"):
         section, optimizer, clip = load_config(args.config)
-        print(f"\n| {args.config} variant | last epoch per seed | mean ± std | best val per seed | mean ± std |\n| --- | --- | --- | --- | --- |")
+        print(
+            f"\n| {args.config} variant | last epoch per seed | mean ± std | best val per seed | mean ± std |\n"
+            "| --- | --- | --- | --- | --- |"
+        )
         for name in args.variants or MODEL_VARIANTS:
-            results = [run_model(graph, variant_config(section, MODEL_VARIANTS[name], s), optimizer, clip) for s in args.seeds]
+            results = [
+                run_model(graph, variant_config(section, MODEL_VARIANTS[name], s), optimizer, clip) for s in args.seeds
+            ]
             print(row(name, results, ["last", "best_val"]), flush=True)
     return 0
 

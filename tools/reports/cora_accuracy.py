@@ -9,8 +9,8 @@ deviation over seeds, the difference between rank counts and between depths, per
     .venv/bin/python -m tools.reports.cora_accuracy --from-json a.json b.json   # the tables of saved runs, no training
 
 ``--layers`` overrides the config's "layers" (attention layers, the output layer included) and
-``--precision`` its "bf16" section (default: the config's own); every other setting is the config's. Runs go one at a time; on the 2-core machine one 2-rank run of 200
-epochs takes about a minute.
+``--precision`` its "bf16" section (default: the config's own); every other setting is the config's.
+Runs go one at a time; on the 2-core machine one 2-rank run of 200 epochs takes about a minute.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def config_precision(config: str) -> str:
 
 def config_variant(config: str, layers: int, precision: str, out_dir: str) -> str:
     """A copy of ``config`` with ``layers`` in its "dsgraph" section and bf16 on or off (a file in ``out_dir``)."""
-    return write_variant(config, out_dir, f"layers{layers}_{precision}", {"layers": layers}, bf16={"enabled": precision == "bf16"})
+    return write_variant(
+        config, out_dir, f"layers{layers}_{precision}", {"layers": layers}, bf16={"enabled": precision == "bf16"}
+    )
 
 
 def write_variant(config: str, out_dir: str, name: str, dsgraph: dict, **top) -> str:
@@ -55,8 +57,20 @@ def train_rows(config: str, seed: int, ranks: int, out_dir: str) -> list[dict]:
     tag = f"{os.path.basename(config)}_seed{seed}_ranks{ranks}"
     metrics = os.path.join(out_dir, f"{tag}.jsonl")
     launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={free_port()}", "launch/train.py", "--deepspeed_config", config,
-           "--seed", str(seed), "--metrics-out", metrics, "--checkpoint-every", "0"]  # fmt: skip
+    cmd = [
+        launcher,
+        f"--num_accelerators={ranks}",
+        f"--master_port={free_port()}",
+        "launch/train.py",
+        "--deepspeed_config",
+        config,
+        "--seed",
+        str(seed),
+        "--metrics-out",
+        metrics,
+        "--checkpoint-every",
+        "0",
+    ]
     with open(os.path.join(out_dir, f"{tag}.log"), "w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -97,6 +111,7 @@ def table(results: dict, seeds: list[int], ranks: list[int], layers: list[int], 
 def gaps(results: dict, seeds: list[int], ranks: list[int], layers: list[int], prec: str) -> list[str]:
     """Differences of means in one precision: between the first two rank counts (per depth), between the
     first depth and each other (per rank count)."""
+
     def mean(depth, r, key):
         return mean_std([results[prec, depth, r, s][key] for s in seeds])[0]
 
@@ -105,22 +120,35 @@ def gaps(results: dict, seeds: list[int], ranks: list[int], layers: list[int], p
         if len(ranks) >= 2:
             for depth in layers:
                 a, b = ranks[:2]
-                lines.append(f"{prec} {label}: {depth} layers, mean on {a} rank(s) - mean on {b} ranks = {mean(depth, a, key) - mean(depth, b, key):+.2f} points")
+                lines.append(
+                    f"{prec} {label}: {depth} layers, mean on {a} rank(s) - mean on {b} ranks = "
+                    f"{mean(depth, a, key) - mean(depth, b, key):+.2f} points"
+                )
         for depth in layers[1:]:
             for r in ranks:
-                lines.append(f"{prec} {label}: {r} rank(s), mean with {layers[0]} layers - mean with {depth} = {mean(layers[0], r, key) - mean(depth, r, key):+.2f} points")
+                lines.append(
+                    f"{prec} {label}: {r} rank(s), mean with {layers[0]} layers - mean with {depth} = "
+                    f"{mean(layers[0], r, key) - mean(depth, r, key):+.2f} points"
+                )
     return lines
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="DeepSpeed JSON with a \"dsgraph\" section")
+    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help='DeepSpeed JSON with a "dsgraph" section')
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts (CPU processes) to train on")
     p.add_argument("--layers", type=int, nargs="+", default=[2, 4], help="depths (the config's 'layers') to train")
-    p.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), help="train in these (default: the config's bf16 setting)")
+    p.add_argument(
+        "--precision", nargs="+", choices=("fp32", "bf16"), help="train in these (default: the config's bf16 setting)"
+    )
     p.add_argument("--json-out", help="also write every run's result to this JSON file")
-    p.add_argument("--from-json", nargs="+", metavar="FILE", help="print the tables of runs saved with --json-out instead of training")
+    p.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="FILE",
+        help="print the tables of runs saved with --json-out instead of training",
+    )
     args = p.parse_args(argv)
     if args.from_json:
         return report_saved(args.from_json)
@@ -129,8 +157,10 @@ def main(argv=None) -> int:
     report(results, args.config, args.seeds, args.ranks, args.layers, precisions)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            rows = [{"config": args.config, "precision": pr, "layers": d, "ranks": r, "seed": s, **v}
-                    for (pr, d, r, s), v in results.items()]  # fmt: skip
+            rows = [
+                {"config": args.config, "precision": pr, "layers": d, "ranks": r, "seed": s, **v}
+                for (pr, d, r, s), v in results.items()
+            ]
             json.dump(rows, f, indent=1)
     return 0
 
@@ -145,12 +175,17 @@ def train_all(args, precisions: list[str]) -> dict:
                 for seed in args.seeds:
                     for ranks in args.ranks:
                         r = results[prec, depth, ranks, seed] = run(config, seed, ranks, out_dir)
-                        print(f"{prec} layers {depth} ranks {ranks} seed {seed}: test_acc last {100 * r['last']:.1f}%  "
-                              f"at best val {100 * r['best_val']:.1f}%", flush=True)  # fmt: skip
+                        print(
+                            f"{prec} layers {depth} ranks {ranks} seed {seed}: test_acc last {100 * r['last']:.1f}%  "
+                            f"at best val {100 * r['best_val']:.1f}%",
+                            flush=True,
+                        )
     return results
 
 
-def report(results: dict, config: str, seeds: list[int], ranks: list[int], layers: list[int], precisions: list[str]) -> None:
+def report(
+    results: dict, config: str, seeds: list[int], ranks: list[int], layers: list[int], precisions: list[str]
+) -> None:
     print(f"\nTest accuracy (%) with {config}; std is the sample standard deviation over seeds.\n")
     print("\n".join(table(results, seeds, ranks, layers, precisions)))
     for prec in precisions:
@@ -165,7 +200,9 @@ def report_saved(paths: list[str]) -> int:
             rows += json.load(f)
     configs = sorted({row["config"] for row in rows})
     if len(configs) != 1:
-        raise SystemExit(f"--from-json: the files hold runs of {len(configs)} configs ({', '.join(configs)}); give runs of one")
+        raise SystemExit(
+            f"--from-json: the files hold runs of {len(configs)} configs ({', '.join(configs)}); give runs of one"
+        )
     results = {(row["precision"], row["layers"], row["ranks"], row["seed"]): row for row in rows}
     seeds, ranks, layers, precisions = (sorted({key[i] for key in results}) for i in (3, 2, 1, 0))
     missing = [k for k in itertools.product(precisions, layers, ranks, seeds) if k not in results]

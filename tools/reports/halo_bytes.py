@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Bytes sent per attention layer by every registered strategy (GP-AG, GP-A2A, GP-Halo, ...), measured from ``pg.stats`` on P gloo
-processes (forward and backward of one layer's exchange), on a graph partitioned with METIS.
+"""Bytes sent per attention layer by every registered strategy (GP-AG, GP-A2A, GP-Halo, ...),
+measured from ``pg.stats`` on P gloo processes (forward and backward of one layer's exchange), on a
+graph partitioned with METIS.
 
     .venv/bin/python -m tools.reports.halo_bytes --dataset cora --parts 4
 
@@ -19,7 +20,6 @@ import tempfile
 from dsgraph.comm.ports import free_port
 
 
-
 def _relabelled(args):
     from dsgraph.graph import load_dataset
     from dsgraph.graph.partition import partition_nodes, relabel
@@ -31,13 +31,15 @@ def _relabelled(args):
 
 
 def _rank(rank: int, args, port: int, out_dir: str) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.parts), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.parts), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     import deepspeed.comm as dist
     import torch
 
     from dsgraph.comm import GraphParallelGroup, RowSplit
-    from dsgraph.parallel import StrategyContext, auto_candidates, get_strategy
     from dsgraph.modes.ranks import rank_attention
+    from dsgraph.parallel import StrategyContext, auto_candidates, get_strategy
     from dsgraph.train.trainer import init_distributed
 
     torch.set_num_threads(1)
@@ -50,7 +52,9 @@ def _rank(rank: int, args, port: int, out_dir: str) -> None:
     for name in auto_candidates():  # every concrete strategy
         if get_strategy(name).infeasible(args.heads, args.parts):
             continue
-        pg, _, attention = rank_attention(graph, pg, name, StrategyContext(heads=args.heads, backend="reference"), partition_method=None)
+        pg, _, attention = rank_attention(
+            graph, pg, name, StrategyContext(heads=args.heads, backend="reference"), partition_method=None
+        )
         gen = torch.Generator().manual_seed(start)
         q, k, v = (torch.randn(n, args.heads, head_dim, generator=gen, requires_grad=True) for _ in range(3))
         pg.stats.reset()
@@ -65,7 +69,9 @@ def _rank(rank: int, args, port: int, out_dir: str) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="cora", help="cora | rmat:SCALE[:EDGE_FACTOR] | PATH.npz (default cora)")
     p.add_argument("--parts", type=int, default=4, help="ranks = METIS parts (default 4)")
     p.add_argument("--method", default="metis", help="partition method (default metis)")
@@ -88,10 +94,16 @@ def main(argv=None) -> int:
         for r in range(args.parts):
             with open(os.path.join(out_dir, f"rank{r}.json")) as f:
                 ranks.append(json.load(f))
-    print(f"{args.dataset}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges (with self loops), {args.method} into "
-          f"{args.parts} parts, edge cut {quality.edge_cut_pct:.2f}%, halo nodes per part {quality.halo_sizes}; "
-          f"K+V fp32, hidden {args.hidden}")  # fmt: skip
-    print(f"{'strategy':>8} {'direction':>9} " + " ".join(f"{'rank ' + str(r):>11}" for r in range(args.parts)) + f" {'total':>12} {'vs ag':>7}")
+    print(
+        f"{args.dataset}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges (with self loops), {args.method} into "
+        f"{args.parts} parts, edge cut {quality.edge_cut_pct:.2f}%, halo nodes per part {quality.halo_sizes}; "
+        f"K+V fp32, hidden {args.hidden}"
+    )
+    print(
+        f"{'strategy':>8} {'direction':>9} "
+        + " ".join(f"{'rank ' + str(r):>11}" for r in range(args.parts))
+        + f" {'total':>12} {'vs ag':>7}"
+    )
     for name in auto_candidates():
         if name not in ranks[0]:
             continue

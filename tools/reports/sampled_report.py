@@ -10,7 +10,8 @@ per variant (full: strategy 'ag' for --full-epochs; sampled: the config's strate
 feature_dtype float32 or bfloat16). Finished runs are kept in --out and not run again, so the
 report can be built up over several invocations (for example one variant per shell). Cora's
 features are binary, so bf16 storage is exact there; --dataset rmat:11 compares the storage dtypes on
-Gaussian features. Prints a table of mean test accuracy (last epoch and at the best validation epoch) and feature memory.
+Gaussian features. Prints a table of mean test accuracy (last epoch and at the best validation
+epoch) and feature memory.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ VARIANTS = {
 }
 
 
-
 def _evals(path: str) -> list[dict]:
     if not os.path.exists(path):
         return []
@@ -43,7 +43,9 @@ def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: 
     config = json.loads(json.dumps(base))
     section = config["dsgraph"]
     section.update(overrides)
-    section.update(VARIANTS[variant], seed=seed, checkpoint_every=0, timeout_s=3600.0)  # a loaded machine is slow, not dead
+    section.update(
+        VARIANTS[variant], seed=seed, checkpoint_every=0, timeout_s=3600.0
+    )  # a loaded machine is slow, not dead
     if variant == "full":
         section.update(epochs=full_epochs, eval_every=10)
     epochs = section["epochs"]
@@ -57,7 +59,14 @@ def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: 
         with open(path, "w") as f:
             json.dump(config, f, indent=1)
         launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-        cmd = [launcher, f"--num_accelerators={ranks}", f"--master_port={free_port()}", "launch/train.py", "--deepspeed_config", path]
+        cmd = [
+            launcher,
+            f"--num_accelerators={ranks}",
+            f"--master_port={free_port()}",
+            "launch/train.py",
+            "--deepspeed_config",
+            path,
+        ]
         with open(log, "w") as f:
             subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
         evals = _evals(metrics)
@@ -71,27 +80,40 @@ def run(base: dict, variant: str, seed: int, ranks: int, full_epochs: int, out: 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="ds_configs/cpu_sampled.json", help="DeepSpeed JSON with a sampled \"dsgraph\" section")
+    p.add_argument(
+        "--config", default="ds_configs/cpu_sampled.json", help='DeepSpeed JSON with a sampled "dsgraph" section'
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     p.add_argument("--ranks", type=int, default=1, help="ranks per run (default 1)")
     p.add_argument("--full-epochs", type=int, default=200, help="full-graph epochs (one step each; default 200)")
     p.add_argument("--out", default="runs/sampled_report", help="folder for per-run configs, logs and metrics")
-    p.add_argument("--dataset", help="override the config's dataset (for example rmat:11, whose features are not binary)")
+    p.add_argument(
+        "--dataset", help="override the config's dataset (for example rmat:11, whose features are not binary)"
+    )
     p.add_argument("--epochs", type=int, help="override the config's sampled epochs")
     p.add_argument("--batch-size", type=int, dest="batch_size", help="override the config's batch_size")
-    p.add_argument("--eval-every", type=int, dest="eval_every", help="override the config's sampled eval_every (epochs)")
+    p.add_argument(
+        "--eval-every", type=int, dest="eval_every", help="override the config's sampled eval_every (epochs)"
+    )
     args = p.parse_args(argv)
     with open(args.config) as f:
         base = json.load(f)
-    overrides = {k: getattr(args, k) for k in ("dataset", "epochs", "batch_size", "eval_every") if getattr(args, k) is not None}
+    overrides = {
+        k: getattr(args, k) for k in ("dataset", "epochs", "batch_size", "eval_every") if getattr(args, k) is not None
+    }
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for variant in args.variants:
         for seed in args.seeds:
             r = results[variant, seed] = run(base, variant, seed, args.ranks, args.full_epochs, args.out, overrides)
-            print(f"{variant} seed {seed}: test_acc last {100 * r['last']:.1f}%  at best val {100 * r['best_val']:.1f}%", flush=True)
-    print("\n| variant | mean test acc (last epoch) | mean test acc (best val epoch) | per-seed (last) | feature memory |")
+            print(
+                f"{variant} seed {seed}: test_acc last {100 * r['last']:.1f}%  at best val {100 * r['best_val']:.1f}%",
+                flush=True,
+            )
+    print(
+        "\n| variant | mean test acc (last epoch) | mean test acc (best val epoch) | per-seed (last) | feature memory |"
+    )
     print("| --- | --- | --- | --- | --- |")
     mean = {}
     for variant in args.variants:

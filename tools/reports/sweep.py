@@ -26,7 +26,7 @@ import numpy as np
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tools.reports.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="DeepSpeed JSON with a \"dsgraph\" section")
+    p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help='DeepSpeed JSON with a "dsgraph" section')
     p.add_argument("--dataset", help="dataset (default: the config's)")
     p.add_argument("--splits", help="comma-separated split indices (default: every split of the dataset's masks)")
     p.add_argument("--seeds", help="comma-separated seeds: one run per seed on the config's split, instead of splits")
@@ -51,7 +51,9 @@ def plan_runs(args, cfg) -> list[dict]:
 
 
 def _worker(rank, world, port, config, overrides, runs, out_dir):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     import deepspeed.comm as dist
     import torch
 
@@ -65,8 +67,9 @@ def _worker(rank, world, port, config, overrides, runs, out_dir):
         ds, _ = extensions.prefer_torch_adam(ds)
     ds = {**ds, "tensorboard": {"enabled": False}}
     for i, run in enumerate(runs):
-        run_cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, **run, "metrics_out": None, "checkpoint_every": 0,
-                                           "run_name": f"sweep-{i}"})  # fmt: skip
+        run_cfg = DsgraphConfig.from_dict(
+            {**cfg.to_dict(), **overrides, **run, "metrics_out": None, "checkpoint_every": 0, "run_name": f"sweep-{i}"}
+        )
         result = Trainer(run_cfg, ds, device, log=lambda line: None).fit(log=lambda line: None)
         if rank == 0:
             with open(os.path.join(out_dir, f"run{i}.json"), "w") as f:
@@ -79,8 +82,11 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
     """name -> {mean, std, n} over the runs, for the numbers every run reports."""
     metric = rows[0]["best"]["metric"]
     key = "acc" if metric == "accuracy" else metric
-    columns = {f"test_{key}_at_best_val": lambda r: r["best"]["test"], f"best_val_{key}": lambda r: r["best"]["val"],
-               f"test_{key}_last": lambda r: r["last"][f"test_{key}"]}  # fmt: skip
+    columns = {
+        f"test_{key}_at_best_val": lambda r: r["best"]["test"],
+        f"best_val_{key}": lambda r: r["best"]["val"],
+        f"test_{key}_last": lambda r: r["last"][f"test_{key}"],
+    }
     if key != "acc":
         columns["test_acc_last"] = lambda r: r["last"]["test_acc"]
     for name in rows[0]["best"].get("tests", {}):  # every test column at the best epoch (a link task's AP, MRR, Hits@K)
@@ -89,7 +95,11 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
     out = {}
     for name, get in columns.items():
         values = np.array([get(r) for r in rows], dtype=float)
-        out[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "n": len(values)}
+        out[name] = {
+            "mean": float(values.mean()),
+            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "n": len(values),
+        }
     return out
 
 
@@ -107,16 +117,25 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     _, cfg = load_ds_config(args.config)
-    overrides = {k: v for k, v in (("dataset", args.dataset), ("epochs", args.epochs), ("metric", args.metric)) if v is not None}
+    overrides = {
+        k: v for k, v in (("dataset", args.dataset), ("epochs", args.epochs), ("metric", args.metric)) if v is not None
+    }
     cfg = type(cfg).from_dict({**cfg.to_dict(), **overrides})
     runs = plan_runs(args, cfg)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(args.nprocs, free_port(), args.config, overrides, runs, tmp), nprocs=args.nprocs,
-                           start_method="spawn")  # fmt: skip
+        mp.start_processes(
+            _worker,
+            args=(args.nprocs, free_port(), args.config, overrides, runs, tmp),
+            nprocs=args.nprocs,
+            start_method="spawn",
+        )
         rows = [json.load(open(os.path.join(tmp, f"run{i}.json"))) for i in range(len(runs))]
     summary = summarise(rows)
     kind = "seeds" if args.seeds else "splits"
-    title = f"{os.path.basename(cfg.dataset)}: {len(rows)} {kind}, {cfg.epochs} epochs, {args.nprocs} rank(s), {os.path.basename(args.config)}"
+    title = (
+        f"{os.path.basename(cfg.dataset)}: {len(rows)} {kind}, {cfg.epochs} epochs, {args.nprocs} rank(s), "
+        f"{os.path.basename(args.config)}"
+    )
     print(markdown(summary, title))
     report = {"title": title, "summary": summary, "runs": rows}
     print(json.dumps({"title": title, "summary": summary}))

@@ -31,7 +31,9 @@ def load_spans(path: str) -> tuple[list[tuple[float, float]], list[tuple[float, 
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    spans = [(e["name"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and "dur" in e]
+    spans = [
+        (e["name"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and "dur" in e
+    ]
     attention = [(a, b) for name, a, b in spans if name.startswith(ATTENTION_PREFIX)]
     comm = [(a, b) for name, a, b in spans if name.startswith(COMM_PREFIXES) and not name.endswith("/wait")]
     return attention, comm
@@ -64,14 +66,25 @@ def overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> flo
 def summarise(folder: str) -> list[dict]:
     files = sorted(glob.glob(os.path.join(folder, "*.pt.trace.json*")))
     if not files:
-        raise FileNotFoundError(f"{folder}: no *.pt.trace.json files (train with --trace-steps A:B --trace-dir {folder})")
+        raise FileNotFoundError(
+            f"{folder}: no *.pt.trace.json files (train with --trace-steps A:B --trace-dir {folder})"
+        )
     rows = []
     for path in files:
         attention, comm = (union(s) for s in load_spans(path))
         both = overlap(attention, comm)
         span = sum(b - a for a, b in comm)
-        rows.append({"file": os.path.basename(path), "attention_ms": sum(b - a for a, b in attention), "comm_ms": span,
-                     "overlap_ms": both, "comm_hidden": both / span if span else 0.0, "attention": attention, "comm": comm})  # fmt: skip
+        rows.append(
+            {
+                "file": os.path.basename(path),
+                "attention_ms": sum(b - a for a, b in attention),
+                "comm_ms": span,
+                "overlap_ms": both,
+                "comm_hidden": both / span if span else 0.0,
+                "attention": attention,
+                "comm": comm,
+            }
+        )
     return rows
 
 
@@ -87,7 +100,10 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         for lane, (key, colour) in enumerate((("attention", "tab:blue"), ("comm", "tab:orange"))):
             ax.broken_barh([(a - start, b - a) for a, b in row[key]], (1 - lane, 0.8), color=colour, label=key)
         ax.set_yticks([0.4, 1.4], ["communication", "attention"])
-        ax.set_title(f"{row['file'].split('.')[0]}: {100 * row['comm_hidden']:.0f}% of communication in flight during attention", fontsize=9)
+        ax.set_title(
+            f"{row['file'].split('.')[0]}: {100 * row['comm_hidden']:.0f}% of communication in flight during attention",
+            fontsize=9,
+        )
     axes[-1, 0].set_xlabel("ms")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -109,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{'trace':<40} {'attention ms':>12} {'comm ms':>9} {'both ms':>9} {'comm during attention':>22}")
     for r in rows:
-        print(f"{r['file'][:40]:<40} {r['attention_ms']:12.1f} {r['comm_ms']:9.1f} {r['overlap_ms']:9.1f} {100 * r['comm_hidden']:21.0f}%")
+        print(
+            f"{r['file'][:40]:<40} {r['attention_ms']:12.1f} {r['comm_ms']:9.1f} {r['overlap_ms']:9.1f} "
+            f"{100 * r['comm_hidden']:21.0f}%"
+        )
     if args.plot:
         plot(rows, args.plot, args.title or args.folder)
     if args.json_out:

@@ -28,11 +28,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-
-from dsgraph.agp.measure import interleaved_min  # noqa: E402
-from dsgraph.agp.model import GraphShape, ModelShape, SplitShape, predict, strategy_names  # noqa: E402
-from dsgraph.agp.profile import load_profile  # noqa: E402
-from dsgraph.agp.spawn import run_ranks  # noqa: E402
+from dsgraph.agp.measure import interleaved_min
+from dsgraph.agp.model import GraphShape, ModelShape, SplitShape, predict, strategy_names
+from dsgraph.agp.profile import load_profile
+from dsgraph.agp.spawn import run_ranks
 
 RANKS = (1, 2, 4)
 WITHIN = 0.10
@@ -80,8 +79,8 @@ def _rank_sweep(rank, p, cfgs, reps, backend):
 
     from dsgraph.comm import GraphParallelGroup
     from dsgraph.models.graph_transformer import TransformerBlock
-    from dsgraph.parallel import StrategyContext, get_strategy
     from dsgraph.modes.ranks import rank_attention
+    from dsgraph.parallel import StrategyContext, get_strategy
     from dsgraph.train.trainer import init_distributed
 
     warnings.filterwarnings("ignore")
@@ -108,7 +107,11 @@ def _rank_sweep(rank, p, cfgs, reps, backend):
         for name, points in interleaved_min(cases, reps).items():
             results[(i, name)] = points[0][1]
         if rank == 0:
-            print(f"  p={p} [{i + 1}/{len(cfgs)}] {cfg.name}: " + ", ".join(f"{n} {results[(i, n)] * 1e3:.1f} ms" for n, *_ in cases), flush=True)
+            print(
+                f"  p={p} [{i + 1}/{len(cfgs)}] {cfg.name}: "
+                + ", ".join(f"{n} {results[(i, n)] * 1e3:.1f} ms" for n, *_ in cases),
+                flush=True,
+            )
     return results
 
 
@@ -130,8 +133,14 @@ def _shape(cfg: Config) -> GraphShape:
 
 def _save_raw(path: str, cfgs, measured, wall_s: float) -> None:
     with open(path, "w") as f:
-        json.dump({"configs": [asdict(c) for c in cfgs], "wall_s": wall_s,
-                   "measured": [[p, i, s, t] for (p, i, s), t in sorted(measured.items())]}, f)  # fmt: skip
+        json.dump(
+            {
+                "configs": [asdict(c) for c in cfgs],
+                "wall_s": wall_s,
+                "measured": [[p, i, s, t] for (p, i, s), t in sorted(measured.items())],
+            },
+            f,
+        )
 
 
 def _load_raw(path: str, cfgs) -> tuple[dict, float]:
@@ -173,12 +182,22 @@ def evaluate(cfgs, measured, profile) -> tuple[list[dict], dict]:
                 pk, bk = min(at, key=lambda k: at[k][0]), min(at, key=lambda k: at[k][1])
                 hits_at[p][0] += at[pk][1] <= (1 + WITHIN) * at[bk][1]
                 hits_at[p][1] += 1
-        rows.append({
-            "config": cfg.name, **asdict(cfg), "nodes": shape.num_nodes, "edges": shape.num_edges,
-            "pick": f"{pick[0]}@{pick[1]}", "best": f"{best[0]}@{best[1]}", "pick_within_10pct": ok,
-            "pick_over_best": pairs[pick][1] / pairs[best][1],
-            "pairs": {f"{s}@{p}": {"predicted_s": a, "measured_s": b} for (s, p), (a, b) in sorted(pairs.items(), key=lambda kv: (kv[0][1], kv[0][0]))},
-        })  # fmt: skip
+        rows.append(
+            {
+                "config": cfg.name,
+                **asdict(cfg),
+                "nodes": shape.num_nodes,
+                "edges": shape.num_edges,
+                "pick": f"{pick[0]}@{pick[1]}",
+                "best": f"{best[0]}@{best[1]}",
+                "pick_within_10pct": ok,
+                "pick_over_best": pairs[pick][1] / pairs[best][1],
+                "pairs": {
+                    f"{s}@{p}": {"predicted_s": a, "measured_s": b}
+                    for (s, p), (a, b) in sorted(pairs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+                },
+            }
+        )
     summary = {
         "configurations": len(cfgs),
         "measured_pairs": len(errors),
@@ -211,16 +230,19 @@ def repeatability(cfgs, first: dict, second: dict) -> dict:
 def markdown(rows, summary) -> str:
     lines = [
         f"Selection accuracy (pick within {WITHIN:.0%} of the measured best over (strategy, p in 1, 2, 4)): "
-        f"**{summary['selection_accuracy_pct']:.1f}%** of {summary['configurations']} configurations; at a fixed world size: "
-        + ", ".join(f"p={p}: {v:.1f}%" for p, v in summary["selection_accuracy_at_p_pct"].items()),
+        f"**{summary['selection_accuracy_pct']:.1f}%** of {summary['configurations']} configurations; at a fixed world "
+        "size: " + ", ".join(f"p={p}: {v:.1f}%" for p, v in summary["selection_accuracy_at_p_pct"].items()),
         f"Median absolute prediction error: **{summary['median_abs_prediction_error_pct']:.1f}%** "
-        f"(mean {summary['mean_abs_prediction_error_pct']:.1f}%) over {summary['measured_pairs']} measured (strategy, p) pairs.",
+        f"(mean {summary['mean_abs_prediction_error_pct']:.1f}%) over {summary['measured_pairs']} measured (strategy, "
+        "p) pairs.",
     ]
     if "repeatability" in summary:
         r = summary["repeatability"]
         lines.append(
-            f"Repeatability against {r['against']}: the same pair measured twice differs by {r['median_abs_difference_pct']:.1f}% "
-            f"(median; 90th percentile {r['p90_abs_difference_pct']:.1f}%); an oracle that picks one run's measured best is "
+            f"Repeatability against {r['against']}: the same pair measured twice differs by "
+            f"{r['median_abs_difference_pct']:.1f}% "
+            f"(median; 90th percentile {r['p90_abs_difference_pct']:.1f}%); an oracle that picks one run's measured "
+            "best is "
             f"within 10% of the other run's best in **{r['oracle_selection_accuracy_pct']:.1f}%** of cases."
         )
     lines += [
@@ -231,8 +253,10 @@ def markdown(rows, summary) -> str:
     for r in rows:
         one, best = r["pairs"]["ag@1"], r["pairs"][r["best"]]
         lines.append(
-            f"| {r['config']} | {r['nodes']:,} | {r['edges']:,} | {r['pick']} | {r['best']} | {r['pick_over_best']:.2f} | "
-            f"{one['measured_s'] * 1e3:.1f} / {one['predicted_s'] * 1e3:.1f} | {r['pairs'][r['best']]['measured_s'] * 1e3:.1f} / {best['predicted_s'] * 1e3:.1f} |"
+            f"| {r['config']} | {r['nodes']:,} | {r['edges']:,} | {r['pick']} | {r['best']} "
+            f"| {r['pick_over_best']:.2f} | "
+            f"{one['measured_s'] * 1e3:.1f} / {one['predicted_s'] * 1e3:.1f} "
+            f"| {r['pairs'][r['best']]['measured_s'] * 1e3:.1f} / {best['predicted_s'] * 1e3:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -250,8 +274,13 @@ def plots(rows, out_dir: str) -> None:
     for r in rows:
         for key, v in r["pairs"].items():
             s, p = key.split("@")
-            ax.scatter(v["measured_s"] * 1e3, v["predicted_s"] * 1e3, c=colours[s], marker=markers[int(p)], s=18, alpha=0.8)
-            lo, hi = min(lo, v["measured_s"] * 1e3, v["predicted_s"] * 1e3), max(hi, v["measured_s"] * 1e3, v["predicted_s"] * 1e3)
+            ax.scatter(
+                v["measured_s"] * 1e3, v["predicted_s"] * 1e3, c=colours[s], marker=markers[int(p)], s=18, alpha=0.8
+            )
+            lo, hi = (
+                min(lo, v["measured_s"] * 1e3, v["predicted_s"] * 1e3),
+                max(hi, v["measured_s"] * 1e3, v["predicted_s"] * 1e3),
+            )
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
     ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
@@ -281,36 +310,42 @@ def plots(rows, out_dir: str) -> None:
         axes[1].scatter([], [], c=c, label=f"{s} (filled: measured winner, ring: predicted)")
     fig.legend(*axes[1].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3)
     fig.suptitle("Strategy map: fastest strategy over E/N and d")
-    fig.tight_layout(rect=(0, 0.07, 1, 1)), fig.savefig(os.path.join(out_dir, "strategy_map.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(os.path.join(out_dir, "strategy_map.png"), dpi=120)
+    plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="docs/agp/cpu_profile.json", help="AGP profile of this machine (dsgraph profile)")
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--profile", default="docs/agp/cpu_profile.json", help="AGP profile of this machine (dsgraph profile)"
+    )
     ap.add_argument("--out-dir", default="docs/agp", help="where sweep.json, sweep.md and the plots go")
     ap.add_argument("--reps", type=int, default=7, help="round-robin repetitions per measurement (minimum kept)")
     ap.add_argument("--backend", default="cpu", help="attention backend (must match the profile)")
     ap.add_argument("--quick", action="store_true", help="two tiny configurations (a smoke test of the tool)")
     ap.add_argument("--threads", type=int, help="threads per rank (default: the profile's)")
-    ap.add_argument("--compare", metavar="RAW_JSON", help="another run's sweep_raw.json: report how well the two "
-                    "measurements agree (the noise floor of the selection accuracy)")
-    ap.add_argument("--reuse", action="store_true", help="reuse the measurements in OUT_DIR/sweep_raw.json (re-evaluate "
-                    "against another profile, or resume an interrupted sweep)")
-    args = ap.parse_args(argv)
-    try:
-        profile = load_profile(args.profile)
-        profile.check_matches(backend=args.backend, dtype="float32")
-        if args.compare and not os.path.isfile(args.compare):
-            raise FileNotFoundError(f"--compare {args.compare}: no such file (a sweep_raw.json of another run)")
-        if profile.max_ranks < max(RANKS):
-            raise ValueError(f"{args.profile}: the sweep needs rank counts up to {max(RANKS)}; the profile covers {profile.max_ranks}")
-    except (ValueError, FileNotFoundError) as err:
-        print(f"validate_agp: error: {err}", file=sys.stderr)
-        return 2
+    ap.add_argument(
+        "--compare",
+        metavar="RAW_JSON",
+        help="another run's sweep_raw.json: report how well the two "
+        "measurements agree (the noise floor of the selection accuracy)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse the measurements in OUT_DIR/sweep_raw.json (re-evaluate "
+        "against another profile, or resume an interrupted sweep)",
+    )
+    return ap.parse_args(argv)
+
+
+def _measure(args, cfgs: list[Config], profile, raw_path: str) -> tuple[dict, float]:
+    """The measured time of every (p, configuration, strategy), rank count by rank count, saved to
+    ``raw_path`` after each (with --reuse, the ones saved there are kept); (times, seconds spent)."""
     threads = args.threads or int(profile.system.get("threads_per_rank", 1))
-    cfgs = configs(args.quick)
-    os.makedirs(args.out_dir, exist_ok=True)
-    raw_path = os.path.join(args.out_dir, "sweep_raw.json")
     measured, spent_s = _load_raw(raw_path, cfgs) if args.reuse else ({}, 0.0)
     for p in RANKS:
         if any(key[0] == p for key in measured):
@@ -322,11 +357,36 @@ def main(argv: list[str] | None = None) -> int:
             measured[(p, i, s)] = t
         spent_s += time.perf_counter() - started
         _save_raw(raw_path, cfgs, measured, spent_s)  # after every rank count: a later --reuse resumes here
+    return measured, spent_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        profile = load_profile(args.profile)
+        profile.check_matches(backend=args.backend, dtype="float32")
+        if args.compare and not os.path.isfile(args.compare):
+            raise FileNotFoundError(f"--compare {args.compare}: no such file (a sweep_raw.json of another run)")
+        if profile.max_ranks < max(RANKS):
+            raise ValueError(
+                f"{args.profile}: the sweep needs rank counts up to {max(RANKS)}; the profile covers "
+                f"{profile.max_ranks}"
+            )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"validate_agp: error: {err}", file=sys.stderr)
+        return 2
+    cfgs = configs(args.quick)
+    os.makedirs(args.out_dir, exist_ok=True)
+    raw_path = os.path.join(args.out_dir, "sweep_raw.json")
+    measured, spent_s = _measure(args, cfgs, profile, raw_path)
     rows, summary = evaluate(cfgs, measured, profile)
     summary["measurement_wall_s"] = spent_s
     summary["profile"] = args.profile
     if args.compare:
-        summary["repeatability"] = {"against": args.compare, **repeatability(cfgs, measured, _load_raw(args.compare, cfgs)[0])}
+        summary["repeatability"] = {
+            "against": args.compare,
+            **repeatability(cfgs, measured, _load_raw(args.compare, cfgs)[0]),
+        }
     with open(os.path.join(args.out_dir, "sweep.json"), "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
     text = markdown(rows, summary)
@@ -334,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         f.write(text)
     plots(rows, args.out_dir)
     print(text)
-    print(f"sweep done ({summary['measurement_wall_s']:.0f} s of measurements); wrote {args.out_dir}/sweep.json, sweep.md, predicted_vs_measured.png, strategy_map.png")
+    print(
+        f"sweep done ({summary['measurement_wall_s']:.0f} s of measurements); wrote {args.out_dir}/sweep.json, "
+        "sweep.md, predicted_vs_measured.png, strategy_map.png"
+    )
     return 0
 
 

@@ -55,7 +55,9 @@ def from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, node_keys: np.n
     out_ptr, out_col = sorted_csr(src, dst, num_nodes)
     in_ptr, in_col = sorted_csr(dst, src, num_nodes)
     keys = np.arange(num_nodes, dtype=np.int64) if node_keys is None else np.asarray(node_keys, dtype=np.int64)
-    return Adjacency(num_nodes=num_nodes, out_ptr=out_ptr, out_col=out_col, in_ptr=in_ptr, in_col=in_col, node_keys=keys)
+    return Adjacency(
+        num_nodes=num_nodes, out_ptr=out_ptr, out_col=out_col, in_ptr=in_ptr, in_col=in_col, node_keys=keys
+    )
 
 
 def from_chunks(chunks, num_nodes: int, num_edges: int, node_keys: np.ndarray | None = None) -> Adjacency:

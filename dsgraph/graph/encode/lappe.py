@@ -122,8 +122,9 @@ def _residuals(op: LinearOperator, theta: np.ndarray, vecs: np.ndarray) -> np.nd
     return np.linalg.norm(op.matmat(vecs) - vecs * theta, axis=0)
 
 
-def sparse_component(w_comp: sp.csr_matrix, k: int, settings: SolverSettings = SolverSettings(), log=lambda line: None,
-                     status=None):  # fmt: skip
+def sparse_component(
+    w_comp: sp.csr_matrix, k: int, settings: SolverSettings = SolverSettings(), log=lambda line: None, status=None
+):
     """(vectors [s, k], eigenvalues [k] ascending) of one large component (its weights ``w_comp``,
     scaled in place), with the fallbacks of the module docstring; ValueError when none converges.
     ``status``: see ``_operator``."""
@@ -133,13 +134,18 @@ def sparse_component(w_comp: sp.csr_matrix, k: int, settings: SolverSettings = S
     v0 = rng.standard_normal(n)
     v0 -= u0 * (u0 @ v0)
     start = None
-    for ncv, maxiter in ((min(n - 1, max(2 * k + 1, 20)), settings.maxiter), (min(n - 1, max(4 * k + 1, 64)), 3 * settings.maxiter)):
+    for ncv, maxiter in (
+        (min(n - 1, max(2 * k + 1, 20)), settings.maxiter),
+        (min(n - 1, max(4 * k + 1, 64)), 3 * settings.maxiter),
+    ):
         try:
             theta, vecs = eigsh(op, k=k, which="LA", tol=settings.tol, v0=v0, ncv=ncv, maxiter=maxiter)
             return _finish(theta, vecs)
         except ArpackNoConvergence as err:
-            log(f"LapPE: ARPACK (ncv {ncv}, maxiter {maxiter}) found {len(err.eigenvalues)} of {k} eigenvectors "
-                f"on a component of {n:,} nodes; retrying")  # fmt: skip
+            log(
+                f"LapPE: ARPACK (ncv {ncv}, maxiter {maxiter}) found {len(err.eigenvalues)} of {k} eigenvectors "
+                f"on a component of {n:,} nodes; retrying"
+            )
             start = err.eigenvectors if err.eigenvectors.size else start
     x0 = rng.standard_normal((n, k))
     if start is not None:
@@ -165,8 +171,14 @@ def _finish(theta: np.ndarray, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return _fix_signs(vecs[:, order]), np.clip(2.0 * (1.0 - theta[order]), 0.0, 2.0)
 
 
-def lappe(adj: Adjacency, k: int, settings: SolverSettings = SolverSettings(), progress=None, log=lambda line: None,
-          status=None):  # fmt: skip
+def lappe(
+    adj: Adjacency,
+    k: int,
+    settings: SolverSettings = SolverSettings(),
+    progress=None,
+    log=lambda line: None,
+    status=None,
+):
     """(vectors float32 [N, k], eigenvalues float32 [N, k], component sizes int64 [C]) as the module
     docstring says. ``progress(nodes)`` is called as components are done, ``status(text)`` while
     the sparse solver runs."""

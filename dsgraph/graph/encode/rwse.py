@@ -77,15 +77,25 @@ def walk_rwse(adj: Adjacency, steps: int, walks: int = DEFAULT_WALKS, seed: int 
     for lo in range(0, n, SLICE_NODES):
         hi = min(n, lo + SLICE_NODES)
         buffer[:] = 0.0
-        estimate_returns(adj.out_ptr, adj.out_col, adj.in_ptr, adj.in_col, adj.node_keys, lo, hi, steps, walks, seed, buffer)
+        estimate_returns(
+            adj.out_ptr, adj.out_col, adj.in_ptr, adj.in_col, adj.node_keys, lo, hi, steps, walks, seed, buffer
+        )
         out[lo:hi] = buffer[: hi - lo]
         if progress is not None:
             progress(hi - lo)
     return out
 
 
-def rwse(adj: Adjacency, steps: int, *, method: str = "auto", walks: int = DEFAULT_WALKS, seed: int = 0,
-         max_exact_work: float = MAX_EXACT_WORK, progress=None) -> tuple[np.ndarray, str]:  # fmt: skip
+def rwse(
+    adj: Adjacency,
+    steps: int,
+    *,
+    method: str = "auto",
+    walks: int = DEFAULT_WALKS,
+    seed: int = 0,
+    max_exact_work: float = MAX_EXACT_WORK,
+    progress=None,
+) -> tuple[np.ndarray, str]:
     """(float32 [N, K] return probabilities for k = 1..``steps``, the method used).
     ``progress(nodes)`` is called as origins are done."""
     if steps < 1:

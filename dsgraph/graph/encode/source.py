@@ -35,8 +35,10 @@ def resolve(graph: str, out: str | None, seed: int = 0) -> Target:
             raise ValueError(f"{graph}: a partition store gets its encodings in place; drop --out")
         return Target("store", graph, graph)
     if graph in BUNDLED and out is None:
-        raise ValueError(f"'{graph}' is bundled with dsgraph and is not changed in place; pass --out {graph}_enc.npz "
-                         f"and train on that file")  # fmt: skip
+        raise ValueError(
+            f"'{graph}' is bundled with dsgraph and is not changed in place; pass --out {graph}_enc.npz "
+            f"and train on that file"
+        )
     path = cached_dataset(graph, seed)
     return Target("npz", path, out or path)
 

@@ -51,7 +51,9 @@ def write_store_arrays(store_dir: str, arrays: dict[str, np.ndarray]) -> dict:
     held = dict(meta.get("encodings", {}))
     for name, array in arrays.items():
         if array.ndim != 2 or array.shape[0] != int(meta["num_nodes"]):
-            raise ValueError(f"array '{name}' of shape {array.shape} does not fit the store's {meta['num_nodes']} nodes")
+            raise ValueError(
+                f"array '{name}' of shape {array.shape} does not fit the store's {meta['num_nodes']} nodes"
+            )
         for rank, (start, end) in enumerate(meta["node_ranges"]):
             relpath = f"{part_dir_name(rank)}/{name}.npy"
             path = os.path.join(store_dir, relpath)

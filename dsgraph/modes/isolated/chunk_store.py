@@ -39,8 +39,17 @@ def write_chunk_store(
     """Writes ``graph`` (self loops already added if the model wants them) relabelled by chunk as a
     store with one part per chunk; replaces an older store in ``out_dir``. Returns META."""
     relabelled, perm, ranges = relabel(graph, chunk_of, num_chunks)
-    return write_store(relabelled, perm, ranges, out_dir, method=f"isolated-{method}", dataset=dataset, seed=seed,
-                       overwrite=True, extra={"isolated_chunks": num_chunks})  # fmt: skip
+    return write_store(
+        relabelled,
+        perm,
+        ranges,
+        out_dir,
+        method=f"isolated-{method}",
+        dataset=dataset,
+        seed=seed,
+        overwrite=True,
+        extra={"isolated_chunks": num_chunks},
+    )
 
 
 @dataclass(kw_only=True)
@@ -58,8 +67,11 @@ class HaloExchange:
     reuse_dst: torch.Tensor  # int64 [u]: ... copied into these halo rows
     any_rank: bool  # whether any rank caches anything this super-epoch (then every rank takes part)
 
-    def to(self, device: torch.device) -> "HaloExchange":
-        return dataclasses.replace(self, **{name: getattr(self, name).to(device) for name in ("send_rows", "recv_rows", "reuse_src", "reuse_dst")})
+    def to(self, device: torch.device) -> HaloExchange:
+        return dataclasses.replace(
+            self,
+            **{name: getattr(self, name).to(device) for name in ("send_rows", "recv_rows", "reuse_src", "reuse_dst")},
+        )
 
 
 @dataclass(kw_only=True)
@@ -84,9 +96,14 @@ class SuperEpochData:
     def halo_nodes(self) -> int:
         return sum(self.halo.recv_counts) + self.halo.reuse_dst.numel()
 
-    def to(self, device: torch.device, dtype: torch.dtype) -> "SuperEpochData":
-        return dataclasses.replace(self, graph=self.graph.to(device, dtype), row_weights=self.row_weights.to(device),
-                                   orders=self.orders.to(device), halo=self.halo.to(device))  # fmt: skip
+    def to(self, device: torch.device, dtype: torch.dtype) -> SuperEpochData:
+        return dataclasses.replace(
+            self,
+            graph=self.graph.to(device, dtype),
+            row_weights=self.row_weights.to(device),
+            orders=self.orders.to(device),
+            halo=self.halo.to(device),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +123,17 @@ class ChunkLoader:
     """Loads rank ``rank``'s subgraph of any super-epoch from a chunk store (thread-safe to call from
     one background thread while the main thread trains)."""
 
-    def __init__(self, store_dir: str, schedule: RotationSchedule, rank: int, settings: LoadSettings, *,
-                 device: torch.device, dtype: torch.dtype, verify: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str,
+        schedule: RotationSchedule,
+        rank: int,
+        settings: LoadSettings,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        verify: bool = True,
+    ):
         meta = read_meta(store_dir)
         if meta["num_parts"] != schedule.num_chunks:
             raise ValueError(
@@ -118,7 +144,9 @@ class ChunkLoader:
         self.device, self.dtype = device, dtype
         self.chunk_ends = np.asarray(meta["node_ranges"], dtype=np.int64)[:, 1]  # [C]
         self.perm = load_permutation(store_dir, verify)  # [N] relabelled id -> original id (memory-mapped)
-        self.parts = [load_part(store_dir, c, schedule.num_chunks, verify, encodings=None) for c in range(schedule.num_chunks)]
+        self.parts = [
+            load_part(store_dir, c, schedule.num_chunks, verify, encodings=None) for c in range(schedule.num_chunks)
+        ]
         self.plan = cycle_plan(self.parts, schedule, settings.halo_fraction)
         self.train_counts = [int(np.count_nonzero(p.train_mask)) for p in self.parts]  # [C]
 
@@ -140,7 +168,9 @@ class ChunkLoader:
         own = [np.arange(self.parts[c].start, self.parts[c].end, dtype=np.int64) for c in chunks]
         return np.concatenate([*own, halo])
 
-    def _exchange(self, super_epoch: int, rows: BlockRows, halo_ids: np.ndarray, holders: np.ndarray, reuse: bool) -> HaloExchange:
+    def _exchange(
+        self, super_epoch: int, rows: BlockRows, halo_ids: np.ndarray, holders: np.ndarray, reuse: bool
+    ) -> HaloExchange:
         """What every other rank's halo needs of this rank's rows, and where this rank's halo rows
         come from; with ``reuse``, what a rank held in ``super_epoch - 1`` is not sent to it again."""
         world, empty = self.schedule.world_size, np.zeros(0, dtype=np.int64)
@@ -157,13 +187,14 @@ class ChunkLoader:
         order = np.argsort(previous)
         tensor = lambda a: torch.from_numpy(np.asarray(a, dtype=np.int64))  # noqa: E731
         return HaloExchange(
-            send_rows=tensor(np.concatenate(send)), send_counts=[int(a.size) for a in send],
+            send_rows=tensor(np.concatenate(send)),
+            send_counts=[int(a.size) for a in send],
             recv_rows=tensor(rows.num_rows + np.flatnonzero(fetch)),
             recv_counts=[int(np.count_nonzero(fetch & (owner == q))) for q in range(world)],
             reuse_src=tensor(order[np.searchsorted(previous[order], halo_ids[~fetch])]),
             reuse_dst=tensor(rows.num_rows + np.flatnonzero(~fetch)),
             any_rank=any(ids.size for ids in self.plan.halo[super_epoch % self.schedule.cycle_length]),
-        )  # fmt: skip
+        )
 
     def _encodings_of(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """The encoding arrays (every one the store holds) of nodes ``ids`` (relabelled), read from
@@ -195,13 +226,24 @@ class ChunkLoader:
         holders = self.schedule.holders(super_epoch)
         blocks = [self.parts[c] for c in chunks]
         rows, halo_ids = BlockRows(blocks), self._halo_ids(self.rank, super_epoch, holders)
-        sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks, rows=rows,
-                             halo_enc=self._encodings_of(halo_ids))  # fmt: skip
+        sub = local_subgraph(
+            blocks,
+            halo_ids,
+            halo_self_loops=cfg.halo_self_loops,
+            chunks=chunks,
+            rows=rows,
+            halo_enc=self._encodings_of(halo_ids),
+        )
         graph, own = sub.graph, sub.node_ids[: sub.num_own].numpy()
         loss = graph.train_mask[: sub.num_own].numpy()
-        weights = correction_weights(cfg.correction, degree=sub.degree[loss], kept=sub.kept[loss],
-                                     expected=self.plan.expected_kept[own[loss]], layers=cfg.layers,
-                                     uniform_share=self.plan.uniform_share)  # fmt: skip
+        weights = correction_weights(
+            cfg.correction,
+            degree=sub.degree[loss],
+            kept=sub.kept[loss],
+            expected=self.plan.expected_kept[own[loss]],
+            layers=cfg.layers,
+            uniform_share=self.plan.uniform_share,
+        )
         row_weights = torch.zeros(graph.num_nodes, dtype=torch.float32)
         row_weights[: sub.num_own][torch.from_numpy(loss)] = weights
         local = whole_graph(graph, edge_features=graph.edge_attr is not None)
@@ -209,11 +251,17 @@ class ChunkLoader:
         local.nodes = dataclasses.replace(local.nodes, node_ids=torch.from_numpy(original))
         share = sub.kept[loss] / np.maximum(sub.degree[loss], 1)
         data = SuperEpochData(
-            super_epoch=super_epoch, chunks=tuple(chunks), graph=local, row_weights=row_weights,
+            super_epoch=super_epoch,
+            chunks=tuple(chunks),
+            graph=local,
+            row_weights=row_weights,
             orders=self._orders(super_epoch, np.flatnonzero(loss)),
-            halo=self._exchange(super_epoch, rows, halo_ids, holders, reuse), coverage=float(share.mean()) if share.size else 1.0,
-            halo_hits=sub.halo_hits, halo_misses=sub.halo_misses, load_time_s=0.0,
-        )  # fmt: skip
+            halo=self._exchange(super_epoch, rows, halo_ids, holders, reuse),
+            coverage=float(share.mean()) if share.size else 1.0,
+            halo_hits=sub.halo_hits,
+            halo_misses=sub.halo_misses,
+            load_time_s=0.0,
+        )
         data = data.to(self.device, self.dtype)
         data.load_time_s = time.perf_counter() - start
         return data
@@ -226,8 +274,9 @@ def exchange_halo(data: SuperEpochData, previous: SuperEpochData | None, pg, dty
     halo, x = data.halo, data.graph.nodes.x  # x [n, F]: own rows, then the halo rows
     if halo.reuse_dst.numel():
         if previous is None or previous.super_epoch != data.super_epoch - 1:
-            raise RuntimeError(f"super-epoch {data.super_epoch} was loaded to reuse features of the one before, "
-                               "which is not at hand")  # fmt: skip
+            raise RuntimeError(
+                f"super-epoch {data.super_epoch} was loaded to reuse features of the one before, which is not at hand"
+            )
         x[halo.reuse_dst] = previous.graph.nodes.x[halo.reuse_src]
     if pg.world_size == 1 or not halo.any_rank:
         return 0
@@ -235,7 +284,9 @@ def exchange_halo(data: SuperEpochData, previous: SuperEpochData | None, pg, dty
 
     send = x[halo.send_rows].to(dtype).contiguous()
     recv = torch.empty((halo.recv_rows.numel(), x.shape[1]), dtype=dtype, device=x.device)
-    dist.all_to_all_single(recv, send, output_split_sizes=halo.recv_counts, input_split_sizes=halo.send_counts, group=pg.group)
+    dist.all_to_all_single(
+        recv, send, output_split_sizes=halo.recv_counts, input_split_sizes=halo.send_counts, group=pg.group
+    )
     x[halo.recv_rows] = recv.to(x.dtype)
     return send.numel() * send.element_size()
 

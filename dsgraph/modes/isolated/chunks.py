@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -181,11 +182,18 @@ def graph_block(graph: Graph, start: int, end: int) -> GraphBlock:
         added = graph.added_loops[lo:hi] if graph.added_loops is not None else torch.zeros(hi - lo, dtype=torch.bool)
         edges = {"edge_attr": graph.edge_attr[lo:hi].numpy(), "added_loops": added.numpy()}
     return GraphBlock(
-        start=start, end=end, rowptr=rowptr.numpy(), col=col.numpy(), x=graph.x[start:end].numpy(),
-        y=graph.y[start:end].numpy(), train_mask=graph.train_mask[start:end].numpy(),
-        val_mask=graph.val_mask[start:end].numpy(), test_mask=graph.test_mask[start:end].numpy(),
-        enc={name: array[start:end].numpy() for name, array in graph.enc.items()}, **edges,
-    )  # fmt: skip
+        start=start,
+        end=end,
+        rowptr=rowptr.numpy(),
+        col=col.numpy(),
+        x=graph.x[start:end].numpy(),
+        y=graph.y[start:end].numpy(),
+        train_mask=graph.train_mask[start:end].numpy(),
+        val_mask=graph.val_mask[start:end].numpy(),
+        test_mask=graph.test_mask[start:end].numpy(),
+        enc={name: array[start:end].numpy() for name, array in graph.enc.items()},
+        **edges,
+    )
 
 
 class BlockRows:
@@ -200,7 +208,9 @@ class BlockRows:
         self.offsets = np.concatenate(([0], np.cumsum(sizes)))  # [B+1] local id of each block's first row
         self.order = np.argsort(self.starts)
         if (sizes < 0).any() or (self.starts[self.order][1:] < self.ends[self.order][:-1]).any():
-            raise ValueError(f"row blocks must be disjoint ranges, got {list(zip(self.starts.tolist(), self.ends.tolist()))}")
+            raise ValueError(
+                f"row blocks must be disjoint ranges, got {list(zip(self.starts.tolist(), self.ends.tolist()))}"
+            )
         self.degree = np.concatenate([np.diff(np.asarray(b.rowptr)) for b in blocks])  # [n] full in-degree
         self.src = np.concatenate([np.asarray(b.col, dtype=np.int64) for b in blocks])  # [E_all] global ids
 
@@ -291,8 +301,13 @@ class LocalSubgraph:
 
 
 def local_subgraph(
-    blocks: Sequence[RowBlock], halo_ids=(), *, halo_self_loops: bool = True, chunks: Sequence[int] = (),
-    rows: BlockRows | None = None, halo_enc: dict[str, np.ndarray] | None = None,
+    blocks: Sequence[RowBlock],
+    halo_ids=(),
+    *,
+    halo_self_loops: bool = True,
+    chunks: Sequence[int] = (),
+    rows: BlockRows | None = None,
+    halo_enc: dict[str, np.ndarray] | None = None,
 ) -> LocalSubgraph:
     """Keeps the in-edges of the blocks' rows whose source lies in a block or in ``halo_ids`` (ids
     outside every block, any order: halo row h is ``halo_ids[h]``); a halo row's only in-edge is its
@@ -319,14 +334,27 @@ def local_subgraph(
         return torch.from_numpy(np.concatenate(own + [np.full(shape, halo_value, dtype=dtype)]))
 
     graph = Graph(
-        rowptr=torch.from_numpy(rowptr), col=torch.from_numpy(col), x=cat("x", np.float32, 0.0),
-        y=cat("y", np.int64, -1), train_mask=cat("train_mask", bool, False), val_mask=cat("val_mask", bool, False),
-        test_mask=cat("test_mask", bool, False), name="isolated", enc=_stacked_encodings(blocks, halo_enc),
+        rowptr=torch.from_numpy(rowptr),
+        col=torch.from_numpy(col),
+        x=cat("x", np.float32, 0.0),
+        y=cat("y", np.int64, -1),
+        train_mask=cat("train_mask", bool, False),
+        val_mask=cat("val_mask", bool, False),
+        test_mask=cat("test_mask", bool, False),
+        name="isolated",
+        enc=_stacked_encodings(blocks, halo_enc),
         **_kept_edge_features(blocks, kept_edge, loops.size),
-    )  # fmt: skip
+    )
     node_ids = torch.from_numpy(np.concatenate([rows.node_ids(), halo_ids]))
-    return LocalSubgraph(graph=graph, node_ids=node_ids, num_own=n, degree=rows.degree, kept=kept,
-                         halo_hits=int(from_halo.sum()), chunks=tuple(chunks))  # fmt: skip
+    return LocalSubgraph(
+        graph=graph,
+        node_ids=node_ids,
+        num_own=n,
+        degree=rows.degree,
+        kept=kept,
+        halo_hits=int(from_halo.sum()),
+        chunks=tuple(chunks),
+    )
 
 
 def _kept_edge_features(blocks: Sequence[RowBlock], kept_edge: np.ndarray, loops: int) -> dict:
@@ -335,15 +363,19 @@ def _kept_edge_features(blocks: Sequence[RowBlock], kept_edge: np.ndarray, loops
         return {}
     attr = np.concatenate([np.asarray(b.edge_attr, dtype=np.float32) for b in blocks])[kept_edge]
     added = np.concatenate([np.asarray(b.added_loops, dtype=bool) for b in blocks])[kept_edge]
-    return {"edge_attr": torch.from_numpy(np.concatenate([attr, np.zeros((loops, attr.shape[1]), np.float32)])),
-            "added_loops": torch.from_numpy(np.concatenate([added, np.ones(loops, dtype=bool)]))}  # fmt: skip
+    return {
+        "edge_attr": torch.from_numpy(np.concatenate([attr, np.zeros((loops, attr.shape[1]), np.float32)])),
+        "added_loops": torch.from_numpy(np.concatenate([added, np.ones(loops, dtype=bool)])),
+    }
 
 
 def _stacked_encodings(blocks: Sequence[RowBlock], halo_enc: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor]:
     """The encoding arrays of ``halo_enc``'s names: the blocks' rows one after the other, then the
     halo rows' (``halo_enc``, [h, w] each); none without ``halo_enc``."""
-    return {name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo)]))
-            for name, halo in (halo_enc or {}).items()}  # fmt: skip
+    return {
+        name: torch.from_numpy(np.concatenate([np.asarray(b.enc[name]) for b in blocks] + [np.asarray(halo)]))
+        for name, halo in (halo_enc or {}).items()
+    }
 
 
 @dataclass(kw_only=True)
@@ -418,9 +450,11 @@ def correction_weights(
         raise ValueError(f"unknown isolated correction '{method}'; choose from {', '.join(CORRECTIONS)}")
     degree, kept, expected = (np.asarray(a, dtype=np.float64) for a in (degree, kept, expected))
     if method == "resample":
-        w = resampling_correction(np.broadcast_to(expected, (layers, expected.size)), np.broadcast_to(degree, (layers, degree.size)))
+        w = resampling_correction(
+            np.broadcast_to(expected, (layers, expected.size)), np.broadcast_to(degree, (layers, degree.size))
+        )
     elif method == "uniform":
-        w = np.full(degree.size, uniform_share ** -layers)
+        w = np.full(degree.size, uniform_share**-layers)
     elif method == "coverage":
         w = np.where(expected > 0, kept / np.maximum(expected, 1e-12), 1.0)
     else:

@@ -36,17 +36,29 @@ class IsolatedConfig:
     """Folder for the chunk store (rank 0 writes it; must be shared by all ranks); null: every rank
     writes its own in a temporary folder."""
 
-    FLAT_KEYS = {"isolated_chunks": "chunks", "repart_every": "repart_every", "isolated_sync": "sync",
-                 "isolated_batch_size": "batch_size", "isolated_correction": "correction",
-                 "isolated_halo_fraction": "halo_fraction", "isolated_comm_dtype": "comm_dtype",
-                 "chunk_method": "chunk_method", "isolated_prefetch": "prefetch", "isolated_store": "store"}  # fmt: skip
+    FLAT_KEYS = {
+        "isolated_chunks": "chunks",
+        "repart_every": "repart_every",
+        "isolated_sync": "sync",
+        "isolated_batch_size": "batch_size",
+        "isolated_correction": "correction",
+        "isolated_halo_fraction": "halo_fraction",
+        "isolated_comm_dtype": "comm_dtype",
+        "chunk_method": "chunk_method",
+        "isolated_prefetch": "prefetch",
+        "isolated_store": "store",
+    }
     """Older top-level spellings of the keys (top-level key -> key here), still accepted."""
 
     def __post_init__(self) -> None:
         if self.chunks < 0 or self.repart_every < 1:
             raise ValueError("'chunks' must be >= 0 (0: 2 x ranks) and 'repart_every' >= 1")
-        for key, value, allowed in (("correction", self.correction, CORRECTIONS), ("chunk_method", self.chunk_method, CHUNK_METHODS),
-                                    ("sync", self.sync, SYNC_MODES), ("comm_dtype", self.comm_dtype, COMM_DTYPE_NAMES)):  # fmt: skip
+        for key, value, allowed in (
+            ("correction", self.correction, CORRECTIONS),
+            ("chunk_method", self.chunk_method, CHUNK_METHODS),
+            ("sync", self.sync, SYNC_MODES),
+            ("comm_dtype", self.comm_dtype, COMM_DTYPE_NAMES),
+        ):
             if value not in allowed:
                 raise ValueError(f"'{key}' must be one of {', '.join(allowed)}; got '{value}'")
         if self.batch_size < 0 or not 0.0 <= self.halo_fraction <= 1.0:

@@ -44,9 +44,9 @@ class LocalSteps:
                 f"the whole optimizer state and its fp32 parameters; this config has ZeRO stage {stage}"
                 f"{' and bf16/fp16' if engine.bfloat16_enabled() or engine.fp16_enabled() else ''}, which shard the "
                 f"state or keep master weights inside DeepSpeed and reduce every step. Use "
-                f"\"zero_optimization\": {{\"stage\": 0}} without bf16/fp16 (ds_configs/cpu_isolated.json), "
-                f"or \"isolated_sync\": \"step\""
-            )  # fmt: skip
+                f'"zero_optimization": {{"stage": 0}} without bf16/fp16 (ds_configs/cpu_isolated.json), '
+                f'or "isolated_sync": "step"'
+            )
         engine.enable_backward_allreduce = False
         self.engine, self.pg = engine, pg
         self.params = [p for p in engine.module.parameters() if p.requires_grad]

@@ -37,18 +37,29 @@ import time
 from dataclasses import dataclass
 
 from dsgraph.graph import encodings, load_dataset
-from dsgraph.modes.isolated.local_steps import LocalSteps
-from dsgraph.modes.sync import EveryStep
-from dsgraph.modes.isolated.chunks import (
-    RotationSchedule, assign_chunks, batch_sizes, default_num_chunks, num_batches, super_epoch_of,
-)  # fmt: skip
-from dsgraph.modes.isolated.chunk_store import (
-    COMM_DTYPES, ChunkLoader, ChunkPrefetcher, LoadSettings, SuperEpochData, exchange_halo, write_chunk_store,
-)  # fmt: skip
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.modes.base import Mode, Step
+from dsgraph.modes.isolated.chunk_store import (
+    COMM_DTYPES,
+    ChunkLoader,
+    ChunkPrefetcher,
+    LoadSettings,
+    SuperEpochData,
+    exchange_halo,
+    write_chunk_store,
+)
+from dsgraph.modes.isolated.chunks import (
+    RotationSchedule,
+    assign_chunks,
+    batch_sizes,
+    default_num_chunks,
+    num_batches,
+    super_epoch_of,
+)
 from dsgraph.modes.isolated.config import IsolatedConfig
+from dsgraph.modes.isolated.local_steps import LocalSteps
 from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
+from dsgraph.modes.sync import EveryStep
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,27 +97,38 @@ class Isolated(Mode):
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
         self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
         heartbeat("start-up: loading the graph")
-        graph = edge_features(load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset)
+        graph = edge_features(
+            load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset
+        )
         graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         if graph.multilabel:
-            raise ValueError(f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "
-                             "use mode 'full' (any strategy)")
+            raise ValueError(
+                f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "
+                "use mode 'full' (any strategy)"
+            )
         graph = graph.with_self_loops() if cfg.self_loops else graph
         self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
         self.pg = self.eval_ranks.pg
-        self.num_features, self.num_classes, self.num_edge_features = graph.num_features, graph.num_classes, graph.num_edge_features
+        self.num_features, self.num_classes, self.num_edge_features = (
+            graph.num_features,
+            graph.num_classes,
+            graph.num_edge_features,
+        )
         heartbeat("start-up: writing the chunk store")
         self.store_dir = self._write_store(graph)
         self.data: SuperEpochData | None = None
         self.switch_times: list[tuple[int, float, float]] = []
         self.local = cfg.isolated.sync == "super_epoch"
         s = self.schedule
-        log(f"isolated: {s.num_chunks} {cfg.isolated.chunk_method} chunks, {s.chunks_per_rank} per rank, rotating round-robin "
+        log(
+            f"isolated: {s.num_chunks} {cfg.isolated.chunk_method} chunks, {s.chunks_per_rank} per rank, rotating "
+            "round-robin "
             f"every {cfg.isolated.repart_every} epochs (cycle {s.cycle_length} super-epochs), sync every "
             f"{'super-epoch' if self.local else 'step'}, batches of {cfg.isolated.batch_size or 'all'}, "
             f"halo cache {cfg.isolated.halo_fraction:.0%}, correction '{cfg.isolated.correction}', "
-            f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}")  # fmt: skip
+            f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}"
+        )
 
     def _write_store(self, graph) -> str:
         """Rank 0 chooses the chunks; with ``isolated.store`` rank 0 writes the store there, otherwise
@@ -123,7 +145,15 @@ class Isolated(Mode):
         error = None
         if writer:
             try:
-                write_chunk_store(graph, chunk_of, num_chunks, store_dir, method=cfg.isolated.chunk_method, seed=cfg.seed, dataset=cfg.dataset)
+                write_chunk_store(
+                    graph,
+                    chunk_of,
+                    num_chunks,
+                    store_dir,
+                    method=cfg.isolated.chunk_method,
+                    seed=cfg.seed,
+                    dataset=cfg.dataset,
+                )
             except (ValueError, OSError) as err:
                 error = ValueError(f"writing the chunk store {store_dir} failed: {err}")
         raise_if_any_rank_failed(self.control, error)  # also makes the other ranks wait for rank 0's store
@@ -135,8 +165,15 @@ class Isolated(Mode):
     def attach(self, device, dtype):
         cfg = self.cfg
         self.eval_ranks.attach(device, dtype)
-        settings = LoadSettings(correction=cfg.isolated.correction, layers=cfg.layers, halo_fraction=cfg.isolated.halo_fraction,
-                                halo_self_loops=cfg.self_loops, repart_every=cfg.isolated.repart_every, epochs=cfg.epochs, seed=cfg.seed)  # fmt: skip
+        settings = LoadSettings(
+            correction=cfg.isolated.correction,
+            layers=cfg.layers,
+            halo_fraction=cfg.isolated.halo_fraction,
+            halo_self_loops=cfg.self_loops,
+            repart_every=cfg.isolated.repart_every,
+            epochs=cfg.epochs,
+            seed=cfg.seed,
+        )
         self.loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
         self.chunks = ChunkPrefetcher(self.loader, cfg.isolated.prefetch)
 
@@ -178,30 +215,64 @@ class Isolated(Mode):
         """The epoch's mini-batch steps; the first one after a switch carries the halo bytes."""
         r = self.cfg.isolated.repart_every
         s = super_epoch_of(epoch, r)
-        stall, halo_time, halo_bytes = self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
+        stall, halo_time, halo_bytes = (
+            self._switch(s) if self.data is None or self.data.super_epoch != s else (0.0, 0.0, 0)
+        )
         batches, counts = self._batches(s)
-        plan = _EpochPlan(epoch=epoch, batches=batches, counts=counts, boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
-                          stall_s=stall, halo_time_s=halo_time, halo_bytes=halo_bytes,
-                          global_counts=[sum(sizes) for sizes in zip(*(batch_sizes(c, batches) for c in counts))])  # fmt: skip
+        plan = _EpochPlan(
+            epoch=epoch,
+            batches=batches,
+            counts=counts,
+            boundary=epoch == min((s + 1) * r, self.cfg.epochs) - 1,
+            stall_s=stall,
+            halo_time_s=halo_time,
+            halo_bytes=halo_bytes,
+            global_counts=[sum(sizes) for sizes in zip(*(batch_sizes(c, batches) for c in counts))],
+        )
         rows = self.data.orders[epoch - s * r].tensor_split(batches)
         return [self._step(plan, j, rows[j], first_step + j) for j in range(batches)]
 
-    def _step(self, plan: "_EpochPlan", j: int, rows, dropout_step: int) -> Step:
+    def _step(self, plan: _EpochPlan, j: int, rows, dropout_step: int) -> Step:
         data, last, first = self.data, j == plan.batches - 1, j == 0
         graph, nodes, halo = data.graph, data.graph.nodes, data.halo
-        fields = {"super_epoch": data.super_epoch, "chunks": list(data.chunks), "batch": j, "batches": plan.batches,
-                  "coverage": data.coverage, "local_nodes": graph.num_nodes, "local_edges": graph.block.num_edges,
-                  "halo_nodes": data.halo_nodes, "halo_reused": halo.reuse_dst.numel(), "halo_hits": data.halo_hits,
-                  "halo_misses": data.halo_misses, "halo_hit_rate": data.halo_hits / max(data.halo_hits + data.halo_misses, 1),
-                  "halo_bytes": plan.halo_bytes if first else 0, "halo_time_s": plan.halo_time_s if first else 0.0,
-                  "switch_time_s": plan.stall_s if first else 0.0}  # fmt: skip
+        fields = {
+            "super_epoch": data.super_epoch,
+            "chunks": list(data.chunks),
+            "batch": j,
+            "batches": plan.batches,
+            "coverage": data.coverage,
+            "local_nodes": graph.num_nodes,
+            "local_edges": graph.block.num_edges,
+            "halo_nodes": data.halo_nodes,
+            "halo_reused": halo.reuse_dst.numel(),
+            "halo_hits": data.halo_hits,
+            "halo_misses": data.halo_misses,
+            "halo_hit_rate": data.halo_hits / max(data.halo_hits + data.halo_misses, 1),
+            "halo_bytes": plan.halo_bytes if first else 0,
+            "halo_time_s": plan.halo_time_s if first else 0.0,
+            "switch_time_s": plan.stall_s if first else 0.0,
+        }
         total = sum(plan.counts)
         count = len(rows) if self.local else plan.global_counts[j]
-        return Step(epoch=plan.epoch, x=nodes.x, enc=nodes.enc, attention=self.attention, node_ids=nodes.node_ids, loss_rows=rows,
-                    labels=nodes.y[rows], weights=data.row_weights[rows], global_count=max(count, 1), dropout_step=dropout_step,
-                    reduce=False, fields=fields, ends_epoch=last, local=self.local, sync=self.local and plan.boundary and last,
-                    sync_weight=plan.counts[self.pg.rank] / total if total else 1.0 / len(plan.counts),
-                    input_bytes=plan.halo_bytes if first else 0)  # fmt: skip
+        return Step(
+            epoch=plan.epoch,
+            x=nodes.x,
+            enc=nodes.enc,
+            attention=self.attention,
+            node_ids=nodes.node_ids,
+            loss_rows=rows,
+            labels=nodes.y[rows],
+            weights=data.row_weights[rows],
+            global_count=max(count, 1),
+            dropout_step=dropout_step,
+            reduce=False,
+            fields=fields,
+            ends_epoch=last,
+            local=self.local,
+            sync=self.local and plan.boundary and last,
+            sync_weight=plan.counts[self.pg.rank] / total if total else 1.0 / len(plan.counts),
+            input_bytes=plan.halo_bytes if first else 0,
+        )
 
     def eval_batch(self):
         return self.eval_ranks.eval_batch()

@@ -21,8 +21,13 @@ class SampledConfig:
     feature_dtype: str = "float32"
     """Storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
 
-    FLAT_KEYS = {"fanouts": "fanouts", "batch_size": "batch_size", "prefetch_depth": "prefetch_depth",
-                 "cache_fraction": "cache_fraction", "feature_dtype": "feature_dtype"}  # fmt: skip
+    FLAT_KEYS = {
+        "fanouts": "fanouts",
+        "batch_size": "batch_size",
+        "prefetch_depth": "prefetch_depth",
+        "cache_fraction": "cache_fraction",
+        "feature_dtype": "feature_dtype",
+    }
     """Older top-level spellings of the keys (top-level key -> key here), still accepted."""
 
     def __post_init__(self) -> None:

@@ -18,7 +18,9 @@ from dsgraph.modes.sampled.feature_store import FeatureStore
 from dsgraph.modes.sampled.sampler import NeighborSampler, SampledSubgraph, batch_key
 
 
-def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int, world_size: int = 1) -> list[np.ndarray]:
+def epoch_batches(
+    train_ids: np.ndarray, batch_size: int, seed: int, epoch: int, world_size: int = 1
+) -> list[np.ndarray]:
     """The global seed batches of one epoch, in order. A last batch too small to give every rank a
     seed joins the one before it."""
     if batch_size < 1:
@@ -62,8 +64,14 @@ class BatchBuilder:
     """Builds MiniBatches: sampler + feature store + labels (+ the encoding arrays ``enc`` [N, w] of
     every node, gathered like the labels), keyed by (seed, epoch, batch)."""
 
-    def __init__(self, sampler: NeighborSampler, store: FeatureStore, labels: torch.Tensor, seed: int,
-                 enc: dict[str, torch.Tensor] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        sampler: NeighborSampler,
+        store: FeatureStore,
+        labels: torch.Tensor,
+        seed: int,
+        enc: dict[str, torch.Tensor] | None = None,
+    ):
         self.sampler, self.store, self.labels, self.seed = sampler, store, labels, seed
         self.enc = enc or {}
 

@@ -25,13 +25,20 @@ import torch
 from dsgraph.comm import GlobalNodes
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
-from dsgraph.modes.sampled import (
-    FEATURE_DTYPES, BatchBuilder, FeatureStore, MiniBatch, NeighborSampler, Prefetcher, epoch_batches,
-    sampling_frequency_scores,
-)  # fmt: skip
 from dsgraph.modes.base import EvalBatch, Mode, Step
-from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.modes.ranks import edge_features, local_attention
+from dsgraph.modes.sampled import (
+    FEATURE_DTYPES,
+    BatchBuilder,
+    FeatureStore,
+    MiniBatch,
+    NeighborSampler,
+    Prefetcher,
+    epoch_batches,
+    sampling_frequency_scores,
+)
+from dsgraph.modes.sampled.config import SampledConfig
+
 
 def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
     """The features of a sampled subgraph's edges (added self loops: zero rows, marked)."""
@@ -41,7 +48,9 @@ def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
     return EdgeData(attr=edge_attr[sub.edge_ids.clamp_min(0)] * ~added[:, None], added_loop=added)
 
 
-def batch_graph(batch: MiniBatch, num_features: int, num_classes: int, edge_attr: torch.Tensor | None = None) -> RankGraph:
+def batch_graph(
+    batch: MiniBatch, num_features: int, num_classes: int, edge_attr: torch.Tensor | None = None
+) -> RankGraph:
     """A mini-batch as a rank graph: its compact subgraph, with the seeds' labels (seeds first, the
     other rows unlabelled: -1, or NaN for a multi-label target), the seeds as the training rows and,
     given the whole graph's ``edge_attr``, its edges' features."""
@@ -52,10 +61,19 @@ def batch_graph(batch: MiniBatch, num_features: int, num_classes: int, edge_attr
     train = torch.zeros(n, dtype=torch.bool)
     train[:seeds] = True
     none = torch.zeros(n, dtype=torch.bool)
-    nodes = NodeData(node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none, enc=batch.enc)
+    nodes = NodeData(
+        node_ids=sub.node_ids, x=batch.x, y=y, train_mask=train, val_mask=none, test_mask=none, enc=batch.enc
+    )
     csr = Csr(sub.rowptr, sub.col)
-    return RankGraph(num_nodes=n, block=csr, whole=csr, nodes=nodes, num_features=num_features, num_classes=num_classes,
-                     edges=batch_edges(sub, edge_attr))  # fmt: skip
+    return RankGraph(
+        num_nodes=n,
+        block=csr,
+        whole=csr,
+        nodes=nodes,
+        num_features=num_features,
+        num_classes=num_classes,
+        edges=batch_edges(sub, edge_attr),
+    )
 
 
 class Sampled(Mode):
@@ -73,11 +91,17 @@ class Sampled(Mode):
         """``task`` is not read: the sampled mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.pg, self.log = cfg, pg, log
         heartbeat("start-up: loading the graph")
-        graph = edge_features(load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset)
+        graph = edge_features(
+            load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset
+        )
         graph = encodings.select(graph, encodings.arrays_of(cfg.model.encodings), cfg.dataset, cfg.seed)
         self.encoding_widths = encodings.widths(graph.enc)
         self.multilabel = graph.multilabel
-        self.num_features, self.num_classes, self.num_edge_features = graph.num_features, graph.num_classes, graph.num_edge_features
+        self.num_features, self.num_classes, self.num_edge_features = (
+            graph.num_features,
+            graph.num_classes,
+            graph.num_edge_features,
+        )
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
         if self.train_ids.size == 0:
             raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
@@ -87,18 +111,29 @@ class Sampled(Mode):
     def attach(self, device, dtype):
         cfg, graph = self.cfg, self.graph
         self.device, self.dtype = device, dtype
-        hot = sampling_frequency_scores(graph.rowptr, graph.col, cfg.sampled.fanouts[-1]) if cfg.sampled.cache_fraction else None
-        self.store = FeatureStore(graph.x, dtype=FEATURE_DTYPES[cfg.sampled.feature_dtype], cache_fraction=cfg.sampled.cache_fraction,
-                                  hot_scores=hot, device=device)  # fmt: skip
+        hot = (
+            sampling_frequency_scores(graph.rowptr, graph.col, cfg.sampled.fanouts[-1])
+            if cfg.sampled.cache_fraction
+            else None
+        )
+        self.store = FeatureStore(
+            graph.x,
+            dtype=FEATURE_DTYPES[cfg.sampled.feature_dtype],
+            cache_fraction=cfg.sampled.cache_fraction,
+            hot_scores=hot,
+            device=device,
+        )
         sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.self_loops)
         self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed, enc=graph.enc)
         self.eval_source = graph.with_self_loops() if cfg.self_loops else graph
         self.edge_attr = graph.edge_attr
         self.graph = None
         self.log(
-            f"sampled: fanouts {cfg.sampled.fanouts}, batch {cfg.sampled.batch_size} over {self.pg.world_size} rank(s), "
+            f"sampled: fanouts {cfg.sampled.fanouts}, batch {cfg.sampled.batch_size} over {self.pg.world_size} "
+            "rank(s), "
             f"{self.batches_per_epoch} steps/epoch, prefetch depth {cfg.sampled.prefetch_depth}; features "
-            f"{self.store.table_bytes / 2**20:.1f} MB ({cfg.sampled.feature_dtype}), cache {self.store.cached_ids.numel()} "
+            f"{self.store.table_bytes / 2**20:.1f} MB ({cfg.sampled.feature_dtype}), cache "
+            f"{self.store.cached_ids.numel()} "
             f"nodes ({self.store.cache_bytes / 2**20:.1f} MB)"
         )
 
@@ -122,13 +157,25 @@ class Sampled(Mode):
         nodes, sub = graph.nodes, batch.graph
         seeds = GlobalNodes(self.pg, rows=slice(0, sub.num_seeds))  # global attention: the global batch's seeds
         return Step(
-            epoch=batch.epoch, x=nodes.x, attention=local_attention(graph, self.cfg.backend, seeds), node_ids=nodes.node_ids,
-            loss_rows=nodes.train_mask, labels=nodes.y[nodes.train_mask], global_count=batch.global_count,
-            summed={"sampled_nodes_before_dedup": sub.nodes_before_dedup, "sampled_nodes_after_dedup": sub.num_nodes,
-                    "sampled_edges": sub.num_edges, "cache_hits": batch.cache_hits, "queue_wait_s": queue_wait_s,
-                    "prepare_time_s": batch.sample_time_s + batch.gather_time_s},
-            fields={"batch": batch.index}, ends_epoch=batch.index + 1 == self.batches_per_epoch, enc=nodes.enc,
-        )  # fmt: skip
+            epoch=batch.epoch,
+            x=nodes.x,
+            attention=local_attention(graph, self.cfg.backend, seeds),
+            node_ids=nodes.node_ids,
+            loss_rows=nodes.train_mask,
+            labels=nodes.y[nodes.train_mask],
+            global_count=batch.global_count,
+            summed={
+                "sampled_nodes_before_dedup": sub.nodes_before_dedup,
+                "sampled_nodes_after_dedup": sub.num_nodes,
+                "sampled_edges": sub.num_edges,
+                "cache_hits": batch.cache_hits,
+                "queue_wait_s": queue_wait_s,
+                "prepare_time_s": batch.sample_time_s + batch.gather_time_s,
+            },
+            fields={"batch": batch.index},
+            ends_epoch=batch.index + 1 == self.batches_per_epoch,
+            enc=nodes.enc,
+        )
 
     def step_fields(self, step, summed):
         world = self.pg.world_size
@@ -146,8 +193,15 @@ class Sampled(Mode):
         the device for this evaluation only."""
         graph = whole_graph(self.eval_source, edge_features=self.edge_attr is not None).to(self.device, self.dtype)
         nodes = graph.nodes
-        return EvalBatch(x=nodes.x, attention=local_attention(graph, self.cfg.backend), node_ids=nodes.node_ids,
-                         y=nodes.y, masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask), reduce=False, enc=nodes.enc)  # fmt: skip
+        return EvalBatch(
+            x=nodes.x,
+            attention=local_attention(graph, self.cfg.backend),
+            node_ids=nodes.node_ids,
+            y=nodes.y,
+            masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask),
+            reduce=False,
+            enc=nodes.enc,
+        )
 
     def epoch_line(self, epoch, rows):
         mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731

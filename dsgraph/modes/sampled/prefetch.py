@@ -13,7 +13,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _DONE = object()
 
@@ -83,7 +84,7 @@ class Prefetcher:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "Prefetcher":
+    def __enter__(self) -> Prefetcher:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -111,7 +111,9 @@ class SampledSubgraph:
     rowptr: torch.Tensor  # int64 [n+1] compact CSR by destination
     col: torch.Tensor  # int32 [e] compact source ids
     nodes_before_dedup: int  # total size of the per-seed sampling trees (seeds included)
-    edge_ids: torch.Tensor | None = None  # int64 [e]: the whole graph's CSR edge of each edge, -1 for an added self loop
+    edge_ids: torch.Tensor | None = (
+        None  # int64 [e]: the whole graph's CSR edge of each edge, -1 for an added self loop
+    )
 
     @property
     def num_nodes(self) -> int:
@@ -134,7 +136,9 @@ class NeighborSampler:
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, fanouts: list[int], *, self_loops: bool = True):
         if not fanouts or any(int(f) < 1 for f in fanouts):
             raise ValueError(f"fanouts must be a non-empty list of positive integers, got {fanouts}")
-        self.rowptr = np.ascontiguousarray(rowptr.numpy() if isinstance(rowptr, torch.Tensor) else rowptr, dtype=np.int64)
+        self.rowptr = np.ascontiguousarray(
+            rowptr.numpy() if isinstance(rowptr, torch.Tensor) else rowptr, dtype=np.int64
+        )
         self.col = np.asarray(col.numpy() if isinstance(col, torch.Tensor) else col)
         self.fanouts = [int(f) for f in fanouts]
         self.self_loops = self_loops
@@ -159,9 +163,13 @@ class NeighborSampler:
             edge_parts.append(edge)
             frontier, inverse = np.unique(src, return_inverse=True)
             mult = np.bincount(inverse, weights=mult[owner], minlength=frontier.size)
-        return self._compact(seeds, np.concatenate(dst_parts), np.concatenate(src_parts), np.concatenate(edge_parts), before)
+        return self._compact(
+            seeds, np.concatenate(dst_parts), np.concatenate(src_parts), np.concatenate(edge_parts), before
+        )
 
-    def _draw(self, nodes: np.ndarray, degrees: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _draw(
+        self, nodes: np.ndarray, degrees: np.ndarray, fanout: int, key: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Up to ``fanout`` distinct in-neighbours of each node: (source ids, index into ``nodes``,
         the CSR edge of each)."""
         small = np.nonzero(degrees <= fanout)[0]  # take every in-edge
@@ -176,7 +184,9 @@ class NeighborSampler:
         edge = self.rowptr[nodes[owner]] + offset
         return self.col[edge].astype(np.int64), owner, edge
 
-    def _compact(self, seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, edges: np.ndarray, before: int) -> SampledSubgraph:
+    def _compact(
+        self, seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, edges: np.ndarray, before: int
+    ) -> SampledSubgraph:
         uniq = sorted_unique(np.concatenate([seeds, src]))  # the dedup, once per batch
         n = uniq.size
         seed_pos = np.searchsorted(uniq, seeds)
@@ -189,7 +199,10 @@ class NeighborSampler:
         src_c = compact_of[np.searchsorted(uniq, src)]
         keys = dst_c * n + src_c
         if self.self_loops:  # after the drawn edges: a loop the graph has is kept, with its edge id
-            keys, edges = np.concatenate([keys, np.arange(n) * (n + 1)]), np.concatenate([edges, np.full(n, -1, np.int64)])
+            keys, edges = (
+                np.concatenate([keys, np.arange(n) * (n + 1)]),
+                np.concatenate([edges, np.full(n, -1, np.int64)]),
+            )
         order = np.argsort(keys, kind="stable")
         keys, edges = keys[order], edges[order]
         first = np.ones(keys.size, dtype=bool)

@@ -71,10 +71,26 @@ class CpuBackend(FusedBackend):
         _edge_value_pass(edge_value_kernels.value_grad_kernel, rowptr, col, dz_NHC, u_EC.to(dz_NHC.dtype), g)
         return g
 
-    def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None, dp_extra=None, delta_extra=None):
+    def backward(
+        self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs, bias=None, dp_extra=None, delta_extra=None
+    ):
         need_bias = bias is not None and (len(needs) < 4 or needs[3])
-        dq, dk, dv, dbias = backward(rowptr, col, q, k, v, y_acc, saved[0], dy, scale, need_q=needs[0], need_kv=needs[1] or needs[2],
-                                     need_bias=need_bias, dp_extra=dp_extra, delta_extra=delta_extra)  # fmt: skip
+        dq, dk, dv, dbias = backward(
+            rowptr,
+            col,
+            q,
+            k,
+            v,
+            y_acc,
+            saved[0],
+            dy,
+            scale,
+            need_q=needs[0],
+            need_kv=needs[1] or needs[2],
+            need_bias=need_bias,
+            dp_extra=dp_extra,
+            delta_extra=delta_extra,
+        )
         grads = tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
         return (*grads, None if dbias is None else dbias.to(bias.dtype))
 
@@ -91,8 +107,20 @@ def forward(rowptr, col, q, k, v, scale: float, bias=None):
     lse = torch.empty(q_.shape[:2], dtype=cdt)
     bias_ = as_compute_array(bias, cdt) if bias is not None else np.empty((0, q_.shape[1]), q_.dtype)
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
-    forward_kernel(row_bounds, rowptr_, col_, q_, k_, v_, q_.dtype.type(scale), bias_, bias is not None, y.numpy(), p.numpy(),
-                   lse.numpy())  # fmt: skip
+    forward_kernel(
+        row_bounds,
+        rowptr_,
+        col_,
+        q_,
+        k_,
+        v_,
+        q_.dtype.type(scale),
+        bias_,
+        bias is not None,
+        y.numpy(),
+        p.numpy(),
+        lse.numpy(),
+    )
     return y, p, lse
 
 
@@ -101,11 +129,32 @@ def _edge_value_pass(kernel, rowptr, col, a, u, out) -> None:
     in ``out``'s dtype, into ``out``."""
     set_threads(col.numel() * a.shape[1])
     rowptr_ = rowptr.numpy()
-    kernel(bounds(rowptr, col, rowptr_, "rows"), rowptr_, a.detach().contiguous().numpy(), u.detach().contiguous().numpy(), out.numpy())
+    kernel(
+        bounds(rowptr, col, rowptr_, "rows"),
+        rowptr_,
+        a.detach().contiguous().numpy(),
+        u.detach().contiguous().numpy(),
+        out.numpy(),
+    )
 
 
-def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool = True, need_kv: bool = True,
-             need_bias: bool = False, dp_extra=None, delta_extra=None):  # fmt: skip
+def backward(
+    rowptr,
+    col,
+    q,
+    k,
+    v,
+    y_acc,
+    p,
+    dy,
+    scale: float,
+    *,
+    need_q: bool = True,
+    need_kv: bool = True,
+    need_bias: bool = False,
+    dp_extra=None,
+    delta_extra=None,
+):
     """(dq, dk, dv, dbias) in the accumulation dtype from forward's y_acc and p; dq None unless
     need_q, dk and dv None unless need_kv, dbias (ds [E, H] in CSR order) None unless need_bias.
     ``dp_extra`` [E, H] (CSR order) and ``delta_extra`` [N_dst, H]: what edge values add to each
@@ -121,22 +170,52 @@ def backward(rowptr, col, q, k, v, y_acc, p, dy, scale: float, *, need_q: bool =
     backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
     if delta_extra is not None:
         delta += delta_extra.to(cdt)
-    extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else delta.numpy().reshape(-1)[:0]
-
-    csc = transpose(rowptr, col, k.shape[0])
-    colptr_ = csc.colptr.numpy()
-    q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
-    dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))  # one kernel signature
-    ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
-    dbias = torch.empty(p.shape if need_bias else (0, p.shape[1]), dtype=cdt)  # [E, H] in CSR order
-    backward_kernels.backward_columns_kernel(
-        bounds(rowptr, col, colptr_, "cols"), colptr_, csc.row.numpy(), csc.perm.numpy(), q_, dy_, delta.numpy(),
-        k_, as_compute_array(v, cdt), p.numpy().reshape(-1), scale_, dk.numpy(), dv.numpy(), ds.numpy(), need_q, need_kv,
-        dbias.numpy().reshape(-1), need_bias, extra, dp_extra is not None,
-    )
+    extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else None
+    dk, dv, ds, dbias = _column_pass(rowptr, col, q, k, k_, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias)
     dq = None
     if need_q:
         dq = torch.empty(dy_.shape, dtype=cdt)
         slots = csc_slots(rowptr, col, k.shape[0]).numpy()
-        backward_kernels.backward_rows_kernel(row_bounds, rowptr_, as_int32(col).numpy(), slots, k_, ds.numpy(), scale_, dq.numpy())
+        backward_kernels.backward_rows_kernel(
+            row_bounds, rowptr_, as_int32(col).numpy(), slots, k_, ds.numpy(), scale_, dq.numpy()
+        )
     return dq, (dk if need_kv else None), (dv if need_kv else None), (dbias if need_bias else None)
+
+
+def _column_pass(rowptr, col, q, k, k_, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias):
+    """``backward``'s pass over the columns (the CSC transpose): (dk, dv, ds, dbias), each empty
+    unless needed; ds [E, H] in CSC order, for the rows' dq; dbias [E, H] in CSR order. ``extra``:
+    the edge values' dp_extra, flat, or None."""
+    cdt = delta.dtype
+    has_extra = extra is not None
+    extra = extra if has_extra else delta.numpy().reshape(-1)[:0]  # one kernel signature
+    csc = transpose(rowptr, col, k.shape[0])
+    colptr_ = csc.colptr.numpy()
+    q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
+    # dk and dv are allocated (empty) even when not needed: one kernel signature
+    dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))
+    ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
+    dbias = torch.empty(p.shape if need_bias else (0, p.shape[1]), dtype=cdt)  # [E, H] in CSR order
+    backward_kernels.backward_columns_kernel(
+        bounds(rowptr, col, colptr_, "cols"),
+        colptr_,
+        csc.row.numpy(),
+        csc.perm.numpy(),
+        q_,
+        dy_,
+        delta.numpy(),
+        k_,
+        as_compute_array(v, cdt),
+        p.numpy().reshape(-1),
+        scale_,
+        dk.numpy(),
+        dv.numpy(),
+        ds.numpy(),
+        need_q,
+        need_kv,
+        dbias.numpy().reshape(-1),
+        need_bias,
+        extra,
+        has_extra,
+    )
+    return dk, dv, ds, dbias

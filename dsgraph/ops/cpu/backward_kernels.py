@@ -66,8 +66,28 @@ def _prefetch_edge(q, dy, delta, p, heads, width, i, slot, need_kv):
 
 
 @njit(**_OPTIONS)
-def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, scale, dk, dv, ds, keep_ds, need_kv, dbias,
-                            need_bias, dp_extra, has_extra):  # fmt: skip
+def backward_columns_kernel(
+    bounds,
+    colptr,
+    row,
+    perm,
+    q,
+    dy,
+    delta,
+    k,
+    v,
+    p,
+    scale,
+    dk,
+    dv,
+    ds,
+    keep_ds,
+    need_kv,
+    dbias,
+    need_bias,
+    dp_extra,
+    has_extra,
+):
     """ds in CSC order (if keep_ds), in CSR order into dbias (flat [E * H], if need_bias) and, if
     need_kv, dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j
     (bounds: column blocks)."""
@@ -82,7 +102,9 @@ def backward_columns_kernel(bounds, colptr, row, perm, q, dy, delta, k, v, p, sc
             dv_acc[:] = 0
             for e in range(colptr[j], colptr[j + 1]):
                 if e + COLUMN_AHEAD < block_end:
-                    _prefetch_edge(q, dy, delta, p, heads, width, row[e + COLUMN_AHEAD], perm[e + COLUMN_AHEAD], need_kv)
+                    _prefetch_edge(
+                        q, dy, delta, p, heads, width, row[e + COLUMN_AHEAD], perm[e + COLUMN_AHEAD], need_kv
+                    )
                 i, at = row[e], perm[e] * heads
                 out, to = (ds, e * heads) if keep_ds else (local, 0)
                 head_dots(out, to, dy, i * width, v, j * width, heads, dim, 1.0)

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from dsgraph import TORCH_THP_SWITCH as TORCH_SWITCH  # read by torch's CPU allocator; set by ``import dsgraph``
+# read by torch's CPU allocator; set by ``import dsgraph``; re-exported for the tests and tools/benchmarks
+from dsgraph import TORCH_THP_SWITCH as TORCH_SWITCH  # noqa: F401
 
 HUGE_PAGE_BYTES = 2 << 20
 PAGE_BYTES = mmap.PAGESIZE

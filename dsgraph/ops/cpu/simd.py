@@ -44,9 +44,9 @@ _I32 = ir.IntType(32)
 def _arrays_ok(*arrays) -> bool:
     """C-contiguous float arrays of one dtype (the functions index their flat data)."""
     first = arrays[0]
-    return all(isinstance(t, types.Array) and t.layout == "C" and t.dtype == first.dtype for t in arrays) and isinstance(
-        first.dtype, types.Float
-    )
+    return all(
+        isinstance(t, types.Array) and t.layout == "C" and t.dtype == first.dtype for t in arrays
+    ) and isinstance(first.dtype, types.Float)
 
 
 def _pointer(context, builder, sig, args, at):
@@ -82,7 +82,9 @@ def _splat(builder, scalar, lanes):
         return scalar
     vec = ir.VectorType(scalar.type, lanes)
     first = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, _I32(0))
-    return builder.shuffle_vector(first, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
+    return builder.shuffle_vector(
+        first, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes)
+    )
 
 
 def _const(typ, value):
@@ -96,7 +98,9 @@ def _call(builder, name, *args):
     suffix = "f32" if isinstance(scalar, ir.FloatType) else "f64"
     if isinstance(typ, ir.VectorType):
         suffix = f"v{typ.count}{suffix}"
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(typ, [typ] * len(args)), f"llvm.{name}.{suffix}")
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(typ, [typ] * len(args)), f"llvm.{name}.{suffix}"
+    )
     return builder.call(fn, list(args))
 
 
@@ -116,7 +120,10 @@ def _hsum(builder, vec, lanes):
         if half == 1:
             low, high = builder.extract_element(vec, _I32(0)), builder.extract_element(vec, _I32(1))
         else:
-            low, high = _shuffle(builder, vec, vec, list(range(half))), _shuffle(builder, vec, vec, list(range(half, lanes)))
+            low, high = (
+                _shuffle(builder, vec, vec, list(range(half))),
+                _shuffle(builder, vec, vec, list(range(half, lanes))),
+            )
         vec, lanes = builder.fadd(low, high), half
     return vec
 
@@ -193,7 +200,10 @@ def _grouped_dots(builder, out, ptr_a, ptr_b, heads, dim, scale, width):
         with cgutils.for_range(builder, chunks) as chunk:
             for t, acc in enumerate(accs):
                 off = builder.add(builder.mul(builder.add(first, intp(t)), dim), builder.mul(chunk.index, intp(width)))
-                x, y = _load(builder, builder.gep(ptr_a, [off]), width), _load(builder, builder.gep(ptr_b, [off]), width)
+                x, y = (
+                    _load(builder, builder.gep(ptr_a, [off]), width),
+                    _load(builder, builder.gep(ptr_b, [off]), width),
+                )
                 builder.store(_fma(builder, x, y, builder.load(acc)), acc)
         sums = _reduce_heads(builder, [builder.load(acc) for acc in accs], width)
         _store(builder, builder.fmul(sums, _splat(builder, scale, GROUP)), builder.gep(out, [first]), GROUP)
@@ -261,7 +271,12 @@ def _grouped_axpy(builder, ptr_y, ptr_w, ptr_x, heads, dim, width):
                 off = builder.add(builder.mul(builder.add(first, intp(t)), dim), builder.mul(chunk.index, intp(width)))
                 target = builder.gep(ptr_y, [off])
                 x = _load(builder, builder.gep(ptr_x, [off]), width)
-                _store(builder, _fma(builder, _splat(builder, weight, width), x, _load(builder, target, width)), target, width)
+                _store(
+                    builder,
+                    _fma(builder, _splat(builder, weight, width), x, _load(builder, target, width)),
+                    target,
+                    width,
+                )
     _axpy_from(builder, ptr_y, ptr_w, ptr_x, builder.mul(groups, intp(GROUP)), heads, dim)
 
 
@@ -303,7 +318,9 @@ def scale(typingctx, y, iy, w, x, ix, n):
         weight = _scalar(context, builder, sig, args, 2)
 
         def body(b, off, lanes):
-            _store(b, b.fmul(_splat(b, weight, lanes), _load(b, b.gep(ptr_x, [off]), lanes)), b.gep(ptr_y, [off]), lanes)
+            _store(
+                b, b.fmul(_splat(b, weight, lanes), _load(b, b.gep(ptr_x, [off]), lanes)), b.gep(ptr_y, [off]), lanes
+            )
 
         _spans(builder, _count(context, builder, sig, args, 5), body)
         return context.get_dummy_value()

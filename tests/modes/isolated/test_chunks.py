@@ -12,9 +12,17 @@ import torch
 from dsgraph.graph import Graph, load_dataset
 from dsgraph.graph.partition import relabel
 from dsgraph.modes.isolated.chunks import (
-    RotationSchedule, assign_chunks, batch_sizes, correction_weights, cycle_plan, graph_block, local_subgraph,
-    num_batches, resampling_correction, select_halo,
-)  # fmt: skip
+    RotationSchedule,
+    assign_chunks,
+    batch_sizes,
+    correction_weights,
+    cycle_plan,
+    graph_block,
+    local_subgraph,
+    num_batches,
+    resampling_correction,
+    select_halo,
+)
 from tests.graphs import random_graph
 
 
@@ -52,7 +60,9 @@ def test_round_robin_holds_every_chunk_once_pairs_every_two_chunks_and_moves_eve
     assert set(together) == {(a, b) for a in range(chunks) for b in range(a + 1, chunks)}  # every pair meets
     if chunks == 2 * world:
         assert set(together.values()) == {1}  # two chunks per rank: exactly once per cycle
-    visits = Counter((r, c) for s in range(world * schedule.cycle_length) for r in range(world) for c in schedule.chunks(r, s))
+    visits = Counter(
+        (r, c) for s in range(world * schedule.cycle_length) for r in range(world) for c in schedule.chunks(r, s)
+    )
     assert len(visits) == world * chunks and set(visits.values()) == {schedule.cycle_length}  # the work evens out
 
 
@@ -61,7 +71,9 @@ def test_one_rank_holds_every_chunk():
     assert schedule.cycle_length == 1 and schedule.chunks(0, 5) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("chunks, world, message", [(3, 2, "multiple"), (0, 2, "multiple"), (4, 0, "world size"), (6, 2, "even number")])
+@pytest.mark.parametrize(
+    "chunks, world, message", [(3, 2, "multiple"), (0, 2, "multiple"), (4, 0, "world size"), (6, 2, "even number")]
+)
 def test_schedule_rejects_chunk_counts_it_cannot_rotate(chunks, world, message):
     with pytest.raises(ValueError, match=message):
         RotationSchedule(chunks, world)
@@ -151,8 +163,16 @@ def _hand_built() -> list:
     src = np.array([0, 1, 2, 3, 4, 5, 6, 7, 2, 4, 5, 6, 0, 4, 4])
     dst = np.array([0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 1, 2, 6])
     train = np.isin(np.arange(8), [0, 1, 6])
-    graph = Graph.from_edges(src, dst, x=np.eye(8, dtype=np.float32), y=np.arange(8) % 2, train_mask=train,
-                             val_mask=~train, test_mask=np.zeros(8, bool), num_nodes=8)  # fmt: skip
+    graph = Graph.from_edges(
+        src,
+        dst,
+        x=np.eye(8, dtype=np.float32),
+        y=np.arange(8) % 2,
+        train_mask=train,
+        val_mask=~train,
+        test_mask=np.zeros(8, bool),
+        num_nodes=8,
+    )
     return [graph_block(graph, 2 * c, 2 * c + 2) for c in range(4)]
 
 
@@ -162,25 +182,47 @@ def test_the_correction_factor_is_the_seeds_formula_on_a_hand_built_graph():
     a one-node cache per rank, node 4 (feeding two edges) is cached in the first two rounds and
     node 2 (a tie with node 6, the smaller id) in the third: E = (3 + 3 + 4) / 3 = 10/3."""
     parts, schedule = _hand_built(), RotationSchedule(4, 2)
-    assert [schedule.group_chunks(g, t) for t in range(3) for g in range(2)] == [[0, 3], [1, 2], [0, 1], [2, 3], [0, 2], [1, 3]]
-    for fraction, e0, e6, halo in ((0.0, 7 / 3, 4 / 3, [[], [], [], [], [], []]), (0.25, 10 / 3, 2.0, [[4], [], [4], [], [2], [4]])):
+    assert [schedule.group_chunks(g, t) for t in range(3) for g in range(2)] == [
+        [0, 3],
+        [1, 2],
+        [0, 1],
+        [2, 3],
+        [0, 2],
+        [1, 3],
+    ]
+    for fraction, e0, e6, halo in (
+        (0.0, 7 / 3, 4 / 3, [[], [], [], [], [], []]),
+        (0.25, 10 / 3, 2.0, [[4], [], [4], [], [2], [4]]),
+    ):
         plan = cycle_plan(parts, schedule, fraction)
         assert [plan.halo[t][g].tolist() for t in range(3) for g in range(2)] == halo
         assert plan.expected_kept[[0, 1, 6]] == pytest.approx([e0, 2.0, e6])
         nodes = np.array([0, 1, 6])
-        c = correction_weights("resample", degree=plan.degree[nodes], kept=plan.degree[nodes], expected=plan.expected_kept[nodes],
-                               layers=2, uniform_share=plan.uniform_share).double()  # fmt: skip
+        c = correction_weights(
+            "resample",
+            degree=plan.degree[nodes],
+            kept=plan.degree[nodes],
+            expected=plan.expected_kept[nodes],
+            layers=2,
+            uniform_share=plan.uniform_share,
+        ).double()
         seed = [1.0 / ((e0 / 5) * (e0 / 5)), 1.0, 1.0 / ((e6 / 2) * (e6 / 2))]  # 1 / prod_l E[|N_l|] / |N_l|
         assert c.tolist() == pytest.approx(seed, rel=1e-6)
         assert (c >= 1).all() and c[0] > c[1]  # larger for the node that keeps less
         share = (e0 + 2.0 + e6) / (5 + 2 + 2)
         assert plan.uniform_share == pytest.approx(share)
-    assert resampling_correction(np.array([[1.0, 2.0], [0.5, 2.0]]), np.array([[2.0, 2.0], [1.0, 0.0]])).tolist() == [4.0, 1.0]
+    assert resampling_correction(np.array([[1.0, 2.0], [0.5, 2.0]]), np.array([[2.0, 2.0], [1.0, 0.0]])).tolist() == [
+        4.0,
+        1.0,
+    ]
 
 
 def test_correction_variants():
     degree, kept, expected = np.array([4, 2, 0]), np.array([1, 2, 0]), np.array([2.0, 2.0, 0.0])
-    weights = lambda m: correction_weights(m, degree=degree, kept=kept, expected=expected, layers=3, uniform_share=0.5)  # noqa: E731
+
+    def weights(m):
+        return correction_weights(m, degree=degree, kept=kept, expected=expected, layers=3, uniform_share=0.5)
+
     assert torch.equal(weights("none"), torch.ones(3))
     assert torch.allclose(weights("uniform"), torch.full((3,), 8.0))
     assert torch.allclose(weights("coverage"), torch.tensor([0.5, 1.0, 1.0]))

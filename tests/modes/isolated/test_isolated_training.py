@@ -15,19 +15,33 @@ import torch
 from dsgraph.graph import load_npz
 from dsgraph.graph.rank_graph import whole_graph
 from dsgraph.modes.isolated.chunks import RotationSchedule
-from dsgraph.train.config import DsgraphConfig
 from dsgraph.modes.ranks import local_attention
+from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.trainer import Trainer
 from tests.distributed import run
 from tests.train.helpers import ds_config, dump, load, write_random_graph
 
-SETTINGS = dict(hidden=32, heads=4, layers=2, self_loops=True, seed=3, strategy="isolated", isolated_chunks=4,
-                repart_every=2, epochs=6, eval_every=2, isolated_batch_size=16, isolated_halo_fraction=0.1)  # fmt: skip
+SETTINGS = dict(
+    hidden=32,
+    heads=4,
+    layers=2,
+    self_loops=True,
+    seed=3,
+    strategy="isolated",
+    isolated_chunks=4,
+    repart_every=2,
+    epochs=6,
+    eval_every=2,
+    isolated_batch_size=16,
+    isolated_halo_fraction=0.1,
+)
 
 
 def _trainer(tmp, ds=None, **cfg):
     settings = dict(SETTINGS, dataset=write_random_graph(tmp), **cfg)
-    return Trainer(DsgraphConfig.from_dict(settings), ds or ds_config(stage=0), torch.device("cpu"), log=lambda line: None)
+    return Trainer(
+        DsgraphConfig.from_dict(settings), ds or ds_config(stage=0), torch.device("cpu"), log=lambda line: None
+    )
 
 
 def _logged(train_step, step) -> tuple[dict, dict]:
@@ -77,9 +91,13 @@ def _check_halo(trainer, step, rank, tmp) -> None:
     assert data.halo_nodes > 0 and torch.equal(nodes.x[halo.recv_rows], rounded[halo.recv_rows])
     reused = nodes.x[halo.reuse_dst]
     assert ((reused == exact[halo.reuse_dst]).all(1) | (reused == rounded[halo.reuse_dst]).all(1)).all()
-    assert sorted(halo.recv_rows.tolist() + halo.reuse_dst.tolist()) == list(range(data.graph.num_nodes - data.halo_nodes, data.graph.num_nodes))
+    assert sorted(halo.recv_rows.tolist() + halo.reuse_dst.tolist()) == list(
+        range(data.graph.num_nodes - data.halo_nodes, data.graph.num_nodes)
+    )
     assert data.halo.reuse_dst.numel() == step.fields["halo_reused"]
-    assert (step.fields["halo_reused"] > 0) == (data.super_epoch > 0)  # features held a super-epoch ago are not sent again
+    assert (step.fields["halo_reused"] > 0) == (
+        data.super_epoch > 0
+    )  # features held a super-epoch ago are not sent again
     received = _all_ranks(data.halo.recv_counts)[1 - rank][rank]  # what the other rank took from this one
     assert step.input_bytes == step.fields["halo_bytes"] == received * graph.num_features * 2
     assert (received > 0) or data.super_epoch > 0  # the first super-epoch fetches everything
@@ -133,8 +151,12 @@ def _seed_gradient(trainer, step, count: int) -> list[torch.Tensor]:
     logits = module(step.x, step.attention, step.node_ids, step.dropout_step)[rows]
     reference = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     for i in range(rows.numel()):
-        grads = torch.autograd.grad(torch.nn.functional.cross_entropy(logits[i : i + 1], step.labels[i : i + 1]), params,
-                                    retain_graph=True, allow_unused=True)  # fmt: skip
+        grads = torch.autograd.grad(
+            torch.nn.functional.cross_entropy(logits[i : i + 1], step.labels[i : i + 1]),
+            params,
+            retain_graph=True,
+            allow_unused=True,
+        )
         for acc, g in zip(reference, grads):
             acc += 0 if g is None else c[i] * g.double() / count
     return reference
@@ -165,9 +187,19 @@ def _correction_gradient(rank, world, tmp):
     assert step.local and step.global_count == step.loss_rows.numel() > 1 and (c >= 1).all() and c.max() > c.min()
     _moved_by(trainer, step, _seed_gradient(trainer, step, step.loss_rows.numel()))
     trainer.close()
-    trainer = _trainer(tmp, SGD, dropout=0.0, input_dropout=0.0, isolated_sync="step", isolated_batch_size=0, isolated_halo_fraction=0.0)
+    trainer = _trainer(
+        tmp,
+        SGD,
+        dropout=0.0,
+        input_dropout=0.0,
+        isolated_sync="step",
+        isolated_batch_size=0,
+        isolated_halo_fraction=0.0,
+    )
     steps = list(trainer.mode.steps(0))
-    assert len(steps) == SETTINGS["epochs"] and not any(s.local or s.sync for s in steps)  # one step per epoch, all reduced
+    assert len(steps) == SETTINGS["epochs"] and not any(
+        s.local or s.sync for s in steps
+    )  # one step per epoch, all reduced
     counts = _all_ranks(steps[0].loss_rows.numel())
     assert steps[0].global_count == sum(counts) and steps[0].fields["halo_nodes"] == 0
     mine = _seed_gradient(trainer, steps[0], sum(counts))
@@ -188,13 +220,25 @@ def test_the_batch_level_correction_is_the_seeds_gradient(tmp_path):
 
 def _sent(ops: dict, world: int) -> int:
     """Bytes one rank sent for the logged collectives (the convention of ``dsgraph.modes.sync``)."""
-    factor = {"all_reduce": 2 * (world - 1) / world, "all_gather_into_tensor": world - 1, "reduce_scatter_tensor": (world - 1) / world}
+    factor = {
+        "all_reduce": 2 * (world - 1) / world,
+        "all_gather_into_tensor": world - 1,
+        "reduce_scatter_tensor": (world - 1) / world,
+    }
     return int(sum(factor.get(op, 0.0) * size * count for op, sizes in ops.items() for size, count in sizes.items()))
 
 
 NOT_PERSISTENT = {"stage": 3, "stage3_param_persistence_threshold": 0}  # every parameter partitioned
-ENGINES = [(0, False, {}), (0, True, {}), (1, False, {}), (2, False, {}), (2, True, {}), (3, False, {}), (3, True, {}),
-           (3, False, {"zero_optimization": NOT_PERSISTENT})]  # fmt: skip
+ENGINES = [
+    (0, False, {}),
+    (0, True, {}),
+    (1, False, {}),
+    (2, False, {}),
+    (2, True, {}),
+    (3, False, {}),
+    (3, True, {}),
+    (3, False, {"zero_optimization": NOT_PERSISTENT}),
+]
 
 
 def _counted_sync_bytes(rank, world, tmp):
@@ -221,8 +265,14 @@ def test_sync_bytes_are_what_deepspeed_reduces(tmp_path):
 @pytest.mark.parametrize(
     "section, message",
     [
-        ({"isolated_correction": "exact"}, r"'isolated': 'correction' must be one of resample, uniform, coverage, none"),
-        ({"isolated": {"correction": "exact"}}, r"'isolated': 'correction' must be one of resample, uniform, coverage, none"),
+        (
+            {"isolated_correction": "exact"},
+            r"'isolated': 'correction' must be one of resample, uniform, coverage, none",
+        ),
+        (
+            {"isolated": {"correction": "exact"}},
+            r"'isolated': 'correction' must be one of resample, uniform, coverage, none",
+        ),
         ({"isolated": {"chunk": 4}}, r"unknown key\(s\) 'chunk' in 'isolated'; valid keys: chunks, "),
         ({"chunk_method": "balanced"}, r"'chunk_method' must be one of random, metis"),
         ({"repart_every": 0}, r"'repart_every' >= 1"),
@@ -232,7 +282,10 @@ def test_sync_bytes_are_what_deepspeed_reduces(tmp_path):
         ({"isolated_batch_size": -1}, r"'batch_size' must be >= 0"),
         ({"isolated_halo_fraction": 1.5}, r"'halo_fraction' in \[0, 1\]"),
         ({"isolated_comm_dtype": "fp16"}, r"'comm_dtype' must be one of bfloat16, float32"),
-        ({"strategy": "isolated", "repart_every": 4}, r"'eval_every' \(10\) must be a multiple of 'repart_every' \(4\)"),
+        (
+            {"strategy": "isolated", "repart_every": 4},
+            r"'eval_every' \(10\) must be a multiple of 'repart_every' \(4\)",
+        ),
         ({"strategy": "isolated", "checkpoint_every": 3}, r"'checkpoint_every' \(3\) must be a multiple"),
     ],
 )
@@ -257,7 +310,9 @@ def _global_local_steps(rank, world, tmp):
         if not step.sync:  # global attention spans the rank's own subgraph: a local step stays without collectives
             assert ops == {} and row["comm_bytes"] == step.input_bytes, ops
     evaluation = trainer.evaluate(1)  # the full-graph path: its all-reduces of the sums run over both ranks
-    assert all(math.isfinite(x) for x in losses) and 0.0 <= evaluation["test_acc"] <= 1.0 and evaluation["comm_bytes"] > 0
+    assert (
+        all(math.isfinite(x) for x in losses) and 0.0 <= evaluation["test_acc"] <= 1.0 and evaluation["comm_bytes"] > 0
+    )
     assert abs(evaluation["test_acc"] - _full_graph_accuracy(trainer, write_random_graph(tmp))) < 1e-6
     trainer.close()
 

@@ -20,11 +20,21 @@ GLOBAL_MODEL = dict(block="transformer", input_projection=True, norm="pre", head
 
 
 def _fit(rank, world, tmp, model=None):
-    cfg = DsgraphConfig.from_dict(dict(model=model or {},
-        dataset=write_random_graph(tmp), strategy="sampled", hidden=32, heads=4, layers=2, seed=3,
-        sampled=dict(fanouts=[3, 3], batch_size=16, prefetch_depth=2, cache_fraction=0.2, feature_dtype="bfloat16"),
-        epochs=4, eval_every=2, metrics_out=os.path.join(tmp, f"metrics_{world}.jsonl"),
-    ))  # fmt: skip
+    cfg = DsgraphConfig.from_dict(
+        dict(
+            model=model or {},
+            dataset=write_random_graph(tmp),
+            strategy="sampled",
+            hidden=32,
+            heads=4,
+            layers=2,
+            seed=3,
+            sampled=dict(fanouts=[3, 3], batch_size=16, prefetch_depth=2, cache_fraction=0.2, feature_dtype="bfloat16"),
+            epochs=4,
+            eval_every=2,
+            metrics_out=os.path.join(tmp, f"metrics_{world}.jsonl"),
+        )
+    )
     trainer = Trainer(cfg, ds_config(stage=2), torch.device("cpu"), log=lambda line: None)
     result = trainer.fit(log=lambda line: None)
     if rank == 0:

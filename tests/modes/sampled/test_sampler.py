@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from dsgraph.ops import sparse_attention
 from dsgraph.modes.sampled import NeighborSampler, batch_key, epoch_batches, rank_share
 from dsgraph.modes.sampled.sampler import keyed_uniform, permutation_prefix
+from dsgraph.ops import sparse_attention
 from tests.graphs import random_graph
 
 
@@ -91,7 +91,10 @@ def test_compact_csr_is_valid_and_feeds_sparse_attention():
     assert sub.node_ids[: sub.num_seeds].tolist() == seeds.tolist()  # seeds first, in order
     dst = torch.repeat_interleave(torch.arange(n), rowptr[1:] - rowptr[:-1])
     assert int((dst == col.long()).sum()) == n  # one self loop per node
-    full = {(int(d), int(s)) for d, s in zip(torch.repeat_interleave(torch.arange(graph.num_nodes), graph.in_degrees()), graph.col)}
+    full = {
+        (int(d), int(s))
+        for d, s in zip(torch.repeat_interleave(torch.arange(graph.num_nodes), graph.in_degrees()), graph.col)
+    }
     assert _global_edges(sub, drop_self_loops=True) <= full  # every sampled edge is a real in-edge
     q, k, v = (torch.randn(n, 2, 4) for _ in range(3))
     y = sparse_attention(rowptr, col, q, k, v, backend="reference")
@@ -100,7 +103,9 @@ def test_compact_csr_is_valid_and_feeds_sparse_attention():
 
 def test_fanout_is_respected_per_hop():
     graph = _graph()
-    sub = NeighborSampler(graph.rowptr, graph.col, [5, 2], self_loops=False).sample(np.array([5, 20, 31]), batch_key(0, 0, 0))
+    sub = NeighborSampler(graph.rowptr, graph.col, [5, 2], self_loops=False).sample(
+        np.array([5, 20, 31]), batch_key(0, 0, 0)
+    )
     row_deg = (sub.rowptr[1:] - sub.rowptr[:-1]).numpy()
     true_deg = graph.in_degrees()[sub.node_ids].numpy()
     assert (row_deg[:3] == np.minimum(true_deg[:3], 5)).all()  # seeds: hop 1 draws min(deg, 5)
@@ -139,7 +144,9 @@ def test_epoch_batches_cover_the_training_nodes_once_and_split_over_ranks():
     assert [b.size for b in batches] == [16, 16, 18]  # a last batch of 2 < 3 ranks joins the previous one
     assert sorted(np.concatenate(batches).tolist()) == train.tolist()
     assert all((x == y).all() for x, y in zip(batches, epoch_batches(train, 16, seed=0, epoch=4, world_size=3)))
-    assert not (np.concatenate(epoch_batches(train, 16, seed=0, epoch=5, world_size=3)) == np.concatenate(batches)).all()
+    assert not (
+        np.concatenate(epoch_batches(train, 16, seed=0, epoch=5, world_size=3)) == np.concatenate(batches)
+    ).all()
     shares = [rank_share(batches[2], r, 3) for r in range(3)]
     assert [s.size for s in shares] == [6, 6, 6] and (np.concatenate(shares) == batches[2]).all()
     with pytest.raises(ValueError, match="ranks"):
