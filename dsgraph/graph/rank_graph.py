@@ -37,7 +37,7 @@ class NodeData:
 
     node_ids: torch.Tensor  # int64 [n]
     x: torch.Tensor  # [n, F]
-    y: torch.Tensor  # int64 [n], -1 = unlabelled
+    y: torch.Tensor  # int64 [n] (-1 = unlabelled), float32 [n, T] multi-label, or a regression target (Graph.y)
     train_mask: torch.Tensor  # bool [n]
     val_mask: torch.Tensor
     test_mask: torch.Tensor

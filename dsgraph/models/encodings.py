@@ -1,5 +1,5 @@
 """How node encodings enter the Graph Transformer (the model's ``encodings`` option; the arrays are
-described in ``dsgraph/graph/encodings.py``).
+described in ``dsgraph/graph/encodings/``).
 
 ``NodeEncoder`` turns a rank's encoding arrays into one block per node: the stored encodings
 ('rwse' [n, K]; 'lappe' [n, k] eigenvectors, each multiplied by a random sign in training, and

@@ -1,7 +1,7 @@
 """A link task's evaluation: every split's pairs scored once, the metrics computed exactly on rank 0.
 
 Each rank scores the evaluation pairs whose first node it owns (``link_pairs.py``)
-and sends the set, position and score of each to rank 0 (``evaluation.on_root``), which puts
+and sends the set, position and score of each to rank 0 (``base.on_root``), which puts
 every set back in the dataset's order, computes the metrics once (``scores.py``) and broadcasts
 them: no per-rank value is ever averaged. Rank 0 then holds one float per evaluation pair.
 

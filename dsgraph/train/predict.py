@@ -43,7 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--run-name", dest="run_name", help="the training run whose checkpoints to read (runs/NAME/checkpoints)"
     )
     p.add_argument("--tag", help="checkpoint tag, e.g. epoch000199 (default: the one named in 'latest')")
-    p.add_argument("--out", help="output .npz: logits, embeddings and the split masks in dataset order")
+    p.add_argument(
+        "--out",
+        help="output .npz: what the task exports (logits or predictions, embeddings, the split masks) in dataset order",
+    )
     p.add_argument(
         "--strategy", choices=strategy_names(), help="graph-parallel strategy for inference (default: the config's)"
     )

@@ -149,7 +149,7 @@ class RowBlock(Protocol):
     train_mask: np.ndarray  # bool [n_b]
     val_mask: np.ndarray
     test_mask: np.ndarray
-    enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings.py``)
+    enc: dict[str, np.ndarray]  # encoding arrays [n_b, w] (``dsgraph/graph/encodings/``)
     edge_attr: np.ndarray | None  # float32 [e_b, F_e] (None: no edge features)
     added_loops: np.ndarray | None  # bool [e_b]
 
