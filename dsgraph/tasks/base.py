@@ -17,11 +17,9 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
+from dsgraph.graph.layout import MASKS
 from dsgraph.models import GraphTransformer
 from dsgraph.modes.base import EvalBatch, Step
-
-SPLITS = ("train", "val", "test")
-MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 def metrics_help(tasks: dict) -> str:

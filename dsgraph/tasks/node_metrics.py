@@ -13,8 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dsgraph.graph.link_split import SPLITS
 from dsgraph.tasks import scores
-from dsgraph.tasks.base import SPLITS, metric_key, on_root
+from dsgraph.tasks.base import metric_key, on_root
 
 RANKING_METRICS = ("rocauc", "ap")  # need every row's score (gathered), not sums of counts
 

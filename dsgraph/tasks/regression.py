@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from dsgraph.tasks.base import SPLITS, Export, Task, node_export
+from dsgraph.graph.link_split import SPLITS
+from dsgraph.tasks.base import Export, Task, node_export
 
 METRICS = ("mse", "mae", "r2")
 

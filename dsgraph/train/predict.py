@@ -20,10 +20,11 @@ import sys
 
 import torch
 
+from dsgraph.modes.registry import DEFAULT_MODE
 from dsgraph.parallel import strategy_names
 from dsgraph.tasks import TASKS, get_task
 from dsgraph.tasks.base import metrics_help
-from dsgraph.train.config import DsgraphConfig, load_ds_config
+from dsgraph.train.config import DsgraphConfig, load_ds_config, with_overrides
 from dsgraph.train.run_name import with_run_name
 
 
@@ -83,7 +84,7 @@ def predict_config(args: argparse.Namespace) -> DsgraphConfig:
         for k in ("strategy", "dataset", "split", "metric", "checkpoint_dir")
         if getattr(args, k) is not None
     }
-    cfg = DsgraphConfig.from_dict({**cfg.to_dict(), **overrides, "mode": "full"}, source="command line")
+    cfg = with_overrides(cfg, {**overrides, "mode": DEFAULT_MODE})
     if args.run_name:
         return with_run_name(cfg, args.run_name)
     if cfg.checkpoint_dir is None or "{run_name}" in cfg.checkpoint_dir:

@@ -29,7 +29,9 @@ SETTINGS = {  # name: (comm_dtype, comm_grad_dtype)
 
 
 def variant(config: str, strategy: str, comm_dtype: str, grad_dtype: str, out_dir: str) -> str:
-    keys = {"strategy": strategy, "parallel": {"comm_dtype": comm_dtype, "comm_grad_dtype": grad_dtype}}
+    with open(config) as f:  # keep the base config's other parallel settings
+        parallel = json.load(f).get("dsgraph", {}).get("parallel", {})
+    keys = {"strategy": strategy, "parallel": {**parallel, "comm_dtype": comm_dtype, "comm_grad_dtype": grad_dtype}}
     return write_variant(config, out_dir, f"{strategy}_{comm_dtype}_{grad_dtype}", keys)
 
 

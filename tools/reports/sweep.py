@@ -58,7 +58,7 @@ def _worker(rank, world, port, config, overrides, runs, out_dir):
     import torch
 
     from dsgraph.runtime import extensions
-    from dsgraph.train.config import DsgraphConfig, load_ds_config
+    from dsgraph.train.config import load_ds_config, with_overrides
     from dsgraph.train.trainer import Trainer, init_distributed
 
     device = init_distributed()
@@ -67,8 +67,8 @@ def _worker(rank, world, port, config, overrides, runs, out_dir):
         ds, _ = extensions.prefer_torch_adam(ds)
     ds = {**ds, "tensorboard": {"enabled": False}}
     for i, run in enumerate(runs):
-        run_cfg = DsgraphConfig.from_dict(
-            {**cfg.to_dict(), **overrides, **run, "metrics_out": None, "checkpoint_every": 0, "run_name": f"sweep-{i}"}
+        run_cfg = with_overrides(
+            cfg, {**overrides, **run, "metrics_out": None, "checkpoint_every": 0, "run_name": f"sweep-{i}"}, "sweep"
         )
         result = Trainer(run_cfg, ds, device, log=lambda line: None).fit(log=lambda line: None)
         if rank == 0:
@@ -113,14 +113,14 @@ def main(argv=None) -> int:
     import torch.multiprocessing as mp
 
     from dsgraph.comm.ports import free_port
-    from dsgraph.train.config import load_ds_config
+    from dsgraph.train.config import load_ds_config, with_overrides
 
     args = parse_args(argv)
     _, cfg = load_ds_config(args.config)
     overrides = {
         k: v for k, v in (("dataset", args.dataset), ("epochs", args.epochs), ("metric", args.metric)) if v is not None
     }
-    cfg = type(cfg).from_dict({**cfg.to_dict(), **overrides})
+    cfg = with_overrides(cfg, overrides, "sweep")
     runs = plan_runs(args, cfg)
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(

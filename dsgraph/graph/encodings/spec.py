@@ -76,9 +76,9 @@ class EncodingSpec:
         """A stored encoding of ``width`` over ``adjacency`` (``dsgraph/graph/encode/adjacency.py``),
         tuned by ``args``: array name -> float32 [N, width]. ``bar(desc)`` gives (a progress
         callback taking a node count, the bar or None); ``log(line)`` prints a message."""
-        raise NotImplementedError(f"encoding {self.name!r} is counted when a graph is read, not stored")
+        raise TypeError(f"encoding {self.name!r} is counted when a graph is read, not stored")
 
     def count(self, src: np.ndarray, dst: np.ndarray, num_nodes: int, out: np.ndarray | None) -> np.ndarray:
         """A counted encoding: its array over the edges src -> dst added to ``out`` (a new zero array
         when None), so that edges read in chunks add up."""
-        raise NotImplementedError(f"encoding {self.name!r} is stored by `dsgraph encode`, not counted")
+        raise TypeError(f"encoding {self.name!r} is stored by `dsgraph encode`, not counted")
