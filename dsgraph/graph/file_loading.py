@@ -5,17 +5,15 @@ dataset's .npz and keeps the in-edges and node data of its own rows, plus what i
 the whole structure for a strategy that reads every row, the in-degrees for the balanced split, a
 permutation for a partition (computed on rank 0 from the structure alone and broadcast). Synthetic
 datasets are written to the cache first, by one process per machine in a child process (so its
-memory does not count against the rank), while the other ranks wait at the next collective.
+memory does not count against the rank), while the other ranks wait on its file lock
+(``datasets.cached_dataset``), not in a collective.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-
 import numpy as np
 
-from dsgraph.graph.datasets import dataset_file, write_synthetic
+from dsgraph.graph.datasets import cached_dataset
 from dsgraph.graph.partition import partition_nodes
 from dsgraph.graph.rank_errors import raise_if_any_rank_failed
 from dsgraph.graph.rank_graph import RankGraph
@@ -24,36 +22,16 @@ from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
 
 
 def dataset_path(spec: str, seed: int, control, heartbeat=lambda phase: None) -> str:
-    """The .npz of ``spec``; a synthetic one missing from the cache is written first by local rank
-    0 of every machine (the others wait for it in a collective, whose failure report names it)."""
+    """The .npz of ``spec``; a synthetic one missing from the cache is generated first by one process
+    per machine while the others wait on its file lock, outside any collective (``cached_dataset``;
+    ``dsgraph train`` builds it before the process group exists, so here it is normally found)."""
     path, error = None, None
     try:
-        path, ready = dataset_file(spec, seed)
-        if not ready and local_rank(control.rank) == 0:
-            _generate(spec, seed, path, heartbeat)
+        path = cached_dataset(spec, seed, heartbeat=heartbeat)
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)
     return path
-
-
-def local_rank(rank: int) -> int:
-    """This process's rank on its machine, as the launcher announced it (else its global rank)."""
-    for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return rank
-
-
-def _generate(spec: str, seed: int, path: str, heartbeat) -> None:
-    """Writes the synthetic ``spec`` to ``path`` in a child process, beating while it runs."""
-    child = multiprocessing.get_context("spawn").Process(target=write_synthetic, args=(spec, seed, path))
-    child.start()
-    while child.is_alive():
-        heartbeat(f"start-up: generating {spec} into {path}")
-        child.join(timeout=1.0)
-    if child.exitcode != 0 or not os.path.isfile(path):
-        raise ValueError(f"generating {spec} into {path} failed (exit code {child.exitcode})")
 
 
 def from_file(

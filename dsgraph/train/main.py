@@ -192,6 +192,11 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     from dsgraph.train.preemption import EXIT_PREEMPTED, Preempted
     from dsgraph.train.trainer import init_distributed
 
+    try:
+        build_dataset(cfg, watchdog.beat)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"dsgraph: error: {err}", file=sys.stderr)
+        return 2
     watchdog.beat("start-up: joining the process group (init_distributed)")
     try:
         device = init_distributed(cfg.timeout_s)
@@ -227,6 +232,16 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         _exit_peer_failure(rank, cfg.timeout_s, err)
     finally:
         shm.remove_own_buffer(rank)
+
+
+def build_dataset(cfg: DsgraphConfig, heartbeat) -> None:
+    """A synthetic dataset missing from the cache is generated before the process group exists: one
+    process per machine builds it, the others wait on its file lock (``datasets.cached_dataset``), so
+    no rank waits for the build inside a collective and its timeout."""
+    if cfg.partitions is None and cfg.dataset.startswith("rmat:"):
+        from dsgraph.graph.datasets import cached_dataset
+
+        cached_dataset(cfg.dataset, cfg.seed, heartbeat=heartbeat)
 
 
 def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict]:
