@@ -78,9 +78,9 @@ def write_store(
     """
     out_dir = os.fspath(out_dir)
     perm, node_ranges = _checked_layout(graph.num_nodes, perm, node_ranges)
-    _prepare_out_dir(out_dir, overwrite)
+    prepare_out_dir(out_dir, overwrite)
 
-    files = _StoreFiles(out_dir)
+    files = StoreFiles(out_dir)
     files.save(PERM_FILE, perm.astype(np.int64, copy=False))
     part_edges, part_halo = [], []
     for r, (start, end) in enumerate(_progress(node_ranges.tolist(), progress, "writing parts")):
@@ -91,29 +91,60 @@ def write_store(
         part_edges.append(int(arrays["col"].size))
         part_halo.append(int(arrays["halo"].size))
 
-    meta = {
+    meta = store_meta(
+        files,
+        dataset=dataset if dataset is not None else graph.name,
+        method=method,
+        seed=seed,
+        node_ranges=node_ranges,
+        part_edges=part_edges,
+        part_halo=part_halo,
+        sizes={
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "num_features": graph.num_features,
+            "feature_dtype": str(graph.x.numpy().dtype),
+            "num_classes": graph.num_classes,
+            "num_edge_features": graph.num_edge_features,
+        },
+        encodings={name: int(array.shape[1]) for name, array in graph.enc.items()},
+        extra=extra,
+    )
+    write_meta(out_dir, meta)
+    return meta
+
+
+def store_meta(
+    files: StoreFiles,
+    *,
+    dataset: str,
+    method: str,
+    seed: int,
+    node_ranges: np.ndarray,
+    part_edges: list[int],
+    part_halo: list[int],
+    sizes: dict,
+    encodings: dict[str, int],
+    extra: dict | None,
+) -> dict:
+    """META.json's dictionary; ``sizes``: num_nodes, num_edges, num_features, feature_dtype,
+    num_classes and num_edge_features; ``encodings``: the width of each encoding array the parts hold."""
+    return {
         "format_version": FORMAT_VERSION,
-        "dataset": dataset if dataset is not None else graph.name,
+        "dataset": dataset,
         "method": method,
         "seed": int(seed),
         "num_parts": int(node_ranges.shape[0]),
-        "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges,
-        "num_features": graph.num_features,
-        "feature_dtype": str(graph.x.numpy().dtype),
-        "num_classes": graph.num_classes,
-        "num_edge_features": graph.num_edge_features,
+        **sizes,
         "node_ranges": node_ranges.tolist(),
         "part_num_edges": part_edges,
         "part_num_halo": part_halo,
         "permutation_file": PERM_FILE,
-        "encodings": {name: int(array.shape[1]) for name, array in graph.enc.items()},
+        "encodings": encodings,
         "sha256": files.sha256,
         "file_bytes": files.file_bytes,
         **(extra or {}),
     }
-    write_meta(out_dir, meta)
-    return meta
 
 
 def write_meta(out_dir: str, meta: dict) -> None:
@@ -125,7 +156,7 @@ def write_meta(out_dir: str, meta: dict) -> None:
 
 
 @dataclass
-class _StoreFiles:
+class StoreFiles:
     """Saves a store's .npy files and records each one's checksum and size for META.json."""
 
     out_dir: str
@@ -133,8 +164,12 @@ class _StoreFiles:
     file_bytes: dict[str, int] = field(default_factory=dict)
 
     def save(self, relpath: str, array: np.ndarray) -> None:
+        np.save(os.path.join(self.out_dir, relpath), np.ascontiguousarray(array), allow_pickle=False)
+        self.record(relpath)
+
+    def record(self, relpath: str) -> None:
+        """Records a file written to ``relpath`` by other means (a memory-mapped .npy filled in pieces)."""
         path = os.path.join(self.out_dir, relpath)
-        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
         self.sha256[relpath], self.file_bytes[relpath] = file_sha256(path), os.path.getsize(path)
 
 
@@ -175,7 +210,7 @@ def _part_arrays(graph: Graph, start: int, end: int, halo: np.ndarray | None) ->
     }
 
 
-def _prepare_out_dir(out_dir: str, overwrite: bool) -> None:
+def prepare_out_dir(out_dir: str, overwrite: bool) -> None:
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         if not overwrite:
             raise FileExistsError(f"{out_dir}: output folder exists and is not empty; pass --force to replace it")
