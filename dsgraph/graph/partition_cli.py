@@ -3,12 +3,16 @@
 Example::
 
     dsgraph partition --dataset rmat:20 --parts 4 --method metis --out parts/rmat20-4
+
+The default method 'auto' runs METIS in memory where the graph fits the memory budget and writes
+balanced ranges out of core beyond it (``partition_choice.py``); the choice is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -24,7 +28,9 @@ from dsgraph.graph.partition import (
     partition_quality,
     relabel,
 )
+from dsgraph.graph.partition_choice import AUTO, choose, default_budget, graph_size
 from dsgraph.graph.store import write_store
+from dsgraph.graph.store_stream import write_store_streamed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,10 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parts", type=int, required=True, help="number of parts (= ranks of the training job)")
     parser.add_argument(
         "--method",
-        choices=METHODS,
-        default="metis",
+        choices=(AUTO, *METHODS),
+        default=AUTO,
         help="metis: fewest cut edges; random; contiguous: equal node ranges; "
-        "balanced: contiguous ranges with equal in-edge work (default: metis)",
+        "balanced: contiguous ranges with equal in-edge work; auto: metis where the graph fits "
+        "--memory-gb, balanced out of core beyond (default: auto)",
+    )
+    parser.add_argument(
+        "--memory-gb",
+        type=float,
+        help="memory budget of the in-memory path in GiB; contiguous methods build out of core above it "
+        "(default: half the available memory)",
     )
     parser.add_argument(
         "--metis-balance",
@@ -93,19 +106,47 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     try:
-        graph, quality = _partition_and_write(args, log, timed)
+        size, quality = _build(args, log, timed)
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"dsgraph partition: {err}", file=sys.stderr)
         return 1
     timings["total"] = time.perf_counter() - began
     print(format_quality(quality, args.method))
-    print(
-        f"store written to {args.out} in {timings['total']:.1f}s "
-        f"(partition {timings['partition']:.1f}s, write {timings['write']:.1f}s)"
-    )
+    steps = ", ".join(f"{step} {timings[step]:.1f}s" for step in ("dataset", "partition", "write") if step in timings)
+    print(f"store written to {args.out} in {timings['total']:.1f}s ({steps})")
     if args.stats_json:
-        _write_stats(args, graph, timings, quality)
+        _write_stats(args, size, timings, quality)
     return 0
+
+
+def _build(args, log, timed):
+    """Chooses the method and the path (printed), then writes the store; (num_nodes, num_edges), quality."""
+    if args.memory_gb is not None and args.memory_gb <= 0:
+        raise ValueError(f"--memory-gb must be positive, got {args.memory_gb}")
+    budget = int(args.memory_gb * 2**30) if args.memory_gb is not None else default_budget()
+    log(f"sizing dataset {args.dataset}")
+    size = timed("dataset", graph_size, args.dataset, args.dataset_seed, not args.quiet)
+    choice = choose(args.method, size, budget, args.dataset)
+    print(f"dsgraph partition: method {choice.reason}", flush=True)
+    args.method = choice.method
+    if not choice.out_of_core:
+        graph, quality = _partition_and_write(args, log, timed)
+        return (graph.num_nodes, graph.num_edges), quality
+    log(f"writing {args.parts} {choice.method} parts of {size.path} to {args.out} out of core")
+    _, quality = timed(
+        "write",
+        write_store_streamed,
+        size.path,
+        args.parts,
+        choice.method,
+        args.out,
+        scratch=os.path.dirname(os.path.abspath(args.out)),
+        dataset=args.dataset,
+        extra={"dataset_seed": args.dataset_seed, "out_of_core": True},
+        overwrite=args.force,
+        progress=not args.quiet,
+    )
+    return (size.num_nodes, quality.num_edges), quality
 
 
 def _partition_and_write(args, log, timed):
@@ -152,7 +193,7 @@ def _partition_and_write(args, log, timed):
     return graph, quality
 
 
-def _write_stats(args, graph, timings: dict[str, float], quality) -> None:
+def _write_stats(args, size: tuple[int, int], timings: dict[str, float], quality) -> None:
     """``--stats-json``: the run's sizes, phase times and partition quality."""
     with open(args.stats_json, "w") as f:
         json.dump(
@@ -160,8 +201,8 @@ def _write_stats(args, graph, timings: dict[str, float], quality) -> None:
                 "dataset": args.dataset,
                 "method": args.method,
                 "parts": args.parts,
-                "num_nodes": graph.num_nodes,
-                "num_edges": graph.num_edges,
+                "num_nodes": size[0],
+                "num_edges": size[1],
                 "timings_s": timings,
                 "quality": quality.as_dict(),
             },
