@@ -18,6 +18,7 @@ from dsgraph.graph.partition import partition_nodes
 from dsgraph.graph.rank_errors import raise_if_any_rank_failed
 from dsgraph.graph.rank_graph import RankGraph
 from dsgraph.graph.rank_reader import DatasetFile
+from dsgraph.graph.rank_wait import from_root, work_timeout
 from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
 
 
@@ -45,14 +46,17 @@ def from_file(
     whole: bool = False,
     edge_features: bool = False,
     encodings: tuple[str, ...] = (),
+    timeout_s: float = 300.0,
+    heartbeat=lambda phase: None,
 ) -> tuple[object, RankGraph]:
     """This rank's share of ``data`` split by ``pg``'s split if it has one, else by ``method``
     (``whole``: the whole structure too; ``edge_features``: the block's edge features;
     ``encodings``: the node arrays its rows carry); equal to
-    ``loading.from_graph`` on the whole graph (tested)."""
+    ``loading.from_graph`` on the whole graph (tested). ``timeout_s``: the job's collective timeout,
+    which the wait for a partition on rank 0 extends with the graph's size (``rank_wait.py``)."""
     perm = None
     if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
-        perm, split = _partition(data, pg, control, method, self_loops, seed)
+        perm, split = _partition(data, pg, control, method, self_loops, seed, timeout_s, heartbeat)
         pg = pg.with_split(split)
     elif pg.split is None:
         pg = pg.with_split(
@@ -80,11 +84,18 @@ def from_file(
     return pg, graph
 
 
-def _partition(data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int) -> tuple[np.ndarray, RowSplit]:
-    """Rank 0 partitions the structure; every rank gets (perm new id -> old id, the split)."""
-    parts = None
-    if pg.rank == 0:
-        parts = partition_nodes(data.structure(self_loops), pg.world_size, method, seed=seed, metis_balance="edges")
-    parts = control.bcast(parts, root=0)
+def _partition(
+    data: DatasetFile, pg, control, method: str, self_loops: bool, seed: int, timeout_s: float, heartbeat
+) -> tuple[np.ndarray, RowSplit]:
+    """Rank 0 partitions the structure while the others wait (``rank_wait.from_root``, a deadline
+    scaled with the edges); every rank gets (perm new id -> old id, the split)."""
+    parts = from_root(
+        control,
+        pg.rank == 0,
+        lambda: partition_nodes(data.structure(self_loops), pg.world_size, method, seed=seed, metis_balance="edges"),
+        what=f"to partition the graph ({data.num_stored_edges:,} edges) with {method}",
+        timeout_s=work_timeout(timeout_s, data.num_stored_edges),
+        heartbeat=heartbeat,
+    )
     perm = np.argsort(parts, kind="stable").astype(np.int64)  # the order relabel() gives
     return perm, RowSplit(tuple(int(c) for c in np.bincount(parts, minlength=pg.world_size)))

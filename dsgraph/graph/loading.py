@@ -27,6 +27,7 @@ from dsgraph.graph.partition import partition_nodes, relabel
 from dsgraph.graph.rank_errors import raise_if_any_rank_failed
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph
 from dsgraph.graph.rank_reader import DatasetFile
+from dsgraph.graph.rank_wait import from_root, work_timeout
 from dsgraph.graph.split import CONTIGUOUS_METHODS, RowSplit, contiguous_split
 from dsgraph.graph.store import load_part, load_permutation
 
@@ -71,6 +72,7 @@ def load_rank_graph(
     choice: SplitChoice = SplitChoice(),
     edge_features: bool = False,
     encodings: tuple[str, ...] = (),
+    timeout_s: float = 300.0,
 ):
     """(``pg`` with the run's row split, this rank's RankGraph): from the partition store
     ``partitions``, from ``graph`` (the dataset, self loops added as configured, when the caller
@@ -80,7 +82,8 @@ def load_rank_graph(
     ``choice``: which of the file's fixed splits, and whether they may overlap; ``edge_features``:
     the rank also holds its block's edge features; ``encodings``: the node encoding arrays the
     rank's node data carries (``encodings/``); a dataset without one of them fails here, on every
-    rank, with the ``dsgraph encode`` command that computes it."""
+    rank, with the ``dsgraph encode`` command that computes it; ``timeout_s``: the job's collective
+    timeout, which a wait for rank 0's partition extends with the graph's size (``rank_wait.py``)."""
     if partitions is not None:
         if whole:
             raise ValueError(
@@ -89,7 +92,16 @@ def load_rank_graph(
         return from_store(partitions, pg, control, self_loops, encodings, edge_features=edge_features)
     if graph is not None:
         return from_graph(
-            graph, pg, control, split_method, seed, whole=whole, edge_features=edge_features, encodings=encodings
+            graph,
+            pg,
+            control,
+            split_method,
+            seed,
+            whole=whole,
+            edge_features=edge_features,
+            encodings=encodings,
+            timeout_s=timeout_s,
+            heartbeat=heartbeat,
         )
     path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
     error, data = None, None
@@ -104,7 +116,17 @@ def load_rank_graph(
         error = err
     raise_if_any_rank_failed(control, error)
     return from_file(
-        data, pg, control, split_method, self_loops, seed, whole=whole, edge_features=edge_features, encodings=encodings
+        data,
+        pg,
+        control,
+        split_method,
+        self_loops,
+        seed,
+        whole=whole,
+        edge_features=edge_features,
+        encodings=encodings,
+        timeout_s=timeout_s,
+        heartbeat=heartbeat,
     )
 
 
@@ -169,13 +191,16 @@ def from_graph(
     whole: bool = False,
     edge_features: bool = False,
     encodings: tuple[str, ...] = (),
+    timeout_s: float = 300.0,
+    heartbeat=lambda phase: None,
 ) -> tuple[object, RankGraph]:
     """This rank's share of a graph every rank holds, split by ``pg``'s split if it has one (the
     caller chose it), else by ``method`` (None: 'balanced'), with the ``encodings`` arrays of
     ``graph.enc``. A contiguous method ('balanced', 'contiguous') keeps the node order; a partition
     ('metis', 'random') is computed on rank 0, its part ids reach the others through the control
     plane, and every rank relabels the graph so that each part is one contiguous row range.
-    ``edge_features``: with the block's edge features."""
+    ``edge_features``: with the block's edge features; ``timeout_s``: the job's collective timeout,
+    extended with the graph's size for the wait on rank 0's partition (``rank_wait.py``)."""
     if edge_features and graph.edge_attr is None:
         raise ValueError(
             f"dataset '{graph.name}': the model reads edge features (model.edge_features), but the graph has no "
@@ -185,7 +210,7 @@ def from_graph(
     if missing:
         raise missing_error(graph.name, f"graph '{graph.name}'", missing)
     num_classes = graph.num_classes
-    graph, perm, pg = _split_rows(graph, pg, control, method or "balanced", seed)
+    graph, perm, pg = _split_rows(graph, pg, control, method or "balanced", seed, timeout_s, heartbeat)
     if pg.num_rows != graph.num_nodes:
         raise ValueError(f"row split {pg.counts} does not cover the graph's {graph.num_nodes} nodes")
     start, end = pg.rows
@@ -217,14 +242,18 @@ def from_graph(
     return pg, rank_graph
 
 
-def _split_rows(graph: Graph, pg, control, method: str, seed: int):
+def _split_rows(graph: Graph, pg, control, method: str, seed: int, timeout_s: float, heartbeat):
     """(graph, perm, pg): ``pg`` with its row split (its own if it has one); a partition method
     relabels the graph (``perm``: dataset id of each new row), a contiguous one keeps it (perm None)."""
     if pg.split is None and method not in CONTIGUOUS_METHODS and pg.world_size > 1:
-        parts = (
-            partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges") if pg.rank == 0 else None
+        parts = from_root(
+            control,
+            pg.rank == 0,
+            lambda: partition_nodes(graph, pg.world_size, method, seed=seed, metis_balance="edges"),
+            what=f"to partition the graph ({graph.num_edges:,} edges) with {method}",
+            timeout_s=work_timeout(timeout_s, graph.num_edges),
+            heartbeat=heartbeat,
         )
-        parts = control.bcast(parts, root=0)
         graph, perm, ranges = relabel(graph, parts, pg.world_size)
         return graph, perm, pg.with_split(RowSplit.from_starts([*ranges[:, 0], ranges[-1, 1]]))
     if pg.split is None:

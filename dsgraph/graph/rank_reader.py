@@ -110,6 +110,11 @@ class DatasetFile:
     def num_features(self) -> int:
         return int(self.arrays["x"].shape[1])
 
+    @property
+    def num_stored_edges(self) -> int:
+        """Edges (or undirected pairs, in the benchmark layout) as the file stores them."""
+        return int(self.arrays["edges"].shape[0] if "edges" in self.arrays else self.arrays["src"].shape[0])
+
     def chunks(self, edge_features: bool = False):
         """(first edge, src int64, dst int64, edge features float32 [e, F_e] or None) of consecutive
         edge chunks, range-checked (the features only with ``edge_features``, checked finite)."""

@@ -115,6 +115,7 @@ class GraphOnRanks:
             choice=cfg.split_choice(),
             encodings=arrays_of(cfg.model.encodings),
             edge_features=cfg.model.reads_edges,
+            timeout_s=cfg.timeout_s,
         )
         self.spec.prepare(self.graph, self.pg, self._context("float32"))
         block = self.graph.block
