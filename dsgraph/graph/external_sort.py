@@ -3,7 +3,7 @@
 ``SortedRuns.add`` sorts one batch of keys and writes it to its own ``.npy`` run in a scratch folder;
 ``SortedRuns.merge`` reads every run through a memory map and yields the keys in ascending order
 (each one once with ``dedup``), one bounded chunk at a time. Memory is one batch while adding and
-about ``window`` keys per run while merging, whatever the total.
+about ``MERGE_KEYS`` keys in all while merging (a window of them per run), whatever the total.
 
 The merge takes a window of the next keys from every run; every key up to the smallest last key
 of the windows of runs not yet exhausted is final (no run can still hold a smaller one), so those
@@ -19,7 +19,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-MERGE_WINDOW = 1 << 20  # keys read from each run per merge step
+MERGE_KEYS = 1 << 23  # keys read from all runs together per merge step (64 MB)
+MIN_WINDOW = 1 << 12  # keys read from each run per merge step, at least
 
 
 class SortedRuns:
@@ -53,12 +54,14 @@ class SortedRuns:
         self.paths.append(path)
         self.num_keys += int(keys.size)
 
-    def merge(self, dedup: bool = False, window: int = MERGE_WINDOW) -> Iterator[np.ndarray]:
-        """Every key of every run in ascending order (repeated keys once with ``dedup``), in chunks."""
+    def merge(self, dedup: bool = False, window: int | None = None) -> Iterator[np.ndarray]:
+        """Every key of every run in ascending order (repeated keys once with ``dedup``), in chunks;
+        ``window``: keys read from each run per step (default: ``MERGE_KEYS`` shared by the runs)."""
+        window = window or max(MIN_WINDOW, MERGE_KEYS // max(1, len(self.paths)))
         return merge_sorted([np.load(p, mmap_mode="r") for p in self.paths], dedup=dedup, window=window)
 
 
-def merge_sorted(runs: list[np.ndarray], dedup: bool = False, window: int = MERGE_WINDOW) -> Iterator[np.ndarray]:
+def merge_sorted(runs: list[np.ndarray], dedup: bool = False, window: int = MIN_WINDOW) -> Iterator[np.ndarray]:
     """k-way merge of ascending 1-D arrays (memory maps are read ``window`` keys at a time)."""
     if window < 1:
         raise ValueError(f"merge window must be at least 1 key, got {window}")
