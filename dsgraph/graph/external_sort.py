@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dsgraph.graph.npz_map import release_pages
+
 MERGE_KEYS = 1 << 23  # keys read from all runs together per merge step (64 MB)
 MIN_WINDOW = 1 << 12  # keys read from each run per merge step, at least
 
@@ -78,6 +80,7 @@ def merge_sorted(runs: list[np.ndarray], dedup: bool = False, window: int = MIN_
             n = head.size if bound is None else int(np.searchsorted(head, bound, side="right"))
             taken.append(head[:n])
             pos[i] += n
+            release_pages(runs[i])
         chunk = np.concatenate(taken)
         chunk.sort(kind="stable")
         yield _unique_sorted(chunk) if dedup else chunk

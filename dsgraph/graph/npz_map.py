@@ -9,6 +9,7 @@ Nothing is unpickled: object arrays are refused.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zipfile
@@ -68,3 +69,15 @@ def open_arrays(path: str | os.PathLike, names) -> dict[str, np.ndarray]:
             except (ValueError, OSError) as err:
                 raise ValueError(f"{path}: array '{name}' cannot be read without pickle ({err})") from None
     return out
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Lets the kernel take back the pages of the memory map behind ``array`` (written pages are
+    flushed first; they stay in the file), so a pass that streams through a large map keeps a flat
+    resident size. Arrays that are not memory maps are left alone."""
+    mapping = getattr(array, "_mmap", None)
+    if mapping is None or mapping.closed:
+        return
+    if array.flags.writeable:
+        mapping.flush()
+    mapping.madvise(mmap.MADV_DONTNEED)

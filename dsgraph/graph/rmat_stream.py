@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from dsgraph.graph.external_sort import SortedRuns
+from dsgraph.graph.npz_map import release_pages
 from dsgraph.graph.npz_stream import NpzWriter
 from dsgraph.graph.rmat import COMMUNITY_BITS, FEATURE_SIGNAL, NUM_FEATURES, A, B, C, parse_rmat_spec
 
@@ -140,6 +141,7 @@ def _write_edges(npz: NpzWriter, keys: np.ndarray, scale: int, chunk: int, progr
             for lo in range(0, keys.size, chunk):
                 piece = np.asarray(keys[lo : lo + chunk])
                 stream.write(piece & mask if name == "src" else piece >> scale)
+                release_pages(keys)
                 if bar is not None:
                     bar.update(piece.size)
 

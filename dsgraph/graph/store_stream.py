@@ -22,6 +22,7 @@ import numpy as np
 
 from dsgraph.graph.encodings import degrees
 from dsgraph.graph.external_sort import SortedRuns
+from dsgraph.graph.npz_map import release_pages
 from dsgraph.graph.partition import PartitionQuality
 from dsgraph.graph.rank_reader import DatasetFile
 from dsgraph.graph.split import balanced_bounds
@@ -130,6 +131,7 @@ def csr_edges(data: DatasetFile, runs: SortedRuns, chunk_edges: int, progress: b
             if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
                 raise ValueError(f"{data.path}: an id of '{name}' in edges [{lo}, {lo + s.size}) is outside [0, {n})")
         degrees(s, d, n, out=degree)
+        release_pages(src), release_pages(dst)
         in_order = in_order and bool(d.size == 0 or (d[0] >= last and (np.diff(d) >= 0).all()))
         last = int(d[-1]) if d.size else last
     if in_order:
@@ -152,6 +154,7 @@ def _sorted_edges(data: DatasetFile, runs: SortedRuns, degree, chunk_edges: int,
     for keys in _bar(runs.merge(), progress, "merging runs"):
         out["dst"][pos : pos + keys.size], out["src"][pos : pos + keys.size] = np.divmod(keys, n)
         pos += keys.size
+        release_pages(out["dst"]), release_pages(out["src"])
     return CsrEdges(src=out["src"], dst=out["dst"], degree=degree)
 
 
@@ -174,6 +177,7 @@ def _write_parts(files: StoreFiles, data, edges: CsrEdges, node_ranges, chunk_ed
             outside = piece[(piece < start) | (piece >= end)]
             figures["cut_edges"] += int(outside.size)
             remote[outside] = True
+            release_pages(edges.src), release_pages(col)
         col.flush()
         del col
         files.record(f"{folder}/col.npy")
@@ -198,6 +202,7 @@ def _copy_rows(files: StoreFiles, relpath: str, source, start: int, end: int, dt
     step = max(1, chunk_values // max(1, int(np.prod(source.shape[1:]))))
     for lo in range(start, end, step):
         target[lo - start : min(end, lo + step) - start] = source[lo : min(end, lo + step)]
+        release_pages(source), release_pages(target)
     target.flush()
     del target
     files.record(relpath)
