@@ -199,3 +199,17 @@ def test_a_process_waits_on_the_cache_lock_while_another_builds(tmp_path, monkey
         fcntl.flock(held, fcntl.LOCK_UN)
     waiter.join(timeout=30)
     assert result == [path] and os.stat(path).st_mtime_ns == built  # found, not built again
+
+
+@pytest.mark.slow
+def test_train_builds_the_synthetic_dataset_before_the_process_group(tmp_path, monkeypatch):
+    from dsgraph.train.config import DsgraphConfig
+    from dsgraph.train.main import build_dataset
+
+    monkeypatch.setenv("DSGRAPH_CACHE", str(tmp_path))
+    beats = []
+    build_dataset(DsgraphConfig(dataset="rmat:6", seed=2), beats.append)
+    path, built = datasets.dataset_file("rmat:6", 2)
+    assert built and any("generating rmat:6" in b for b in beats)  # in a child process, beating
+    build_dataset(DsgraphConfig(dataset="rmat:7", partitions=str(tmp_path / "store")), beats.append)
+    assert not datasets.dataset_file("rmat:7")[1]  # a run from a partition store needs no dataset file
