@@ -8,21 +8,15 @@ travel as pickled objects. One interface, two implementations, chosen once at st
 - ``TorchControlPlane``: torch.distributed object collectives on the default group (otherwise, for
   example under ``deepspeed --num_accelerators``, where every process's MPI world has size 1).
 
-Every call is collective: all ranks call it in the same order. ``wait_for_root`` lets the other
-ranks wait for one rank's long work (a partition on rank 0) with a deadline of the caller's choosing
-instead of the job's collective timeout.
+Every call is collective: all ranks call it in the same order.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
-
-READY_POLL_S = 1.0  # how often a rank waiting for the root looks (and calls its ``poll``)
-READY_TAG = 7141  # MPI tag of the root's ready messages
 
 # Set by MPI launchers in every process they start (MPICH/Hydra, Open MPI, PMIx); their absence
 # means no MPI launcher, and mpi4py is then not imported at all.
@@ -91,63 +85,6 @@ class MPIControlPlane(ControlPlane):
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         return self._comm.bcast(obj, root=root)
-
-
-def wait_for_root(control: ControlPlane, root: int, *, timeout_s: float, what: str, poll=lambda: None) -> None:
-    """Collective: ``root`` says it is ready; every other rank waits at most ``timeout_s`` seconds for
-    it (calling ``poll`` about once a second), then raises TimeoutError naming ``what`` it waited for.
-    Through torch's key-value store or MPI point-to-point messages; a control plane of another kind
-    (a test's stand-in) does not wait."""
-    if control.world_size == 1 or not isinstance(control, (TorchControlPlane, MPIControlPlane)):
-        return
-    control.ready_calls = getattr(control, "ready_calls", 0) + 1
-    if isinstance(control, TorchControlPlane):
-        from torch.distributed import distributed_c10d
-
-        store, key = distributed_c10d._get_default_store(), f"dsgraph/ready/{control.ready_calls}"
-        if control.rank == root:
-            store.set(key, b"1")
-            return
-        ready = lambda: _store_has(store, key)  # noqa: E731
-    else:
-        comm = control._comm
-        if control.rank == root:
-            for r in range(control.world_size):
-                if r != root:
-                    comm.send(control.ready_calls, dest=r, tag=READY_TAG)
-            return
-        ready = lambda: _mpi_has(comm, root)  # noqa: E731
-    _wait(ready, control.rank, root, timeout_s, what, poll)
-
-
-def _store_has(store, key: str) -> bool:
-    from datetime import timedelta
-
-    try:
-        store.wait([key], timedelta(seconds=READY_POLL_S))
-        return True
-    except RuntimeError:  # DistStoreError: not set within the poll interval
-        return False
-
-
-def _mpi_has(comm, root: int) -> bool:
-    if comm.iprobe(source=root, tag=READY_TAG):
-        comm.recv(source=root, tag=READY_TAG)
-        return True
-    time.sleep(READY_POLL_S)
-    return False
-
-
-def _wait(ready, rank: int, root: int, timeout_s: float, what: str, poll) -> None:
-    began = time.monotonic()
-    while not ready():  # each look takes about READY_POLL_S
-        waited = time.monotonic() - began
-        if waited > timeout_s:
-            raise TimeoutError(
-                f"rank {rank} waited {waited:.0f} s (the limit for this step, scaled with its work) for rank {root} "
-                f"{what}; rank {root} is still working, stuck or dead"
-            )
-        poll()
 
 
 def launched_by_mpi(environ=os.environ) -> bool:

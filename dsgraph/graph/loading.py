@@ -90,19 +90,15 @@ def load_rank_graph(
                 "'partitions' loads one part per rank, but this strategy needs the whole graph on every rank"
             )
         return from_store(partitions, pg, control, self_loops, encodings, edge_features=edge_features)
+    options = {
+        "whole": whole,
+        "edge_features": edge_features,
+        "encodings": encodings,
+        "timeout_s": timeout_s,
+        "heartbeat": heartbeat,
+    }
     if graph is not None:
-        return from_graph(
-            graph,
-            pg,
-            control,
-            split_method,
-            seed,
-            whole=whole,
-            edge_features=edge_features,
-            encodings=encodings,
-            timeout_s=timeout_s,
-            heartbeat=heartbeat,
-        )
+        return from_graph(graph, pg, control, split_method, seed, **options)
     path = dataset_path(dataset, seed, control, heartbeat)  # collective: every rank has the file after it
     error, data = None, None
     try:
@@ -115,19 +111,7 @@ def load_rank_graph(
     except (ValueError, FileNotFoundError) as err:
         error = err
     raise_if_any_rank_failed(control, error)
-    return from_file(
-        data,
-        pg,
-        control,
-        split_method,
-        self_loops,
-        seed,
-        whole=whole,
-        edge_features=edge_features,
-        encodings=encodings,
-        timeout_s=timeout_s,
-        heartbeat=heartbeat,
-    )
+    return from_file(data, pg, control, split_method, self_loops, seed, **options)
 
 
 def from_store(

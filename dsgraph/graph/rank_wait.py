@@ -4,19 +4,21 @@ The job's collective timeout (``timeout_s``, 300 s by default) suits a collectiv
 running METIS over a large graph. ``from_root`` lets rank 0 work, beating its heartbeat so its
 watchdog sees progress, while the other ranks wait outside any collective for at most
 ``work_timeout`` (the job's timeout plus an allowance per edge), beating too; a wait past it fails
-with a message that says what they waited for. Then the result moves in one quick broadcast.
+with a message that says what they waited for (``wait_for_root``, through torch's key-value store or
+MPI messages, not a collective). Then the result moves in one quick broadcast.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
-
-from dsgraph.comm.control import wait_for_root
 
 SECONDS_PER_EDGE = 20e-6  # the waiting ranks' allowance per edge of rank 0's work (METIS: a few us per edge)
 BEAT_S = 1.0
+READY_POLL_S = 1.0  # how often a waiting rank looks for the root's ready signal (and beats)
+READY_TAG = 7141  # MPI tag of the root's ready messages
 
 
 def work_timeout(base_s: float, num_edges: int) -> float:
@@ -61,3 +63,59 @@ def beating(heartbeat, phase: str):
     finally:
         stop.set()
         thread.join()
+
+
+def wait_for_root(control, root: int, *, timeout_s: float, what: str, poll=lambda: None) -> None:
+    """Collective: ``root`` says it is ready; every other rank waits at most ``timeout_s`` seconds for
+    it (calling ``poll`` about once a second), then raises TimeoutError naming ``what`` it waited for.
+    Through torch.distributed's key-value store (control plane 'torch') or MPI point-to-point messages
+    on COMM_WORLD ('mpi'); another control plane (a test's stand-in) does not wait."""
+    kind = getattr(control, "name", None)
+    if control.world_size == 1 or kind not in ("torch", "mpi"):
+        return
+    control.ready_calls = getattr(control, "ready_calls", 0) + 1  # the same count on every rank
+    if kind == "torch":
+        from torch.distributed import distributed_c10d
+
+        store, key = distributed_c10d._get_default_store(), f"dsgraph/ready/{control.ready_calls}"
+        if control.rank == root:
+            store.set(key, b"1")
+            return
+        ready = lambda: _store_has(store, key)  # noqa: E731
+    else:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        if control.rank == root:
+            for r in range(control.world_size):
+                if r != root:
+                    comm.send(control.ready_calls, dest=r, tag=READY_TAG)
+            return
+        ready = lambda: _mpi_has(comm, root)  # noqa: E731
+    began = time.monotonic()
+    while not ready():  # each look takes about READY_POLL_S
+        waited = time.monotonic() - began
+        if waited > timeout_s:
+            raise TimeoutError(
+                f"rank {control.rank} waited {waited:.0f} s (the limit for this step, scaled with its work) for "
+                f"rank {root} {what}; rank {root} is still working, stuck or dead"
+            )
+        poll()
+
+
+def _store_has(store, key: str) -> bool:
+    from datetime import timedelta
+
+    try:
+        store.wait([key], timedelta(seconds=READY_POLL_S))
+        return True
+    except RuntimeError:  # DistStoreError: not set within the poll interval
+        return False
+
+
+def _mpi_has(comm, root: int) -> bool:
+    if comm.iprobe(source=root, tag=READY_TAG):
+        comm.recv(source=root, tag=READY_TAG)
+        return True
+    time.sleep(READY_POLL_S)
+    return False
