@@ -237,11 +237,11 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
 def build_dataset(cfg: DsgraphConfig, heartbeat) -> None:
     """A synthetic dataset missing from the cache is generated before the process group exists: one
     process per machine builds it, the others wait on its file lock (``datasets.cached_dataset``), so
-    no rank waits for the build inside a collective and its timeout."""
+    no rank waits for the build inside a collective and its timeout. The builder shows progress bars."""
     if cfg.partitions is None and cfg.dataset.startswith("rmat:"):
         from dsgraph.graph.datasets import cached_dataset
 
-        cached_dataset(cfg.dataset, cfg.seed, heartbeat=heartbeat)
+        cached_dataset(cfg.dataset, cfg.seed, heartbeat=heartbeat, progress=True)
 
 
 def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict]:
