@@ -28,7 +28,19 @@ import numpy as np
 from dsgraph.graph.external_sort import SortedRuns
 from dsgraph.graph.npz_map import release_pages
 from dsgraph.graph.npz_stream import NpzWriter
-from dsgraph.graph.rmat import COMMUNITY_BITS, FEATURE_SIGNAL, NUM_FEATURES, A, B, C, parse_rmat_spec
+from dsgraph.graph.rmat import (
+    COMMUNITY_BITS,
+    FEATURE_SIGNAL,
+    NUM_FEATURES,
+    A,
+    B,
+    C,
+    parse_rmat_spec,
+    rmat_edge_types,
+    rmat_labels,
+    rmat_regression,
+    rmat_structural,
+)
 
 STREAM_VERSION = 1  # part of cached files' names (datasets.py): bump when the streamed graph changes
 STREAM_EDGES = 1 << 25  # requested edges from which a plain spec is streamed (rmat:21 and up)
@@ -38,9 +50,15 @@ CHUNK_EDGES = 1 << 23  # default working chunk: ~0.4 GB of temporaries
 EDGE_STREAM, NODE_STREAM, PERM_STREAM, CENTROID_STREAM = 1, 2, 3, 4  # tags of the independent streams
 
 
+def plain(spec: str) -> bool:
+    """Whether ``spec`` is a plain 'rmat:SCALE[:EDGE_FACTOR]' (no planted-task variant)."""
+    variant = rmat_labels(spec) or rmat_edge_types(spec) or rmat_structural(spec) or rmat_regression(spec)
+    return spec.startswith("rmat:") and not variant
+
+
 def streamed(spec: str) -> bool:
     """Whether ``spec`` is built out of core (module docstring)."""
-    if not spec.startswith("rmat:") or len(spec.split(":")) > 3:
+    if not plain(spec):
         return False
     scale, edge_factor = parse_rmat_spec(spec)
     return edge_factor << scale >= STREAM_EDGES
@@ -97,7 +115,7 @@ def write_rmat_npz(
 ) -> int:
     """Writes R-MAT ``spec`` (a plain spec: 'rmat:SCALE[:EF]') to the dataset .npz ``path`` out of core;
     ``scratch``: the folder for the sorted runs (default: beside ``path``). Returns the edge count."""
-    if len(spec.split(":")) > 3:
+    if not plain(spec):
         raise ValueError(f"dataset '{spec}': only plain rmat:SCALE[:EDGE_FACTOR] specs are built out of core")
     scale, edge_factor = parse_rmat_spec(spec)
     path = os.fspath(path)

@@ -177,6 +177,9 @@ def test_large_plain_rmat_specs_are_streamed_under_their_own_cache_name(tmp_path
     monkeypatch.setenv("DSGRAPH_CACHE", str(tmp_path))
     assert rmat_stream.streamed("rmat:21") and rmat_stream.streamed("rmat:20:32")
     assert not rmat_stream.streamed("rmat:20") and not rmat_stream.streamed("rmat:22:16:structural")
+    assert not rmat_stream.streamed("rmat:22:labels=4") and not rmat_stream.streamed("rmat:22:regression")
+    with pytest.raises(ValueError, match="only plain"):
+        rmat_stream.write_rmat_npz("rmat:8:edge_types=3", 0, tmp_path / "g.npz")
     assert datasets.dataset_file("rmat:21")[0].endswith(f"_seed0_stream{rmat_stream.STREAM_VERSION}.npz")
     assert datasets.dataset_file("rmat:20")[0].endswith("_seed0_v1.npz")
 
