@@ -164,7 +164,7 @@ def global_sublayer_units(dtype_bytes: int) -> float:
     return 4 + 12 / dtype_bytes + (4 / dtype_bytes - 1) + 2 + 2 / dtype_bytes
 
 
-def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
+def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
     """Bytes per rank by term (``MEMORY_TERMS``): optimizer-held parameters, features, the strategy's
     graph and activations. A checkpointed layer keeps its input (a Transformer block also its attention
     sublayer's output, unless nested); during its backward one sublayer is recomputed at a time and
@@ -327,10 +327,10 @@ def predict(
         "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,
     }
-    memory_terms = _memory(kinds, all_terms, model, profile.dtype_bytes)
-    memory = sum(memory_terms.values())
+    terms = memory_terms(kinds, all_terms, model, profile.dtype_bytes)
+    memory = sum(terms.values())
     sent = t["sent"]
-    extra = dict(memory_terms=memory_terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
+    extra = dict(memory_terms=terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:

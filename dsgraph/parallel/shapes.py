@@ -137,6 +137,28 @@ class ModelShape:
     'bias_value': u [E, C], the F_e edge features and the added-loop flag, C = F_e + 1); 0: none.
     Their z [N, H, C] travels beside y where a strategy splits heads (GP-A2A)."""
 
+    @classmethod
+    def of_config(cls, cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
+        """The model's shape for AGP's cost model, from a run's config (``DsgraphConfig``; ``edge_dim``:
+        F_e of the graph's edge features)."""
+        return cls(
+            layers=cfg.layers,
+            hidden=cfg.hidden,
+            heads=cfg.heads,
+            ffn_mult=cfg.ffn_mult,
+            in_dim=in_dim,
+            num_classes=num_classes,
+            checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
+            checkpoint_nested=cfg.checkpoint_nested,
+            block=cfg.model.block,
+            head=cfg.model.head,
+            input_projection=cfg.model.input_projection,
+            global_attention=cfg.model.global_attention,
+            parallel=cfg.parallel,
+            edge_bias=cfg.model.reads_edges,
+            edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0,
+        )
+
     def edge_value_bytes(self, rows: float, edges: float, dtype_bytes: int) -> float:
         """Bytes a layer keeps for edge-conditioned values over ``rows`` rows and their ``edges``
         in-edges: z [rows, H, C] in fp32 and u [edges, C] (0 without them)."""
