@@ -121,3 +121,15 @@ def test_the_prediction_lands_in_the_metrics_beside_the_measured_peak(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     step = json.loads(metrics.read_text().splitlines()[0])
     assert step["kind"] == "step" and step["predicted_peak_mem_mb"] > 0 and step["peak_mem_mb"] > 0
+
+
+def test_plan_prints_a_configs_memory_by_term_and_what_fits(capsys):
+    from dsgraph.cli import main
+
+    argv = ["plan", "--config", "ds_configs/cpu_general.json", "--world-size", "2", "--dataset", "rmat:24"]
+    assert main([*argv, "--strategy", "ag", "--memory-limit-mb", "8000"]) == 0
+    out = capsys.readouterr().out
+    assert "memory per rank of ag on 2 ranks (bf16" in out and "process floor" in out and "K/V replicas" in out
+    assert "over the limit of 8,000 MB per rank (memory_limit_mb); predicted to fit:" in out and "isolated" in out
+    assert main([*argv, "--strategy", "auto"]) == 2
+    assert "only full-graph runs of a named strategy" in capsys.readouterr().err
