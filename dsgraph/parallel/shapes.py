@@ -276,7 +276,8 @@ def global_macs_per_node(hidden: int, head_dim: int) -> int:
 @dataclass(frozen=True, slots=True)
 class GlobalAttentionCost:
     """One layer's linear global attention on p ranks, for AGP: the all-reduce of its per-head sums
-    (fp32 S [H, D, D] and z [H, D]) forward, and of their gradient backward. The same for every
+    (fp32 S [H, D, D] and z [H, D]) forward, again when backward recomputes them (the branch keeps q,
+    k and v alone, ``models/global_attention.py``), and of their gradient backward. The same for every
     strategy: it depends on the model's sizes alone, not on how the rows split. Its messages time a
     ring all-reduce as the profile's collectives do (a reduce-scatter and an all-gather of 1/P of
     the sums each), so single- and multi-tier profiles time it alike."""
@@ -295,6 +296,6 @@ class GlobalAttentionCost:
     def of(cls, p: int, model: ModelShape) -> GlobalAttentionCost:
         payload = 4 * sum_values(model.heads, model.head_dim)
         one = (("reduce_scatter", payload / p, 1), ("all_gather", payload / p, 1)) if p > 1 else ()
-        twice = tuple((name, size, 2 * times) for name, size, times in one)
+        thrice = tuple((name, size, 3 * times) for name, size, times in one)  # forward, its recompute, backward
         sent = all_reduce_bytes(payload, p)
-        return cls(payload, twice, one, 2 * sent, sent)
+        return cls(payload, thrice, one, 3 * sent, sent)
