@@ -77,6 +77,7 @@ def graph_sizes(cfg, world_size: int):
         if int(meta["num_parts"]) != world_size:
             return None  # the run refuses the mismatch itself, with its own message
         nodes = [int(hi) - int(lo) for lo, hi in meta["node_ranges"]]
+        # the model's self loops: one per row (rows that have one already get none: at most n too many)
         edges = [int(e) + (n if cfg.self_loops else 0) for e, n in zip(meta["part_num_edges"], nodes)]
         halos = [int(h) for h in meta["part_num_halo"]]
         sends = [sum(halos) - h if world_size == 1 else (sum(halos) - h) // (world_size - 1) for h in halos]

@@ -133,3 +133,25 @@ def test_plan_prints_a_configs_memory_by_term_and_what_fits(capsys):
     assert "over the limit of 8,000 MB per rank (memory_limit_mb); predicted to fit:" in out and "isolated" in out
     assert main([*argv, "--strategy", "auto"]) == 2
     assert "only full-graph runs of a named strategy" in capsys.readouterr().err
+
+
+def test_a_stores_sizes_are_its_parts_with_the_self_loops_the_model_adds(tmp_path):
+    from dsgraph.agp.run_memory import graph_sizes
+    from dsgraph.graph.partition import halo_ids, partition_nodes, relabel
+    from dsgraph.graph.store import write_store
+    from tests.graphs import random_graph
+
+    graph = random_graph()
+    relabelled, perm, ranges = relabel(graph, partition_nodes(graph, 2, "random", seed=0), 2)
+    write_store(relabelled, perm, ranges, str(tmp_path / "store"), "random")
+    loops = relabelled.with_self_loops()
+    shape, in_dim, classes, source = graph_sizes(_cfg(partitions=str(tmp_path / "store")), 2)
+    split = shape.partitions[2]
+    for r, (start, end) in enumerate(ranges):
+        rowptr, col = loops.rows(start, end)
+        stored = int(relabelled.rows(start, end)[0][-1])  # a self loop counted for every row: at most n too many
+        assert (split.part_nodes[r], split.part_edges[r]) == (end - start, stored + end - start)
+        assert int(rowptr[-1]) <= split.part_edges[r] <= int(rowptr[-1]) + end - start
+        assert split.halo_sizes[r] == halo_ids(col.numpy(), start, end).size
+    assert (in_dim, classes) == (graph.num_features, graph.num_classes) and "store" in source
+    assert graph_sizes(_cfg(partitions=str(tmp_path / "store")), 3) is None  # the run refuses the mismatch itself
