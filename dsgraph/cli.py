@@ -27,6 +27,10 @@ SUBCOMMANDS = {
 }
 
 
+# (subcommand, option) -> the module that runs the subcommand when the option is given
+ROUTES = {("plan", "--config"): "dsgraph.train.memory_plan"}  # a training config's memory, without a profile
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -38,5 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"dsgraph: unknown subcommand '{name}'; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    routed = [module for (sub, option), module in ROUTES.items() if sub == name and option in rest]
+    module = importlib.import_module(routed[0] if routed else SUBCOMMANDS[name][0])
     return int(module.main(rest) or 0)

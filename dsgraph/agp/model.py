@@ -158,13 +158,19 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
 
 def global_sublayer_units(dtype_bytes: int) -> float:
     """Values of hidden width a row keeps for backward in a block's global branch
-    (``models/global_attention.py``): its q, k, v and the dropped-out v (4), phi(q), phi(k) and the
-    numerator in fp32 (3 x 4 / b), v's fp32 copy when the activations are narrower (4 / b - 1), the
-    attention output and W_g's output (2), and two bool dropout masks (2 / b)."""
-    return 4 + 12 / dtype_bytes + (4 / dtype_bytes - 1) + 2 + 2 / dtype_bytes
+    (``models/global_attention.py``): its q, k, v (3), the dropped-out v and the attention output (2),
+    and two bool dropout masks (2 / b). Its fp32 terms are recomputed in backward, one layer at a time
+    (``global_recompute_units``)."""
+    return 5 + 2 / dtype_bytes
 
 
-def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
+def global_recompute_units(dtype_bytes: int) -> float:
+    """Values of hidden width a row holds while backward recomputes one global branch: q, k and v in
+    fp32, phi(q), phi(k) and the numerator (6 x 4 / b)."""
+    return 24 / dtype_bytes
+
+
+def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
     """Bytes per rank by term (``MEMORY_TERMS``): optimizer-held parameters, features, the strategy's
     graph and activations. A checkpointed layer keeps its input (a Transformer block also its attention
     sublayer's output, unless nested); during its backward one sublayer is recomputed at a time and
@@ -198,7 +204,12 @@ def _memory(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
         "halo": halo,
         "activations": saved + recomputed[0] - kv - halo,
         "checkpoints": checkpoints,
-        "backward buffer": max(terms.transient_bytes for terms in all_terms),
+        "backward buffer": max(
+            max(terms.transient_bytes for terms in all_terms),
+            max(
+                (rows * k.shape.hidden * b * global_recompute_units(b) for k in kinds if k.global_attention), default=0
+            ),
+        ),
     }
 
 
@@ -327,10 +338,10 @@ def predict(
         "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,
     }
-    memory_terms = _memory(kinds, all_terms, model, profile.dtype_bytes)
-    memory = sum(memory_terms.values())
+    terms = memory_terms(kinds, all_terms, model, profile.dtype_bytes)
+    memory = sum(terms.values())
     sent = t["sent"]
-    extra = dict(memory_terms=memory_terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
+    extra = dict(memory_terms=terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)
     cap = profile.memory_capacity_bytes
     per_rank = None if cap is None else cap / p if profile.memory_shared_by_ranks else cap
     if per_rank is not None and memory > per_rank:

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsgraph plan",
         description=f"Predict per-iteration time and per-rank memory of the strategies {', '.join(strategy_names())} "
         "on 1..WORLD_SIZE ranks from an AGP profile (see `dsgraph profile`), reject infeasible pairs with the reason, "
-        "and pick one.",
+        "and pick one. With --config CONFIG instead: a training run's predicted peak memory per rank "
+        "(`dsgraph plan --config CONFIG --help`).",
     )
     p.add_argument("--profile", required=True, help="AGP profile JSON written by `dsgraph profile`")
     p.add_argument(

@@ -23,6 +23,11 @@ import torch
 from dsgraph.graph.partition import halo_ids
 
 
+def edge_index_dtype(largest: int) -> type:
+    """int32 for indices below 2^31 (half the bytes of int64: the plan holds two per edge), else int64."""
+    return np.int32 if largest < 2**31 else np.int64
+
+
 @dataclass(frozen=True, kw_only=True)
 class HaloPlan:
     rank: int
@@ -36,26 +41,25 @@ class HaloPlan:
     """int64 [s]: local row indices sent, grouped by destination rank (ascending within a group)."""
     send_counts: list[int]
     """[P]: rows sent to each rank (0 for this rank)."""
-    col: torch.Tensor
-    """int64 [e]: the block's col in the compact index space (same edge order as the input)."""
     interior_rows: torch.Tensor
     """int64 [n_i]: local rows whose sources are all local (rows without in-edges included)."""
     interior_rowptr: torch.Tensor
     """int64 [n_i+1] CSR of the interior rows."""
     interior_col: torch.Tensor
-    """int64 [e_i]: their sources as local indices in [0, n)."""
+    """[e_i]: their sources as local indices in [0, n) (``edge_index_dtype``: int32 below 2^31)."""
     boundary_rows: torch.Tensor
     """int64 [n_b]: local rows with at least one halo source."""
     boundary_rowptr: torch.Tensor
     """int64 [n_b+1] CSR of the boundary rows."""
     boundary_col: torch.Tensor
-    """int64 [e_b]: their sources in the compact index space [0, n + h)."""
+    """[e_b]: their sources in the compact index space [0, n + h) (int32 below 2^31)."""
     row_order: torch.Tensor
     """int64 [n]: position of each local row in cat([interior rows, boundary rows])."""
     interior_edges: torch.Tensor
-    """int64 [e_i]: the block's edge of each interior CSR edge (for per-edge data such as a score bias)."""
+    """[e_i]: the block's edge of each interior CSR edge (for per-edge data such as a score bias; int32
+    below 2^31 edges)."""
     boundary_edges: torch.Tensor
-    """int64 [e_b]: the block's edge of each boundary CSR edge."""
+    """[e_b]: the block's edge of each boundary CSR edge (int32 below 2^31 edges)."""
 
     @property
     def num_halo(self) -> int:
@@ -106,7 +110,7 @@ class HaloPlan:
             np.cumsum(degree[rows], out=out[1:])
             return torch.from_numpy(out)
 
-        t = torch.from_numpy
+        t, ids = torch.from_numpy, edge_index_dtype(max(n + own.size, col.size))
         return cls(
             rank=rank,
             num_local=n,
@@ -114,16 +118,15 @@ class HaloPlan:
             recv_counts=[int(c) for c in recv_counts],
             send_index=t(send_index.astype(np.int64)),
             send_counts=[int(b.size) for b in send_blocks],
-            col=t(compact.astype(np.int64)),
             interior_rows=t(interior.astype(np.int64)),
             interior_rowptr=csr(interior),
-            interior_col=t(compact[~edge_boundary].astype(np.int64)),
+            interior_col=t(compact[~edge_boundary].astype(ids)),
             boundary_rows=t(boundary.astype(np.int64)),
             boundary_rowptr=csr(boundary),
-            boundary_col=t(compact[edge_boundary].astype(np.int64)),
+            boundary_col=t(compact[edge_boundary].astype(ids)),
             row_order=t(row_order),
-            interior_edges=t(np.flatnonzero(~edge_boundary).astype(np.int64)),
-            boundary_edges=t(np.flatnonzero(edge_boundary).astype(np.int64)),
+            interior_edges=t(np.flatnonzero(~edge_boundary).astype(ids)),
+            boundary_edges=t(np.flatnonzero(edge_boundary).astype(ids)),
         )
 
     def to(self, device: torch.device) -> HaloPlan:

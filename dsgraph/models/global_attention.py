@@ -27,7 +27,10 @@ A plain callable as attention (one process, a graph held whole): all of its rows
 
 Per-rank shape contract: q, k, v [n, H, D] (this rank's rows) -> y [n, H, D] in q's dtype; the sums
 are formed and all-reduced in fp32. Backward: the gradient of the sums is all-reduced (the autograd
-pair in ``dsgraph/comm/allreduce.py``), then flows to this rank's q, k, v.
+pair in ``dsgraph/comm/allreduce.py``), then flows to this rank's q, k, v. In training the branch
+keeps q, k and v alone for backward (``torch.utils.checkpoint``) and recomputes the fp32 feature maps,
+sums and numerator there (about six fp32 rows of d per node, a third of a block's kept bytes in bf16),
+all-reducing the sums once more (H x D x (D + 1) fp32 values: a few KB); the result is the same.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from dsgraph.comm.allreduce import GlobalNodes
 from dsgraph.comm.group import GraphParallelGroup
@@ -93,5 +97,10 @@ class GlobalAttention(nn.Module):
     def forward(self, x_ni, attention, node_ids, seed: int, step: int, layer: int) -> torch.Tensor:
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni).view(x_ni.shape[0], 3, self.heads, -1).unbind(1)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = linear_attention(q_nHD, k_nHD, v_nHD, scope_of(attention)).flatten(1)
+        scope = scope_of(attention)
+        if torch.is_grad_enabled():  # keep q, k, v alone: backward recomputes the fp32 terms (module docstring)
+            y_nHD = checkpoint(linear_attention, q_nHD, k_nHD, v_nHD, scope, use_reentrant=False)
+        else:
+            y_nHD = linear_attention(q_nHD, k_nHD, v_nHD, scope)
+        y_nd = y_nHD.flatten(1)
         return self.dropout(self.out(y_nd), node_ids, seed, step, layer)

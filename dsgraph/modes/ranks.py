@@ -1,7 +1,7 @@
 """What the training modes share, beneath their packages (no mode package imports a sibling): a
-graph split over the job's ranks by one strategy (``GraphOnRanks``, ``rank_attention``), the model's
-shape for AGP, and the attention of a graph one rank holds whole (``local_attention``, with the
-graph's ``edge_features`` as such a mode needs them)."""
+graph split over the job's ranks by one strategy (``GraphOnRanks``, ``rank_attention``) and the
+attention of a graph one rank holds whole (``local_attention``, with the graph's ``edge_features``
+as such a mode needs them)."""
 
 from __future__ import annotations
 
@@ -53,28 +53,6 @@ def rank_attention(
     spec.prepare(rank_graph, pg, ctx)
     rank_graph = rank_graph.to(device, dtype)
     return pg, rank_graph, spec.build(rank_graph, pg, ctx)
-
-
-def model_shape(cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
-    """The model's shape for AGP's cost model, from the run's config (``edge_dim``: F_e of the graph's
-    edge features)."""
-    return ModelShape(
-        layers=cfg.layers,
-        hidden=cfg.hidden,
-        heads=cfg.heads,
-        ffn_mult=cfg.ffn_mult,
-        in_dim=in_dim,
-        num_classes=num_classes,
-        checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
-        checkpoint_nested=cfg.checkpoint_nested,
-        block=cfg.model.block,
-        head=cfg.model.head,
-        input_projection=cfg.model.input_projection,
-        global_attention=cfg.model.global_attention,
-        parallel=cfg.parallel,
-        edge_bias=cfg.model.reads_edges,
-        edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0,
-    )
 
 
 def _spread(values: list[int]) -> str:
@@ -132,7 +110,9 @@ class GraphOnRanks:
     def _context(self, dtype: str) -> StrategyContext:
         cfg = self.cfg
         graph = self.graph
-        model = model_shape(cfg, graph.num_features, self.outputs or graph.num_classes, graph.num_edge_features)
+        model = ModelShape.of_config(
+            cfg, graph.num_features, self.outputs or graph.num_classes, graph.num_edge_features
+        )
         return StrategyContext(
             heads=cfg.heads,
             backend=cfg.backend,

@@ -59,7 +59,8 @@ class Transpose:
 
     colptr: int64 [N_src+1]; edges of source j are positions colptr[j]:colptr[j+1].
     row: int32 [E], the destination node of each edge in CSC order (ascending within a source).
-    perm: int64 [E], the CSR position of each CSC edge (CSC edge e is CSR edge perm[e]).
+    perm: [E], the CSR position of each CSC edge (CSC edge e is CSR edge perm[e]): int32 on the CPU
+    below 2^31 edges (half the bytes; the numba kernels take either), else int64 (the CUDA kernels).
     """
 
     colptr: torch.Tensor
@@ -87,7 +88,8 @@ def build_transpose(
         counts += torch.bincount(col[lo:hi].long(), minlength=n_src)
     colptr = torch.zeros(n_src + 1, dtype=torch.int64, device=device)
     torch.cumsum(counts, 0, out=colptr[1:])
-    perm = torch.empty(edges, dtype=torch.int64, device=device)
+    narrow = device.type == "cpu" and edges <= torch.iinfo(torch.int32).max
+    perm = torch.empty(edges, dtype=torch.int32 if narrow else torch.int64, device=device)
     row = torch.empty(edges, dtype=torch.int32, device=device)
     filled = colptr[:-1].clone()  # [N_src] next free CSC position of every source
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -98,7 +100,7 @@ def build_transpose(
         chunk_start = torch.cumsum(chunk_counts, 0) - chunk_counts  # [N_src] first sorted slot of each source
         position = filled[src_sorted] + torch.arange(hi - lo, device=device) - chunk_start[src_sorted]
         edge = order + lo
-        perm[position] = edge
+        perm[position] = edge.to(perm.dtype)
         row[position] = (torch.searchsorted(rowptr, edge, right=True) - 1).to(torch.int32)
         filled += chunk_counts
     return Transpose(colptr=colptr, row=row, perm=perm)

@@ -128,7 +128,7 @@ def attention_backward(rowptr, col, q, k, v, y_f32, lse, dy, scale: float, *, ne
     with _on_torch_stream(q.device):
         dkdv_args = (_dl(csc.colptr), _dl(csc.row), *common, _dl(dk), _dl(dv), np.int32(heads), np.float32(scale))
         if bias is not None:
-            dkdv_args = (*dkdv_args, _dl(csc.perm), _dl(bias))
+            dkdv_args = (*dkdv_args, _dl(csc.perm.long()), _dl(bias))  # int64 already on a GPU (csc.py)
         _run_pass(_BWD, "sa_dkdv", col_plan, dkdv_args, q, state_vectors=2, bias=bias is not None)
     return dq, dk, dv, dbias
 

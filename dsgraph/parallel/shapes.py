@@ -137,6 +137,28 @@ class ModelShape:
     'bias_value': u [E, C], the F_e edge features and the added-loop flag, C = F_e + 1); 0: none.
     Their z [N, H, C] travels beside y where a strategy splits heads (GP-A2A)."""
 
+    @classmethod
+    def of_config(cls, cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
+        """The model's shape for AGP's cost model, from a run's config (``DsgraphConfig``; ``edge_dim``:
+        F_e of the graph's edge features)."""
+        return cls(
+            layers=cfg.layers,
+            hidden=cfg.hidden,
+            heads=cfg.heads,
+            ffn_mult=cfg.ffn_mult,
+            in_dim=in_dim,
+            num_classes=num_classes,
+            checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
+            checkpoint_nested=cfg.checkpoint_nested,
+            block=cfg.model.block,
+            head=cfg.model.head,
+            input_projection=cfg.model.input_projection,
+            global_attention=cfg.model.global_attention,
+            parallel=cfg.parallel,
+            edge_bias=cfg.model.reads_edges,
+            edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0,
+        )
+
     def edge_value_bytes(self, rows: float, edges: float, dtype_bytes: int) -> float:
         """Bytes a layer keeps for edge-conditioned values over ``rows`` rows and their ``edges``
         in-edges: z [rows, H, C] in fp32 and u [edges, C] (0 without them)."""
@@ -254,7 +276,8 @@ def global_macs_per_node(hidden: int, head_dim: int) -> int:
 @dataclass(frozen=True, slots=True)
 class GlobalAttentionCost:
     """One layer's linear global attention on p ranks, for AGP: the all-reduce of its per-head sums
-    (fp32 S [H, D, D] and z [H, D]) forward, and of their gradient backward. The same for every
+    (fp32 S [H, D, D] and z [H, D]) forward, again when backward recomputes them (the branch keeps q,
+    k and v alone, ``models/global_attention.py``), and of their gradient backward. The same for every
     strategy: it depends on the model's sizes alone, not on how the rows split. Its messages time a
     ring all-reduce as the profile's collectives do (a reduce-scatter and an all-gather of 1/P of
     the sums each), so single- and multi-tier profiles time it alike."""
@@ -273,6 +296,6 @@ class GlobalAttentionCost:
     def of(cls, p: int, model: ModelShape) -> GlobalAttentionCost:
         payload = 4 * sum_values(model.heads, model.head_dim)
         one = (("reduce_scatter", payload / p, 1), ("all_gather", payload / p, 1)) if p > 1 else ()
-        twice = tuple((name, size, 2 * times) for name, size, times in one)
+        thrice = tuple((name, size, 3 * times) for name, size, times in one)  # forward, its recompute, backward
         sent = all_reduce_bytes(payload, p)
-        return cls(payload, twice, one, 2 * sent, sent)
+        return cls(payload, thrice, one, 3 * sent, sent)

@@ -109,6 +109,13 @@ class DsgraphConfig:
     that size or more leave the resident set (``dsgraph/runtime/host_memory.py``); 0: glibc's own
     dynamic threshold, under which the heap keeps freed tensors below 32 MiB. Lower peak RSS per
     rank, slower steps (every such tensor is a fresh mapping whose pages fault in)."""
+    memory_limit_mb: float = 0
+    """Per-rank memory a run may use, in MB: a full-graph run predicted to peak above it is refused before
+    its graph is loaded, with the settings predicted to fit (``dsgraph/agp/run_memory.py``). 0: the
+    machine's available memory divided by the ranks on it; ``$DSGRAPH_MEMORY_LIMIT_MB`` overrides both."""
+    auto_checkpoint: bool = True
+    """Turn activation checkpointing on (nested) when a CPU run is predicted not to fit its memory limit
+    without it and to fit with it (the log says so); false: refuse such a run instead."""
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
@@ -170,6 +177,8 @@ class DsgraphConfig:
                 raise ValueError(f"dsgraph config: '{name}' must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0:
             raise ValueError("dsgraph config: 'checkpoint_every' must be >= 0 (0 disables checkpoints)")
+        if not isinstance(self.memory_limit_mb, (int, float)) or self.memory_limit_mb < 0:
+            raise ValueError(f"dsgraph config: 'memory_limit_mb' must be a number >= 0, got {self.memory_limit_mb!r}")
         if self.early_stop_patience < 0:
             raise ValueError("dsgraph config: 'early_stop_patience' must be >= 0 (0: never stop early)")
         if self.checkpoint_nested and not self.checkpoint_activations:

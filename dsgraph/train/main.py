@@ -90,6 +90,14 @@ def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
         help="stop every rank if another rank dies or is silent this long (default 300)",
     )
     p.add_argument(
+        "--memory-limit-mb",
+        type=float,
+        dest="memory_limit_mb",
+        metavar="MB",
+        help="refuse a full-graph run predicted to peak above this many MB per rank, before loading its graph "
+        "(default: available memory / ranks on the machine; $DSGRAPH_MEMORY_LIMIT_MB overrides)",
+    )
+    p.add_argument(
         "--backend",
         choices=["auto", *backend_names()],
         help="sparse attention kernel (default auto: the fastest that runs the inputs)",
@@ -211,6 +219,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         _remove_dead_buffers(rank, watchdog)
         if device.type == "cpu":
             ds_config = _cpu_optimizer(ds_config, rank)
+            cfg = _fit_memory(cfg, ds_config, rank)  # before the graph is loaded
         _train(args, cfg, ds_config, device, watchdog)
         watchdog.beat("destroying the process group")
         dist.destroy_process_group()
@@ -287,6 +296,19 @@ def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
     freed = shm.sweep_dead_buffers()
     if freed.files:
         print(freed.message(), flush=True)
+
+
+def _fit_memory(cfg: DsgraphConfig, ds_config: dict, rank: int) -> DsgraphConfig:
+    """The run's config after its memory prediction (``agp/run_memory.py``): refused (ValueError) when
+    it is predicted not to fit, with checkpointing turned on when only that makes it fit."""
+    import deepspeed.comm as dist
+
+    from dsgraph.agp.run_memory import fit_run
+
+    cfg, note = fit_run(cfg, ds_config, dist.get_world_size())
+    if note and rank == 0:
+        print(f"dsgraph: {note}", flush=True)
+    return cfg
 
 
 def _cpu_optimizer(ds_config: dict, rank: int) -> dict:

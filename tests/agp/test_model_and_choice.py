@@ -266,9 +266,9 @@ def test_regathered_kv_trades_the_replica_for_one_more_all_gather():
 
 def test_global_attention_adds_its_all_reduces_projections_and_activations():
     """Global attention costs every strategy the same: per hidden layer one all-reduce of the fp32 sums
-    S [H, D, D] and z [H, D] forward and one backward (timed as a ring: a reduce-scatter and an
-    all-gather of 1/P each), its four projections with the rest, its activations; the parameter
-    count is the real model's."""
+    S [H, D, D] and z [H, D] forward, one when backward recomputes them and one backward (timed as a
+    ring: a reduce-scatter and an all-gather of 1/P each), its four projections with the rest, its
+    activations; the parameter count is the real model's."""
     from dsgraph.agp.model import global_sublayer_units
     from dsgraph.comm.allreduce import all_reduce_bytes
     from dsgraph.models import GraphTransformer, ModelOptions
@@ -280,14 +280,15 @@ def test_global_attention_adds_its_all_reduces_projections_and_activations():
     payload = 4 * (H * D * D + H * D)
     g = GlobalAttentionCost.of(p, glob)
     assert g.payload_bytes == payload and g.forward_bytes == all_reduce_bytes(payload, p) == 2 * 3 * payload // 4
+    assert g.bytes_sent == 3 * g.forward_bytes
     assert GlobalAttentionCost.of(1, glob).bytes_sent == 0 and GlobalAttentionCost.of(1, glob).messages == ()
     for strategy in ("ag", "a2a", "ag_ring"):
         plain, with_global = (predict(strategy, p, GRAPH, m, profile, step=False) for m in (MODEL, glob))
-        assert with_global.comm_bytes - plain.comm_bytes == pytest.approx(L * 2 * all_reduce_bytes(payload, p))
+        assert with_global.comm_bytes - plain.comm_bytes == pytest.approx(L * 3 * all_reduce_bytes(payload, p))
         fits = profile.fits(p).collectives
         all_reduces = (
-            L * 2 * (fits["reduce_scatter"](payload / p) + fits["all_gather"](payload / p))
-        )  # forward and backward
+            L * 3 * (fits["reduce_scatter"](payload / p) + fits["all_gather"](payload / p))
+        )  # forward, its recompute and backward
         assert with_global.comm_s - plain.comm_s == pytest.approx(all_reduces, rel=1e-6), strategy
         extra = with_global.memory_terms["activations"] - plain.memory_terms["activations"]
         assert extra == pytest.approx(L * n * d * b * global_sublayer_units(b))
@@ -296,8 +297,8 @@ def test_global_attention_adds_its_all_reduces_projections_and_activations():
     assert predict("ag", p, GRAPH, sub, profile, step=False).comm_bytes - predict(
         "ag", p, GRAPH, dataclasses.replace(MODEL, checkpoint_every=1), profile, step=False
     ).comm_bytes == pytest.approx(
-        L * 3 * all_reduce_bytes(payload, p)
-    )  # the recompute runs the forward all-reduce again
+        L * 4 * all_reduce_bytes(payload, p)
+    )  # the block's recompute runs the forward all-reduce again
     for block, head, layers in (("transformer", "linear", 2), ("attention", "attention", 3)):  # what the branch adds
         counts = []
         for kind in ("none", "linear"):

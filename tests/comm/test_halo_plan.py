@@ -36,7 +36,9 @@ def _check_plans(graph, counts):
         assert plan.recv_counts[r] == 0 and plan.send_counts[r] == 0
         compact_ids = torch.cat([ids[starts[r] : starts[r + 1]], *received])
         rowptr, col = blocks[r]
-        assert torch.equal(compact_ids[plan.col], col.long())
+        for c, edges in ((plan.interior_col, plan.interior_edges), (plan.boundary_col, plan.boundary_edges)):
+            assert c.dtype == edges.dtype == torch.int32  # half the bytes of int64 below 2^31 edges
+            assert torch.equal(compact_ids[c.long()], col.long()[edges.long()])
         assert torch.equal(compact_ids[plan.num_local :], plan.recv_ids)
         # interior rows read only local rows; interior + boundary rebuild every row in order
         assert bool((plan.interior_col < plan.num_local).all())

@@ -54,6 +54,39 @@ def test_an_empty_scope_gives_zeros_and_a_one_row_scope_gives_its_value():
     assert sum_values(4, 8) == 4 * 8 * 8 + 4 * 8
 
 
+def test_the_global_branch_keeps_q_k_v_alone_and_recomputes_the_same_gradients():
+    from dsgraph.models.global_attention import GlobalAttention
+
+    torch.manual_seed(0)
+    module, n = GlobalAttention(16, 16, 4, dropout=0.0), 50
+    x = torch.randn(n, 16, requires_grad=True)
+
+    def kept(forward) -> tuple[torch.Tensor, int]:
+        """The output of ``forward()`` and the bytes autograd keeps for its backward (each storage once)."""
+        storages = {}
+
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward()
+        return out, sum(storages.values())
+
+    def unchecked():
+        q, k, v = module.qkv(x).view(n, 3, 4, -1).unbind(1)
+        return module.out(linear_attention(q, k, v, GlobalNodes(ONE)).flatten(1))
+
+    y, checkpointed = kept(lambda: module(x, None, torch.arange(n), 0, 0, 0))
+    plain, everything = kept(unchecked)
+    row = n * 16 * 4  # one fp32 row of d per node
+    assert checkpointed <= everything - 3 * row  # phi(q), phi(k) and the numerator are not kept (fp32 here)
+    upstream = torch.randn(n, 16)
+    got = torch.autograd.grad((y * upstream).sum(), [x, *module.parameters()])
+    want = torch.autograd.grad((plain * upstream).sum(), [x, *module.parameters()])
+    assert torch.equal(y, plain) and all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 def _model(options, layers=2, **kw):
     torch.manual_seed(0)
     return GraphTransformer(

@@ -27,6 +27,18 @@ class FullGraph(Mode):
 
     def attach(self, device, dtype):
         self.ranks.attach(device, dtype)
+        self.predicted_mb = None  # the CPU rank's predicted peak RSS, beside the measured peak_mem_mb
+        if device.type == "cpu":
+            from dsgraph.agp.run_memory import predict_run
+
+            predicted = predict_run(self.cfg, dtype.itemsize, self.pg.world_size)
+            self.predicted_mb = None if predicted is None else round(predicted.total_mb, 1)
+
+    def step_fields(self, step, summed):
+        fields = dict(summed)
+        if self.predicted_mb is not None:
+            fields["predicted_peak_mem_mb"] = self.predicted_mb
+        return fields
 
     @property
     def train_attention(self):

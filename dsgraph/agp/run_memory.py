@@ -1,0 +1,248 @@
+"""A training run's peak memory per rank, predicted from its config and its graph's sizes before
+anything is loaded, and the refusal of a run predicted not to fit.
+
+The sizes come from what is known without reading the graph: a partition store's META.json (exact
+nodes, in-edges and halo of every part) or an ``rmat:SCALE[:EF]`` name (N = 2^SCALE, E about
+``RMAT_KEPT`` x EF x N after removing duplicates, a halo of ``RMAT_HALO`` of a part's rows). The
+prediction is the AGP memory model's terms (``model.memory_terms``: optimizer states, features,
+the strategy's graph arrays and activations, checkpoints, the backward buffer) plus what a CPU rank
+holds besides them:
+
+- the process floor (``PROCESS_FLOOR_MB``): Python, torch, DeepSpeed, numba and the compiled kernels,
+  measured after the process group and before the graph;
+- what the CPU kernels keep (``CPU_TERMS``): the forward's probabilities p [e, H] in fp32 per layer
+  not checkpointed (the CPU backward reads them instead of recomputing scores), ds [e, H] in fp32
+  during a layer's backward, and the cached transpose of every attention subgraph (``ops/csc.py``:
+  row, perm and slot indices, 12 bytes per edge in int32).
+
+Only full-graph runs of a named strategy are predicted (``None`` otherwise: sampled and isolated
+modes hold a batch or a chunk at a time, ``auto`` picks its strategy after loading).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from dsgraph.parallel.shapes import ModelShape
+
+MB = 2**20
+PROCESS_FLOOR_MB = 450.0
+"""A CPU rank before its graph: Python, torch, DeepSpeed and numba imported, the process group joined
+and the kernels compiled (measured: 400-450 MB at rmat:17-19, 2 ranks)."""
+RMAT_KEPT = 0.94
+"""Share of an R-MAT graph's generated edges left after removing duplicates and self loops
+(0.926 at rmat:17, 0.950 at rmat:19; edge factor 16)."""
+RMAT_HALO = 0.46
+"""Halo of a part of a balanced 2-way split of an R-MAT graph, as a share of its rows (0.44-0.52
+measured at rmat:17-19): the hubs every part reads."""
+LIMIT_ENV = "DSGRAPH_MEMORY_LIMIT_MB"
+"""A per-rank memory limit in MB that overrides the config's and the machine's (tests, schedulers)."""
+
+
+@dataclass(frozen=True)
+class RunMemory:
+    """Predicted peak bytes per rank of a run, by term (they sum to ``total_bytes``)."""
+
+    terms: dict
+    world_size: int
+    strategy: str
+    source: str
+    """Where the graph's sizes came from (the store, or the R-MAT estimate)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return float(sum(self.terms.values()))
+
+    @property
+    def total_mb(self) -> float:
+        return self.total_bytes / MB
+
+    def lines(self) -> list[str]:
+        """One line per term, in MB, then the total."""
+        out = [f"{name:<22} {value / MB:10,.0f} MB" for name, value in self.terms.items()]
+        return out + [f"{'predicted peak':<22} {self.total_mb:10,.0f} MB per rank ({self.source})"]
+
+
+def graph_sizes(cfg, world_size: int):
+    """(GraphShape with the split the run uses at ``world_size``, feature width, classes, where the
+    sizes came from), or None when the sizes are not known without loading the graph."""
+    from dsgraph.parallel.shapes import GraphShape, SplitShape
+
+    if cfg.partitions:
+        from dsgraph.graph.store import read_meta
+
+        meta = read_meta(cfg.partitions)
+        if int(meta["num_parts"]) != world_size:
+            return None  # the run refuses the mismatch itself, with its own message
+        nodes = [int(hi) - int(lo) for lo, hi in meta["node_ranges"]]
+        # the model's self loops: one per row (rows that have one already get none: at most n too many)
+        edges = [int(e) + (n if cfg.self_loops else 0) for e, n in zip(meta["part_num_edges"], nodes)]
+        halos = [int(h) for h in meta["part_num_halo"]]
+        sends = [sum(halos) - h if world_size == 1 else (sum(halos) - h) // (world_size - 1) for h in halos]
+        split = SplitShape(nodes, edges, halos, sends)
+        shape = GraphShape(int(meta["num_nodes"]), sum(edges), rows={world_size: split})
+        shape.partitions[world_size] = split
+        return shape, int(meta["num_features"]), int(meta["num_classes"]), f"store {cfg.partitions}"
+    if cfg.dataset.startswith("rmat:"):
+        from dsgraph.graph.rmat import NUM_FEATURES, parse_rmat_spec, rmat_labels
+
+        scale, edge_factor = parse_rmat_spec(cfg.dataset)
+        n = 2**scale
+        e = int(RMAT_KEPT * edge_factor * n) + (n if cfg.self_loops else 0)
+        shape = GraphShape.from_counts(n, e, [world_size], RMAT_HALO * (world_size > 1) / max(world_size - 1, 1))
+        shape.rows[world_size] = SplitShape.even(n, e, world_size)
+        classes = rmat_labels(cfg.dataset) or 4
+        return shape, NUM_FEATURES, classes, f"{cfg.dataset} estimated from its name"
+    return None
+
+
+def predict_run(cfg, dtype_bytes: int, world_size: int) -> RunMemory | None:
+    """The run's predicted peak per rank (``dtype_bytes``: 2 with bf16, else 4), or None when it is
+    not predicted (see the module's docstring)."""
+    from dsgraph.agp.model import memory_terms
+    from dsgraph.parallel.registry import get_strategy
+
+    if cfg.mode != "full" or cfg.strategy == "auto" or cfg.model.reads_edges:
+        return None
+    sizes = graph_sizes(cfg, world_size)
+    if sizes is None:
+        return None
+    shape, in_dim, classes, source = sizes
+    model = ModelShape.of_config(cfg, in_dim, classes)
+    spec = get_strategy(cfg.strategy)
+    kinds = model.layer_kinds()
+    all_terms = [spec.cost(world_size, shape, kind.shape, dtype_bytes) for kind in kinds]
+    if any(isinstance(t, str) for t in all_terms):
+        return None
+    terms = {"process floor": PROCESS_FLOOR_MB * MB, **memory_terms(kinds, all_terms, model, dtype_bytes)}
+    terms.update(cpu_terms(kinds, all_terms, model))
+    return RunMemory(terms, world_size, cfg.strategy, source)
+
+
+def cpu_terms(kinds, all_terms, model) -> dict:
+    """What the CPU kernels hold besides the model's terms (see the module's docstring)."""
+    edges = max(t.edge_heads for t in all_terms) / model.heads
+    kept = sum((kind.count - kind.checkpointed) * t.edge_heads * 4 for kind, t in zip(kinds, all_terms))
+    recomputed = max((t.edge_heads * 4 for kind, t in zip(kinds, all_terms) if kind.checkpointed), default=0.0)
+    return {
+        "kept probabilities": kept + recomputed,
+        "kernel transposes": 12.0 * edges,
+        "kernel backward": 4.0 * max(t.edge_heads for t in all_terms),
+    }
+
+
+def memory_limit_mb(cfg, local_ranks: int) -> tuple[float, str]:
+    """(per-rank limit in MB, where it comes from): ``$DSGRAPH_MEMORY_LIMIT_MB``, the config's
+    ``memory_limit_mb``, else the machine's available memory shared by the ranks on it."""
+    env = os.environ.get(LIMIT_ENV)
+    if env:
+        try:
+            return float(env), f"${LIMIT_ENV}"
+        except ValueError:
+            raise ValueError(f"${LIMIT_ENV} must be a number of MB, got {env!r}") from None
+    if cfg.memory_limit_mb:
+        return float(cfg.memory_limit_mb), "memory_limit_mb"
+    from dsgraph.agp.measure import available_memory_bytes
+
+    return available_memory_bytes() / MB / max(
+        local_ranks, 1
+    ), f"available memory / {local_ranks} ranks on this machine"
+
+
+def alternatives(cfg, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
+    """Settings predicted to fit under ``limit_mb`` per rank: more ranks (the graph's share divides, the
+    floor and the optimizer states stay), activation checkpointing (nested), bf16, and isolated mode."""
+    here = predict_run(cfg, dtype_bytes, world_size)
+    fixed = here.terms["process floor"] + here.terms["optimizer states"]
+    out = []
+    for ranks in (2 * world_size, 4 * world_size, 8 * world_size):
+        scaled = (fixed + (here.total_bytes - fixed) * world_size / ranks) / MB
+        if scaled <= limit_mb:
+            store = f" (a store of {ranks} parts: dsgraph partition --parts {ranks})" if cfg.partitions else ""
+            out.append(f"{ranks} ranks: about {scaled:,.0f} MB per rank{store}")
+            break
+    changes = [('checkpointing ("checkpoint_activations": true, nested)', _nested(cfg), dtype_bytes)]
+    if dtype_bytes != 2:
+        changes += [('bf16 ("bf16": {"enabled": true})', {}, 2), ("checkpointing and bf16", _nested(cfg), 2)]
+    for label, overrides, b in changes:
+        if not overrides and b == dtype_bytes:
+            continue
+        other = predict_run(_with(cfg, overrides), b, world_size)
+        if other is not None and other.total_mb <= limit_mb:
+            out.append(f"{label}: about {other.total_mb:,.0f} MB per rank")
+    out.append('isolated training ("mode": "isolated"): one chunk of the graph at a time')
+    return out
+
+
+def _with(cfg, overrides: dict):
+    """``cfg`` with top-level keys replaced (validated again by the config's ``__post_init__``)."""
+    return dataclasses.replace(cfg, **overrides)
+
+
+def _nested(cfg) -> dict:
+    """The overrides that turn on checkpointing of every block (nested for Transformer blocks); {} when
+    the config has it already or cannot (``parallel.regather_kv`` excludes it)."""
+    if cfg.parallel.regather_kv:
+        return {}
+    if cfg.checkpoint_activations and (cfg.checkpoint_nested or cfg.model.block != "transformer"):
+        return {}
+    nested = cfg.model.block == "transformer"
+    return {"checkpoint_activations": True, "checkpoint_every_layers": 1, "checkpoint_nested": nested}
+
+
+def refusal(cfg, dtype_bytes: int, world_size: int, local_ranks: int) -> str | None:
+    """The message refusing a run predicted not to fit its per-rank limit, or None (it fits, or is
+    not predicted)."""
+    predicted = predict_run(cfg, dtype_bytes, world_size)
+    if predicted is None:
+        return None
+    limit, source = memory_limit_mb(cfg, local_ranks)
+    if predicted.total_mb <= limit:
+        return None
+    fits = "; ".join(alternatives(cfg, dtype_bytes, world_size, limit))
+    return (
+        f"this run is predicted to peak at {predicted.total_mb:,.0f} MB per rank ({predicted.strategy} on "
+        f"{world_size} ranks, {predicted.source}), over the limit of {limit:,.0f} MB per rank ({source}); "
+        f"predicted to fit: {fits}. `dsgraph plan` shows the terms; set memory_limit_mb (or ${LIMIT_ENV}) "
+        "to run anyway"
+    )
+
+
+def local_ranks(world_size: int) -> int:
+    """Ranks on this machine, as the launcher announced them (deepspeed, torchrun, Open MPI, MPICH),
+    else ``world_size`` (one machine)."""
+    for var in ("LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return world_size
+
+
+def fit_run(cfg, ds_config: dict, world_size: int):
+    """(the config to run, a note for the log or ""): ``cfg`` itself when it is predicted to fit (or is
+    not predicted); with activation checkpointing turned on (nested) when only that makes it fit and
+    ``auto_checkpoint`` allows it. Raises ValueError (``refusal``'s message) when nothing does; called
+    on every rank of a CPU run before its graph is loaded."""
+    b = dtype_bytes_of(ds_config)
+    message = refusal(cfg, b, world_size, local_ranks(world_size))
+    if not message:
+        return cfg, ""
+    if cfg.auto_checkpoint and _nested(cfg):
+        checkpointed = _with(cfg, _nested(cfg))
+        if refusal(checkpointed, b, world_size, local_ranks(world_size)) is None:
+            before, after = predict_run(cfg, b, world_size), predict_run(checkpointed, b, world_size)
+            limit, source = memory_limit_mb(cfg, local_ranks(world_size))
+            note = (
+                f"predicted peak {before.total_mb:,.0f} MB per rank is over the limit of {limit:,.0f} MB ({source}): "
+                f"activation checkpointing turned on (nested), predicted {after.total_mb:,.0f} MB "
+                '("auto_checkpoint": false keeps it off)'
+            )
+            return checkpointed, note
+    raise ValueError(message)
+
+
+def dtype_bytes_of(ds_config: dict) -> int:
+    """2 when the DeepSpeed config enables bf16 or fp16, else 4."""
+    enabled = any(isinstance(ds_config.get(k), dict) and ds_config[k].get("enabled") for k in ("bf16", "fp16"))
+    return 2 if enabled else 4
