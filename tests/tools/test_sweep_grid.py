@@ -1,0 +1,63 @@
+"""The grid sweep's bookkeeping: which cells it measures, its table beside the published rows, its page."""
+
+import json
+
+import pytest
+
+from tools.reports.sweep_grid import BEGIN, END, load_grid, plan_cells, table, write_page
+
+
+def _grid(tmp_path, **extra):
+    grid = {
+        "graphs": {"cora": {"dataset": "cora", "seeds": [0, 1]}, "sq": {"dataset": "{datasets}/squirrel_filtered.npz"}},
+        "variants": {
+            "a": {"config": "ds_configs/cpu_quickstart.json", "why": "GAT's recipe"},
+            "b": {"config": "ds_configs/cpu_general.json", "dsgraph": {"dropout": 0.5}},
+        },
+        **extra,
+    }
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(grid))
+    return str(path)
+
+
+def _cell(tests, metric="accuracy"):
+    return {
+        "runs": [{"best": {"metric": metric, "val": t, "test": t, "epoch": 9}, "last": {"test_acc": t}} for t in tests]
+    }
+
+
+def test_plan_skips_measured_cells_and_follows_patterns(tmp_path):
+    grid = load_grid(_grid(tmp_path))
+    results = {"cells": {"a/cora": _cell([0.8, 0.82])}}
+    assert plan_cells(grid, results, None, rerun=False) == [("a", "sq"), ("b", "cora"), ("b", "sq")]
+    assert plan_cells(grid, results, ["*/cora"], rerun=False) == [("b", "cora")]
+    assert plan_cells(grid, results, ["a/*"], rerun=True) == [("a", "cora"), ("a", "sq")]
+    with pytest.raises(ValueError, match="VARIANT/GRAPH"):
+        plan_cells(grid, results, ["a"], rerun=False)
+
+
+def test_grid_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="unknown key"):
+        load_grid(_grid(tmp_path, variants={"a": {"config": "ds_configs/cpu_quickstart.json", "lr": 1}}))
+    with pytest.raises(ValueError, match="existing 'config'"):
+        load_grid(_grid(tmp_path, variants={"a": {"config": "no/such.json"}}))
+
+
+def test_table_puts_published_rows_beside_the_variants(tmp_path):
+    grid = load_grid(_grid(tmp_path))
+    text = table(grid, {"cells": {"a/cora": _cell([0.8, 0.82]), "b/sq": _cell([0.4, 0.4])}})
+    assert "| `a` | 81.00 ± 1.41 (2) | - | GAT's recipe |" in text
+    assert "| `b` | - | 40.00 ± 0.00 (2) |  |" in text
+    assert "| published GAT | 83.00 | 35.62 |" in text
+    assert "| published GT-sep | - | 36.66 |" in text
+    assert "cora (accuracy)" in text
+
+
+def test_page_keeps_its_prose_around_the_table(tmp_path):
+    page = tmp_path / "page.md"
+    write_page(str(page), "T1")
+    page.write_text(page.read_text().replace("# Model sweep", "# Model sweep\n\nprose") + "\nafter\n")
+    write_page(str(page), "T2")
+    text = page.read_text()
+    assert "prose" in text and "after" in text and f"{BEGIN}\nT2\n{END}" in text and "T1" not in text
