@@ -64,9 +64,10 @@ def plan_runs(cfg, seeds=None, splits=None) -> list[dict]:
     return [{"split": k} for k in range(DatasetFile(path).splits)]
 
 
-def run_set(config, overrides, seeds=None, nprocs=1, optimizer_params=None, splits=None) -> list[dict]:
+def run_set(config, overrides, seeds=None, nprocs=1, deepspeed=None, splits=None) -> list[dict]:
     """Trains ``config`` with ``overrides`` once per seed or split (``plan_runs``) on ``nprocs`` spawned
-    ranks; each run's row: its seed or split, the last evaluation and the best-validation one."""
+    ranks (``deepspeed``: merged into the DeepSpeed part, ``merge``); each run's row: its seed or split,
+    the last evaluation and the best-validation one."""
     import torch.multiprocessing as mp
 
     from dsgraph.comm.ports import free_port
@@ -77,14 +78,23 @@ def run_set(config, overrides, seeds=None, nprocs=1, optimizer_params=None, spli
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(
             _worker,
-            args=(nprocs, free_port(), config, overrides, runs, tmp, optimizer_params or {}),
+            args=(nprocs, free_port(), config, overrides, runs, tmp, deepspeed or {}),
             nprocs=nprocs,
             start_method="spawn",
         )
         return [json.load(open(os.path.join(tmp, f"run{i}.json"))) for i in range(len(runs))]
 
 
-def _worker(rank, world, port, config, overrides, runs, out_dir, optimizer_params):
+def merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s keys, objects merged key by key (``{"optimizer": {"params": {"lr": 0.01}}}``
+    changes only the learning rate)."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _worker(rank, world, port, config, overrides, runs, out_dir, deepspeed):
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
@@ -100,8 +110,7 @@ def _worker(rank, world, port, config, overrides, runs, out_dir, optimizer_param
     if device.type == "cpu":
         ds, _ = extensions.prefer_torch_adam(ds)
     ds = {**ds, "tensorboard": {"enabled": False}}
-    if optimizer_params:
-        ds["optimizer"] = {**ds["optimizer"], "params": {**ds["optimizer"]["params"], **optimizer_params}}
+    ds = merge(ds, deepspeed)
     for i, run in enumerate(runs):
         run_cfg = with_overrides(
             cfg, {**overrides, **run, "metrics_out": None, "checkpoint_every": 0, "run_name": f"sweep-{i}"}, "sweep"

@@ -12,8 +12,11 @@ A grid file::
     {"graphs": {"cora": {"dataset": "cora", "seeds": [0, 1, 2]},
                 "chameleon": {"dataset": "{datasets}/heterophilous/chameleon_filtered.npz"}},
      "variants": {"gat": {"config": "ds_configs/cpu_quickstart.json", "why": "GAT's recipe",
-                          "dsgraph": {"dropout": 0.5}, "optimizer_params": {"lr": 0.01}}}}
+                          "dsgraph": {"dropout": 0.5},
+                          "deepspeed": {"optimizer": {"params": {"lr": 0.01}}}}}}
 
+A variant's ``deepspeed`` object is merged into the config's DeepSpeed part (objects key by key);
+its ``nprocs`` replaces ``--nprocs`` (isolated mode needs ranks to isolate).
 ``{datasets}`` is ``--datasets`` (the shared datasets folder); a graph without ``seeds`` trains every
 split its masks hold, on the config's seed.
 """
@@ -28,7 +31,7 @@ import time
 from dsgraph.tasks.published import published_rows
 
 GRAPH_KEYS = {"dataset", "seeds", "epochs"}
-VARIANT_KEYS = {"config", "why", "dsgraph", "optimizer_params"}
+VARIANT_KEYS = {"config", "why", "dsgraph", "deepspeed", "nprocs"}
 
 
 def load_grid(path: str) -> dict:
@@ -78,7 +81,8 @@ def measure_cell(grid: dict, variant: str, graph: str, datasets: str, nprocs: in
         overrides["epochs"] = g["epochs"]
     seeds = g.get("seeds")
     start = time.perf_counter()
-    rows = run_set(v["config"], overrides, seeds, nprocs, v.get("optimizer_params", {}))
+    nprocs = v.get("nprocs", nprocs)
+    rows = run_set(v["config"], overrides, seeds, nprocs, v.get("deepspeed", {}))
     return {
         "runs": rows,
         "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
