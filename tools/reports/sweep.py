@@ -155,6 +155,7 @@ def markdown(summary: dict, title: str) -> str:
 
 
 def main(argv=None) -> int:
+    from dsgraph.tasks.published import published_line
     from dsgraph.train.config import load_ds_config, with_overrides
 
     args = parse_args(argv)
@@ -179,6 +180,9 @@ def main(argv=None) -> int:
         f"{os.path.basename(args.config)}"
     )
     print(markdown(summary, title))
+    published = published_line(cfg.dataset) if cfg.task == "node" else None
+    if published:
+        print(published)
     report = {"title": title, "summary": summary, "runs": rows}
     print(json.dumps({"title": title, "summary": summary}))
     if args.json_out:
