@@ -51,7 +51,7 @@ def test_table_puts_published_rows_beside_the_variants(tmp_path):
     assert "| `b` | - | 40.00 ± 0.00 (2) |  |" in text
     assert "| published GAT | 83.00 | 35.62 |" in text
     assert "| published GT-sep | - | 36.66 |" in text
-    assert "cora (accuracy)" in text
+    assert "cora (accuracy)" in text and "sq (accuracy)" in table(grid, {"cells": {}})
 
 
 def test_page_keeps_its_prose_around_the_table(tmp_path):

@@ -103,18 +103,20 @@ def cell_text(cell: dict | None) -> str:
     return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f} ({s['n']})"
 
 
-def metric_of(results: dict, graph: str) -> str:
-    """The metric a graph's cells report (the first measured cell's), or '?' before any is measured."""
+def metric_of(grid: dict, results: dict, graph: str) -> str:
+    """The metric a graph's cells report (the first measured cell's); before any is measured, the
+    published rows' metric, or '?'."""
     for key, cell in results["cells"].items():
         if key.split("/", 1)[1] == graph:
             return cell["runs"][0]["best"]["metric"]
-    return "?"
+    published = published_rows(grid["graphs"][graph]["dataset"])
+    return published[0] if published else "?"
 
 
 def table(grid: dict, results: dict) -> str:
     """Variants, then the published rows, as rows; the graphs as columns."""
     graphs = list(grid["graphs"])
-    head = [f"{g} ({metric_of(results, g)})" for g in graphs]
+    head = [f"{g} ({metric_of(grid, results, g)})" for g in graphs]
     lines = ["| variant | " + " | ".join(head) + " | from |", "| --- " * (len(graphs) + 2) + "|"]
     for name, variant in grid["variants"].items():
         cells = [cell_text(results["cells"].get(f"{name}/{g}")) for g in graphs]
