@@ -61,3 +61,29 @@ def test_page_keeps_its_prose_around_the_table(tmp_path):
     write_page(str(page), "T2")
     text = page.read_text()
     assert "prose" in text and "after" in text and f"{BEGIN}\nT2\n{END}" in text and "T1" not in text
+
+
+@pytest.mark.slow
+def test_a_grid_cell_trains_and_lands_in_results_and_page(tmp_path):
+    from types import SimpleNamespace
+
+    from tools.reports.sweep_grid import run_grid
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(
+        json.dumps(
+            {
+                "graphs": {"cora": {"dataset": "cora", "seeds": [0], "epochs": 2}},
+                "variants": {"het": {"config": "ds_configs/cpu_hetero.json", "why": "w"}},
+            }
+        )
+    )
+    results, page = tmp_path / "r.json", tmp_path / "p.md"
+    options = SimpleNamespace(cells=None, rerun=False, max_cells=None, datasets=".", nprocs=1)
+    assert run_grid(str(grid), str(results), str(page), options) == 0
+    cell = json.loads(results.read_text())["cells"]["het/cora"]
+    assert len(cell["runs"]) == 1 and cell["runs"][0]["seed"] == 0 and cell["nprocs"] == 1
+    assert "| `het` | " in page.read_text() and "| published GAT | 83.00 |" in page.read_text()
+    mtime = results.stat().st_mtime_ns
+    run_grid(str(grid), str(results), None, options)  # nothing left to measure: the results stay as they are
+    assert results.stat().st_mtime_ns == mtime
