@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--results", help="the grid's raw results (JSON): cells already there are not measured again")
     g.add_argument("--page", help="markdown page whose table (between the sweep markers) is rewritten")
     g.add_argument("--cells", nargs="+", help="only these cells, as VARIANT/GRAPH (either may be *)")
-    g.add_argument("--max-cells", type=int, help="measure at most this many cells, then write (a slice)")
+    g.add_argument("--max-cells", type=int, help="measure at most N cells (a slice; 0: table only)")
     g.add_argument("--rerun", action="store_true", help="measure the chosen cells again even if the results hold them")
     g.add_argument("--datasets", default="../shared/datasets", help="what {datasets} in the grid's paths means")
     return p.parse_args(argv)
