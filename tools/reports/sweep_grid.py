@@ -136,10 +136,11 @@ def table(grid: dict, results: dict) -> str:
 def run_grid(grid_path: str, results_path: str, page_path: str | None, options) -> int:
     """Measures the planned cells one by one (saving the results after each), then writes the table."""
     grid = load_grid(grid_path)
-    results = {"grid": grid, "cells": {}}
-    if os.path.exists(results_path):
+    results = {"cells": {}}
+    if os.path.exists(results_path):  # its other keys (notes, partial runs) are kept
         with open(results_path) as f:
-            results["cells"] = json.load(f)["cells"]
+            results = json.load(f)
+    results["grid"] = grid
     cells = plan_cells(grid, results, options.cells, options.rerun)
     if options.max_cells is not None:
         cells = cells[: options.max_cells]
