@@ -17,6 +17,7 @@ A grid file::
 
 A variant's ``deepspeed`` object is merged into the config's DeepSpeed part (objects key by key);
 its ``nprocs`` replaces ``--nprocs`` (isolated mode needs ranks to isolate).
+A graph's ``epochs`` and ``metric`` override every variant's.
 ``{datasets}`` is ``--datasets`` (the shared datasets folder); a graph without ``seeds`` trains every
 split its masks hold, on the config's seed.
 """
@@ -30,7 +31,7 @@ import time
 
 from dsgraph.tasks.published import published_rows
 
-GRAPH_KEYS = {"dataset", "seeds", "epochs"}
+GRAPH_KEYS = {"dataset", "seeds", "epochs", "metric"}
 VARIANT_KEYS = {"config", "why", "dsgraph", "deepspeed", "nprocs"}
 
 
@@ -77,8 +78,7 @@ def measure_cell(grid: dict, variant: str, graph: str, datasets: str, nprocs: in
 
     v, g = grid["variants"][variant], grid["graphs"][graph]
     overrides = {**v.get("dsgraph", {}), "dataset": g["dataset"].replace("{datasets}", datasets)}
-    if "epochs" in g:
-        overrides["epochs"] = g["epochs"]
+    overrides.update({key: g[key] for key in ("epochs", "metric") if key in g})
     seeds = g.get("seeds")
     start = time.perf_counter()
     nprocs = v.get("nprocs", nprocs)
@@ -105,12 +105,12 @@ def cell_text(cell: dict | None) -> str:
 
 def metric_of(grid: dict, results: dict, graph: str) -> str:
     """The metric a graph's cells report (the first measured cell's); before any is measured, the
-    published rows' metric, or '?'."""
+    grid's ``metric`` for the graph, the published rows' metric, or '?'."""
     for key, cell in results["cells"].items():
         if key.split("/", 1)[1] == graph:
             return cell["runs"][0]["best"]["metric"]
     published = published_rows(grid["graphs"][graph]["dataset"])
-    return published[0] if published else "?"
+    return grid["graphs"][graph].get("metric") or (published[0] if published else "?")
 
 
 def table(grid: dict, results: dict) -> str:
