@@ -7,6 +7,10 @@ Dropout sites (the ``site`` of NodeDropout; 0 is the model's input features): 1 
 output, 2 the FFN output, 3 each source node's value vector per head (GAT-style attention dropout),
 4 and 5 the same two of the global branch (``global_attention.py``).
 
+``ego`` 'sep' (``ego_projection``) adds the node's own projection h_i W_e to the attention over its
+in-neighbours (the run then adds no self loops); ``norm_type`` picks LayerNorm or BatchNorm for the
+norms (``norms.py``). GCN and SAGE layers are ``conv.py``'s.
+
 ``global_attention`` 'linear' adds a linear global attention over all nodes beside the local one,
 as GraphGPS's layer does: both read the block's (normalised) input and their outputs are summed
 with the residual, before the ELU or the FFN.

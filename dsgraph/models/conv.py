@@ -11,7 +11,10 @@ computes dv only.
 - gcn (Kipf and Welling 2017): sum_j d_i^-1/2 d_j^-1/2 h_j W + b over the in-edges (the self loop
   the run adds included, unless ``model.ego`` is 'sep', which adds h_i W_e instead), d the in-degree
   in the graph the layer attends over. Each rank scales its own rows' values by d_j^-1/2 before
-  they travel and the mean of row i by d_i^1/2 = d_i * d_i^-1/2 after.
+  they travel and the mean of row i by d_i^1/2 = d_i * d_i^-1/2 after. In sampled mode that graph is
+  the rank's sampled subgraph (as PyG's GCNConv on a NeighborLoader batch): a node that is only a
+  source there has no in-edges (d = 1), so gcn's sampled steps depend on how the seeds split over
+  the ranks; 'sage' needs no degrees and takes the same steps on any rank count.
 
 A hidden block is the attention block's frame: h -> ELU(residual(h) + dropout(aggregation)), with
 ``norm`` 'pre' or 'post' and the optional global branch; the output block (head 'attention') is the

@@ -6,6 +6,9 @@ block with linear global attention beside the local one and a per-node classifie
 hidden layers are ELU(h + dropout(attention)), and the last layer attends with class logits as
 values, averaged over the heads.
 
+Blocks 'gcn' and 'sage' (``conv.py``) run GCN's and GraphSAGE's aggregation through the same
+attention; ``options.jk`` feeds a linear head every block's output (jumping knowledge).
+
 Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
 appended to the input features or added after the input projection. Edge features
 (``options.edge_features``) become a per-head score bias in every layer (``blocks.EdgeBias``) and,

@@ -38,7 +38,7 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, attention=None) -> torch.Tensor:
         if not self.training:
-            mean, var = self.running_mean, self.running_var
+            mean, var = self.running_mean.float(), self.running_var.float()
         else:
             mean, var = self._statistics(x, attention)
         y = (x.float() - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
@@ -57,8 +57,8 @@ class BatchNorm(nn.Module):
         if torch._C._current_graph_task_id() == -1:  # not a checkpointed block's recompute in backward
             with torch.no_grad():
                 unbiased = var * (n / (n - 1).clamp_min(1.0))
-                self.running_mean.lerp_(mean.float(), self.momentum)
-                self.running_var.lerp_(unbiased.float(), self.momentum)
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
         return mean.float(), var.float()
 
 

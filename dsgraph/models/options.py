@@ -38,21 +38,6 @@ class ModelOptions:
     neighbours' h W_n plus the node's own h W_r (Hamilton et al. 2017), both in the attention layer's
     frame (norm, residual, ELU; ``dsgraph/models/conv.py``) and on the same graph-parallel path
     (attention with constant scores: a softmax of equal scores is the mean)."""
-    ego: str = "loop"
-    """How a node's own representation enters its layer: 'loop', through the self loop the run adds
-    ('self_loops'), as one of its neighbours; 'sep', through its own projection h_i W_e added to the
-    aggregation over its in-neighbours, which then has no added self loop (the '-sep' models of
-    Platonov et al., ICLR 2023: their concat [h_i, m_i] followed by a linear map is this sum of two
-    projections). 'sage' always keeps the node apart (its root weight), so it adds no self loops."""
-    norm_type: str = "layer"
-    """What 'norm' places: 'layer' (LayerNorm per row) or 'batch' (BatchNorm whose mean and variance
-    in training are over every row of the graph, or of the global batch in sampled mode, summed over
-    the ranks: 1, 2 and 4 ranks normalise alike; running statistics for evaluation;
-    ``dsgraph/models/norms.py``)."""
-    jk: str = "none"
-    """Jumping knowledge (Xu et al., ICML 2018), with head 'linear': the classifier reads 'cat', the
-    concatenation of every block's output, or 'max', their elementwise maximum; 'none': the last
-    block's output only."""
     input_projection: bool = True
     """true: a Linear(F, hidden) before the first block (a Transformer's embedding); false: the first
     attention layer reads the (dropped-out) features itself, as GAT's first layer does."""
@@ -97,6 +82,21 @@ class ModelOptions:
     degree_dim: int = 16
     """'degree' with encoding_input 'concat': width of the degree embedding appended to the input
     (the sum of an in-degree and an out-degree embedding); with 'add' it is the hidden width."""
+    ego: str = "loop"
+    """How a node's own representation enters its layer: 'loop', through the self loop the run adds
+    ('self_loops'), as one of its neighbours; 'sep', through its own projection h_i W_e added to the
+    aggregation over its in-neighbours, which then has no added self loop (the '-sep' models of
+    Platonov et al., ICLR 2023: their concat [h_i, m_i] followed by a linear map is this sum of two
+    projections). 'sage' always keeps the node apart (its root weight), so it adds no self loops."""
+    norm_type: str = "layer"
+    """What 'norm' places: 'layer' (LayerNorm per row) or 'batch' (BatchNorm whose mean and variance
+    in training are over every row of the graph, or of the global batch in sampled mode, summed over
+    the ranks: 1, 2 and 4 ranks normalise alike; running statistics for evaluation;
+    ``dsgraph/models/norms.py``)."""
+    jk: str = "none"
+    """Jumping knowledge (Xu et al., ICML 2018), with head 'linear': the classifier reads 'cat', the
+    concatenation of every block's output, or 'max', their elementwise maximum; 'none': the last
+    block's output only."""
 
     def __post_init__(self) -> None:
         for name, choices in (

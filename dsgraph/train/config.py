@@ -99,7 +99,8 @@ class DsgraphConfig:
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
     residual, head, feature_norm, global_attention, edge_features, encodings, encoding_input, max_degree,
-    degree_dim (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
+    degree_dim, ego, norm_type, jk (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left
+    out keep their defaults."""
     parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
     """How the strategy splits and moves the rows, a JSON object (``dsgraph/parallel/config.py``):
     comm_dtype, comm_grad_dtype, comm_chunks, regather_kv, partition_method. The older top-level
