@@ -35,7 +35,7 @@ class AutoAttention(GraphAttention):
 
     def __init__(self, graph, pg, ctx, auto):
         self.graph, self.pg, self.ctx, self.auto = graph, pg, ctx, auto
-        self.edges = graph.edges
+        self.edges, self.degrees = graph.edges, graph.block.rowptr.diff()
         self._built: dict[str, GraphAttention] = {}
 
     @property

@@ -108,7 +108,7 @@ def _add_model_arguments(m: argparse._ArgumentGroup) -> None:
         "--block",
         choices=BLOCKS,
         default=default.block,
-        help=f"the hidden layers: attention (GAT-shaped) or transformer (with an FFN); default {default.block}",
+        help=f"the hidden layers: attention (GAT-shaped), transformer (an FFN too), gcn, sage; default {default.block}",
     )
     m.add_argument(
         "--head",

@@ -7,6 +7,10 @@ Dropout sites (the ``site`` of NodeDropout; 0 is the model's input features): 1 
 output, 2 the FFN output, 3 each source node's value vector per head (GAT-style attention dropout),
 4 and 5 the same two of the global branch (``global_attention.py``).
 
+``ego`` 'sep' (``ego_projection``) adds the node's own projection h_i W_e to the attention over its
+in-neighbours (the run then adds no self loops); ``norm_type`` picks LayerNorm or BatchNorm for the
+norms (``norms.py``). GCN and SAGE layers are ``conv.py``'s.
+
 ``global_attention`` 'linear' adds a linear global attention over all nodes beside the local one,
 as GraphGPS's layer does: both read the block's (normalised) input and their outputs are summed
 with the residual, before the ELU or the FFN.
@@ -22,6 +26,7 @@ from torch import nn
 
 from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.global_attention import GlobalAttention
+from dsgraph.models.norms import make_norm
 from dsgraph.ops.cuda_source import HEAD_DIMS
 
 Attention = Callable[..., torch.Tensor]  # (q, k, v[, bias]) -> y: q, k, v, y [n, H, D], bias [e, H]
@@ -80,7 +85,18 @@ def padded_head_dim(dim: int) -> int:
     return next((d for d in HEAD_DIMS if d >= dim), dim)
 
 
-class _Residual(nn.Module):
+def ego_projection(ego: str, in_dim: int, out_dim: int) -> nn.Linear | None:
+    """``model.ego`` 'sep': the node's own projection h_i W_e [in_dim -> out_dim] (no bias: the
+    aggregation's projections have theirs); 'loop': None (the node is one of its own neighbours)."""
+    return nn.Linear(in_dim, out_dim, bias=False) if ego == "sep" else None
+
+
+def with_ego(y_nd: torch.Tensor, ego: nn.Linear | None, x_ni: torch.Tensor) -> torch.Tensor:
+    """The aggregation over in-neighbours plus the node's own projection, where the block has one."""
+    return y_nd if ego is None else y_nd + ego(x_ni)
+
+
+class Residual(nn.Module):
     """The skip path of a block: identity (only where the widths agree), a linear map h W_r, or none."""
 
     def __init__(self, kind: str, in_dim: int, out_dim: int):
@@ -111,7 +127,7 @@ class SplitLinear(nn.Linear):
         return [F.linear(x_ni, w, b).view(n, self.heads, -1) for w, b in zip(self.weight.chunk(self.parts), biases)]
 
 
-def _global_branch(kind: str, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float):
+def global_branch(kind: str, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float):
     """The block's global attention branch (``global_attention`` 'linear'), or None ('none')."""
     return GlobalAttention(in_dim, hidden, heads, dropout, attention_dropout) if kind == "linear" else None
 
@@ -135,30 +151,34 @@ class AttentionBlock(nn.Module):
         global_attention: str = "none",
         edge_dim: int = 0,
         edge_values: bool = False,
+        norm_type: str = "layer",
+        ego: str = "loop",
     ):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
         self.heads, self.norm_at = heads, norm
-        self.norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
+        self.norm = make_norm(norm_type, in_dim if norm == "pre" else hidden) if norm != "none" else None
         self.qkv = SplitLinear(in_dim, 3 * hidden, 3, heads)
-        self.residual = _Residual(residual, in_dim, hidden)
+        self.ego = ego_projection(ego, in_dim, hidden)
+        self.residual = Residual(residual, in_dim, hidden)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
         self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
-        self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
+        self.global_attn = global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        x_ni = self.norm(h_ni) if self.norm_at == "pre" else h_ni
+        x_ni = self.norm(h_ni, attention) if self.norm_at == "pre" else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
+        y_nd = with_ego(y_nd, self.ego, x_ni)
         branch_nd = self.attn_dropout(y_nd, node_ids, seed, step, layer)
         if self.global_attn is not None:
             branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
         h_nd = self.residual(h_ni, branch_nd)
-        return F.elu(self.norm(h_nd) if self.norm_at == "post" else h_nd)
+        return F.elu(self.norm(h_nd, attention) if self.norm_at == "post" else h_nd)
 
 
 class TransformerBlock(nn.Module):
@@ -182,24 +202,27 @@ class TransformerBlock(nn.Module):
         global_attention: str = "none",
         edge_dim: int = 0,
         edge_values: bool = False,
+        norm_type: str = "layer",
+        ego: str = "loop",
     ):
         super().__init__()
         in_dim = hidden if in_dim is None else in_dim
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by the head count {heads}")
         self.heads, self.norm_at = heads, norm
-        self.attn_norm = nn.LayerNorm(in_dim if norm == "pre" else hidden) if norm != "none" else None
+        self.attn_norm = make_norm(norm_type, in_dim if norm == "pre" else hidden) if norm != "none" else None
         self.qkv = SplitLinear(in_dim, 3 * hidden, 3, heads)
         self.attn_out = nn.Linear(hidden, hidden)
-        self.residual = _Residual(residual, in_dim, hidden)
-        self.ffn_norm = nn.LayerNorm(hidden) if norm != "none" else None
+        self.ego = ego_projection(ego, in_dim, hidden)
+        self.residual = Residual(residual, in_dim, hidden)
+        self.ffn_norm = make_norm(norm_type, hidden) if norm != "none" else None
         self.ffn = nn.Sequential(nn.Linear(hidden, ffn_mult * hidden), nn.GELU(), nn.Linear(ffn_mult * hidden, hidden))
         self.value_dropout = NodeDropout(attention_dropout, site=3)
         self.attn_dropout = NodeDropout(dropout, site=1)
         self.ffn_dropout = NodeDropout(dropout, site=2)
         self.edge_bias = EdgeBias(edge_dim, heads) if edge_dim else None
         self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
-        self.global_attn = _global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
+        self.global_attn = global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
     sublayers = ("attention_sublayer", "ffn_sublayer")
     """What activation checkpointing recomputes one at a time (``checkpointing.py``): the backward
@@ -207,24 +230,25 @@ class TransformerBlock(nn.Module):
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         h_nd = self.attention_sublayer(h_ni, attention, node_ids, seed, step, layer)
-        return self.ffn_sublayer(h_nd, node_ids, seed, step, layer)
+        return self.ffn_sublayer(h_nd, attention, node_ids, seed, step, layer)
 
     def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
-        x_ni = self.attn_norm(h_ni) if pre else h_ni
+        x_ni = self.attn_norm(h_ni, attention) if pre else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
-        branch_nd = self.attn_dropout(self.attn_out(y_nd), node_ids, seed, step, layer)
+        branch_nd = self.attn_dropout(with_ego(self.attn_out(y_nd), self.ego, x_ni), node_ids, seed, step, layer)
         if self.global_attn is not None:
             branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
         h_nd = self.residual(h_ni, branch_nd)
-        return self.attn_norm(h_nd) if post else h_nd
+        return self.attn_norm(h_nd, attention) if post else h_nd
 
-    def ffn_sublayer(self, h_nd, node_ids, seed: int, step: int, layer: int):
+    def ffn_sublayer(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"
-        h_nd = h_nd + self.ffn_dropout(self.ffn(self.ffn_norm(h_nd) if pre else h_nd), node_ids, seed, step, layer)
-        return self.ffn_norm(h_nd) if post else h_nd
+        x_nd = self.ffn_norm(h_nd, attention) if pre else h_nd
+        h_nd = h_nd + self.ffn_dropout(self.ffn(x_nd), node_ids, seed, step, layer)
+        return self.ffn_norm(h_nd, attention) if post else h_nd
 
 
 class OutputAttention(nn.Module):
@@ -243,10 +267,13 @@ class OutputAttention(nn.Module):
         norm: str = "none",
         edge_dim: int = 0,
         edge_values: bool = False,
+        norm_type: str = "layer",
+        ego: str = "loop",
     ):
         super().__init__()
         self.heads, self.classes, self.head_dim = heads, num_classes, padded_head_dim(num_classes)
-        self.norm = nn.LayerNorm(in_dim) if norm == "pre" else None
+        self.norm = make_norm(norm_type, in_dim) if norm == "pre" else None
+        self.ego = ego_projection(ego, in_dim, num_classes)
         self.qk = SplitLinear(in_dim, 2 * heads * self.head_dim, 2, heads)
         self.value = nn.Linear(in_dim, heads * num_classes)
         self.value_dropout = NodeDropout(attention_dropout, site=3)
@@ -254,9 +281,10 @@ class OutputAttention(nn.Module):
         self.edge_value = EdgeValue(edge_dim, heads, self.head_dim) if edge_dim and edge_values else None
 
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        x_ni = self.norm(h_ni) if self.norm is not None else h_ni
+        x_ni = self.norm(h_ni, attention) if self.norm is not None else h_ni
         q_nHD, k_nHD = self.qk(x_ni)
         v_nHC = self.value(x_ni).view(-1, self.heads, self.classes)
         v_nHD = F.pad(v_nHC, (0, self.head_dim - self.classes))
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        return attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value)[..., : self.classes].mean(1)
+        y_nC = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value)[..., : self.classes].mean(1)
+        return with_ego(y_nC, self.ego, x_ni)

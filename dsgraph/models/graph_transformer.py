@@ -6,6 +6,9 @@ block with linear global attention beside the local one and a per-node classifie
 hidden layers are ELU(h + dropout(attention)), and the last layer attends with class logits as
 values, averaged over the heads.
 
+Blocks 'gcn' and 'sage' (``conv.py``) run GCN's and GraphSAGE's aggregation through the same
+attention; ``options.jk`` feeds a linear head every block's output (jumping knowledge).
+
 Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
 appended to the input features or added after the input projection. Edge features
 (``options.edge_features``) become a per-head score bias in every layer (``blocks.EdgeBias``) and,
@@ -23,9 +26,11 @@ import torch
 from torch import nn
 
 from dsgraph.models.blocks import Attention, AttentionBlock, OutputAttention, TransformerBlock
+from dsgraph.models.conv import ConvBlock
 from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.encodings import NodeEncoder
-from dsgraph.models.options import ModelOptions
+from dsgraph.models.norms import make_norm
+from dsgraph.models.options import CONV_BLOCKS, ModelOptions
 
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
@@ -40,7 +45,10 @@ def _hidden_block(
     attention_dropout: float,
     edge_dim: int,
 ):
-    edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value")
+    frame = dict(norm=o.norm, norm_type=o.norm_type, residual=o.residual, global_attention=o.global_attention)
+    if o.block in CONV_BLOCKS:
+        return ConvBlock(o.block, in_dim, hidden, heads, dropout, attention_dropout, ego=o.ego, **frame)
+    edges = dict(edge_dim=edge_dim, edge_values=o.edge_features == "bias_value", ego=o.ego)
     if o.block == "transformer":
         return TransformerBlock(
             hidden,
@@ -49,21 +57,28 @@ def _hidden_block(
             dropout,
             attention_dropout,
             in_dim=in_dim,
-            norm=o.norm,
-            residual=o.residual,
-            global_attention=o.global_attention,
+            **frame,
             **edges,
         )
-    return AttentionBlock(
-        in_dim,
-        hidden,
+    return AttentionBlock(in_dim, hidden, heads, dropout, attention_dropout, **frame, **edges)
+
+
+def _output_block(o: ModelOptions, width: int, num_classes: int, heads: int, attention_dropout: float, edge_dim: int):
+    """The last layer for head 'attention': the block kind's own layer with class logits as values."""
+    if o.block in CONV_BLOCKS:
+        return ConvBlock(
+            o.block, width, num_classes, heads, 0.0, attention_dropout, output=True, norm=o.norm, norm_type=o.norm_type
+        )
+    return OutputAttention(
+        width,
+        num_classes,
         heads,
-        dropout,
         attention_dropout,
         norm=o.norm,
-        residual=o.residual,
-        global_attention=o.global_attention,
-        **edges,
+        norm_type=o.norm_type,
+        ego=o.ego,
+        edge_dim=edge_dim,
+        edge_values=o.edge_features == "bias_value",
     )
 
 
@@ -126,19 +141,10 @@ class GraphTransformer(nn.Module):
         ]
         width = hidden if hidden_layers else width
         if o.head == "attention":
-            blocks.append(
-                OutputAttention(
-                    width,
-                    num_classes,
-                    heads,
-                    attention_dropout,
-                    norm=o.norm,
-                    edge_dim=edge_dim,
-                    edge_values=o.edge_features == "bias_value",
-                )
-            )
+            blocks.append(_output_block(o, width, num_classes, heads, attention_dropout, edge_dim))
         self.blocks = nn.ModuleList(blocks)
-        self.norm = nn.LayerNorm(width) if o.head == "linear" and o.norm == "pre" else None
+        width = hidden_layers * hidden if o.jk == "cat" else width
+        self.norm = make_norm(o.norm_type, width) if o.head == "linear" and o.norm == "pre" else None
         self.classifier = nn.Linear(width, num_classes) if o.head == "linear" else None
 
     def forward(
@@ -175,9 +181,17 @@ class GraphTransformer(nn.Module):
         if extra is not None and self.options.encoding_input == "add":
             h = h + extra
         last = len(self.blocks) if self.classifier is not None else len(self.blocks) - 1
+        outputs = []
         for layer, block in enumerate(self.blocks[:last], start=1):
             h = block(h, attention, node_ids, self.seed, step, layer)
+            outputs.append(h)
         if self.classifier is not None:
-            h = self.norm(h) if self.norm is not None else h
+            h = _jump(self.options.jk, outputs) if self.options.jk != "none" else h
+            h = self.norm(h, attention) if self.norm is not None else h
             return self.classifier(h), h
         return self.blocks[last](h, attention, node_ids, self.seed, step, last + 1), h
+
+
+def _jump(jk: str, outputs: list[torch.Tensor]) -> torch.Tensor:
+    """Jumping knowledge over the blocks' outputs [n, d] each: 'cat' [n, L d] or 'max' [n, d]."""
+    return torch.cat(outputs, dim=1) if jk == "cat" else torch.stack(outputs).amax(0)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 from dsgraph.graph import encodings
 
-BLOCKS = ("attention", "transformer")
+BLOCKS = ("attention", "transformer", "gcn", "sage")
+CONV_BLOCKS = ("gcn", "sage")
+EGOS = ("loop", "sep")
+NORM_TYPES = ("layer", "batch")
+JKS = ("none", "cat", "max")
 NORMS = ("none", "pre", "post")
 RESIDUALS = ("identity", "linear", "none")
 HEADS = ("attention", "linear")
@@ -29,7 +33,11 @@ class ModelOptions:
     block: str = "transformer"
     """'attention': a GAT layer with dot-product scores, act(residual + dropout(concat_h attention(q, k, v)))
     with ELU (Velickovic et al. 2018); 'transformer': attention, output projection W_o, residual, then a
-    GELU FFN of width ffn_mult * hidden with its own residual (Vaswani et al. 2017)."""
+    GELU FFN of width ffn_mult * hidden with its own residual (Vaswani et al. 2017); 'gcn': GCN's
+    aggregation D^-1/2 A D^-1/2 (h W) (Kipf and Welling 2017), 'sage': GraphSAGE's mean of the
+    neighbours' h W_n plus the node's own h W_r (Hamilton et al. 2017), both in the attention layer's
+    frame (norm, residual, ELU; ``dsgraph/models/conv.py``) and on the same graph-parallel path
+    (attention with constant scores: a softmax of equal scores is the mean)."""
     input_projection: bool = True
     """true: a Linear(F, hidden) before the first block (a Transformer's embedding); false: the first
     attention layer reads the (dropped-out) features itself, as GAT's first layer does."""
@@ -74,10 +82,28 @@ class ModelOptions:
     degree_dim: int = 16
     """'degree' with encoding_input 'concat': width of the degree embedding appended to the input
     (the sum of an in-degree and an out-degree embedding); with 'add' it is the hidden width."""
+    ego: str = "loop"
+    """How a node's own representation enters its layer: 'loop', through the self loop the run adds
+    ('self_loops'), as one of its neighbours; 'sep', through its own projection h_i W_e added to the
+    aggregation over its in-neighbours, which then has no added self loop (the '-sep' models of
+    Platonov et al., ICLR 2023: their concat [h_i, m_i] followed by a linear map is this sum of two
+    projections). 'sage' always keeps the node apart (its root weight), so it adds no self loops."""
+    norm_type: str = "layer"
+    """What 'norm' places: 'layer' (LayerNorm per row) or 'batch' (BatchNorm whose mean and variance
+    in training are over every row of the graph, or of the global batch in sampled mode, summed over
+    the ranks: 1, 2 and 4 ranks normalise alike; running statistics for evaluation;
+    ``dsgraph/models/norms.py``)."""
+    jk: str = "none"
+    """Jumping knowledge (Xu et al., ICML 2018), with head 'linear': the classifier reads 'cat', the
+    concatenation of every block's output, or 'max', their elementwise maximum; 'none': the last
+    block's output only."""
 
     def __post_init__(self) -> None:
         for name, choices in (
             ("block", BLOCKS),
+            ("ego", EGOS),
+            ("norm_type", NORM_TYPES),
+            ("jk", JKS),
             ("norm", NORMS),
             ("residual", RESIDUALS),
             ("head", HEADS),
@@ -104,6 +130,8 @@ class ModelOptions:
                 "'model.encoding_input' 'add' adds the encodings after the input projection; set "
                 "'model.input_projection': true, or use 'concat'"
             )
+
+        _check_combinations(self)
 
     @classmethod
     def from_dict(cls, section: dict) -> ModelOptions:
@@ -134,6 +162,21 @@ class ModelOptions:
     def reads_edges(self) -> bool:
         """Whether the model reads edge features (the data must then carry them)."""
         return self.edge_features != "none"
+
+    @property
+    def aggregates_self(self) -> bool:
+        """Whether a node's aggregation includes the node itself (the run then adds self loops)."""
+        return self.ego == "loop" and self.block != "sage"
+
+
+def _check_combinations(o: ModelOptions) -> None:
+    if o.block in CONV_BLOCKS and o.edge_features != "none":
+        raise ValueError(
+            f"'model.edge_features' '{o.edge_features}' is a score bias of attention; block '{o.block}' has no "
+            'scores: set "edge_features": "none" or use an attention block'
+        )
+    if o.jk != "none" and o.head != "linear":
+        raise ValueError(f"'model.jk' '{o.jk}' feeds the classifier; it needs 'model.head': 'linear'")
 
 
 _TYPES = {"bool": bool, "str": str, "int": int, "tuple[str, ...]": list}

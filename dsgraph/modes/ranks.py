@@ -84,7 +84,7 @@ class GraphOnRanks:
             control,
             dataset=cfg.dataset,
             seed=cfg.seed,
-            self_loops=cfg.self_loops,
+            self_loops=cfg.adds_self_loops,
             partitions=cfg.partitions,
             split_method=cfg.parallel.split_method(self.spec),
             whole=self.spec.needs is Needs.WHOLE_GRAPH,

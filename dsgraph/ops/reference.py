@@ -38,7 +38,7 @@ def sparse_attention_reference(
     denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=q.device).index_add(0, dst, weights_EH)
     probs_EH = weights_EH / denom_NH[dst]
     y = torch.zeros(q.shape, dtype=acc, device=q.device)
-    y = y.index_add(0, dst, probs_EH[:, :, None] * v[src].to(acc))
+    y = y.index_add(0, dst, probs_EH[:, :, None] * v.to(acc)[src])  # cast first: dv sums in acc, not bf16
     if edge_values is None:
         return y.to(q.dtype)
     z = torch.zeros((n_dst, heads, edge_values.shape[1]), dtype=acc, device=q.device)
@@ -54,7 +54,7 @@ def _edges(rowptr, col, q):
 
 def _scores(q, k, dst, src, scale: float, bias, acc) -> torch.Tensor:
     """s [E, H] = scale * <q_dst, k_src> (+ bias) in the accumulation dtype."""
-    scores_EH = (q[dst].to(acc) * k[src].to(acc)).sum(-1) * scale
+    scores_EH = (q.to(acc)[dst] * k.to(acc)[src]).sum(-1) * scale
     return scores_EH if bias is None else scores_EH + bias.to(acc)
 
 

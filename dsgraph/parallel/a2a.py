@@ -53,7 +53,7 @@ class AllToAllAttention(GraphAttention):
         self.rowptr, self.col = graph.whole.rowptr, graph.whole.col
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.parallel.codec, ctx.parallel.grad_codec)
         self.chunks = ctx.parallel.comm_chunks
-        self.edges = graph.edges
+        self.edges, self.degrees = graph.edges, graph.block.rowptr.diff()
         if EDGE_COUNTS not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
         self.edge_counts = list(graph.derived[EDGE_COUNTS].counts)

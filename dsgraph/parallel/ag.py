@@ -39,7 +39,7 @@ class AllGatherAttention(GraphAttention):
         self.rowptr, self.col = graph.block.rowptr, padded_index(graph.block.col, pg).to(graph.block.col.dtype)
         self.pg, self.backend, self.codecs = pg, ctx.backend, (ctx.parallel.codec, ctx.parallel.grad_codec)
         self.chunks, self.regather = ctx.parallel.comm_chunks, ctx.parallel.regather_kv and pg.world_size > 1
-        self.edges = graph.edges
+        self.edges, self.degrees = graph.edges, graph.block.rowptr.diff()
 
     def _attend(self, q_nHD, k: tuple, v: tuple, bias_eH=None, edge_values=None):
         """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered)."""

@@ -254,7 +254,9 @@ class AllGatherRing(Strategy):
     def build(self, graph, pg, ctx):
         if PLAN not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
-        return RingAttention(graph.derived[PLAN], pg, ctx, graph.edges)
+        attention = RingAttention(graph.derived[PLAN], pg, ctx, graph.edges)
+        attention.degrees = graph.block.rowptr.diff()
+        return attention
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.row_split(p)

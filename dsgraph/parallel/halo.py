@@ -108,7 +108,9 @@ class Halo(Strategy):
     def build(self, graph, pg, ctx):
         if PLAN not in graph.derived:
             raise ValueError(f"strategy {self.name}: the graph was not prepared (Strategy.prepare before RankGraph.to)")
-        return HaloAttention(graph.derived[PLAN], pg, ctx, graph.edges)
+        attention = HaloAttention(graph.derived[PLAN], pg, ctx, graph.edges)
+        attention.degrees = graph.block.rowptr.diff()
+        return attention
 
     def cost(self, p, shape, model, dtype_bytes):
         split = shape.partitions.get(p)

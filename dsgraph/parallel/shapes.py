@@ -14,6 +14,9 @@ from dsgraph.models.global_attention import sum_values
 from dsgraph.models.options import BLOCKS, GLOBAL_ATTENTIONS, HEADS
 from dsgraph.parallel.config import ParallelConfig
 
+CONV_PROJECTIONS = {"gcn": 1, "sage": 2}
+"""Per block kind that aggregates with constant scores: its projections of a node, each d x d."""
+
 
 @dataclass(frozen=True, slots=True)
 class SplitShape:
@@ -119,7 +122,9 @@ class ModelShape:
     groups exchanged one after another while attention runs (``comm_chunks``), GP-AG's
     ``regather_kv`` (off under checkpointing, whose recompute gathers K and V anyway)."""
     block: str = "transformer"
-    """'transformer' (attention, W_o, then an FFN) or 'attention' (GAT-shaped: q, k, v and an ELU)."""
+    """'transformer' (attention, W_o, then an FFN), 'attention' (GAT-shaped: q, k, v and an ELU), or
+    'gcn' / 'sage' (one projection, two for SAGE's root weight; the same attention kernels with q = k = 0,
+    ``dsgraph/models/conv.py``, so the same edge work and bytes)."""
     head: str = "linear"
     """'linear' (a classifier after the last block) or 'attention' (the last attention layer has class
     logits as values: H x pad(C) wide, its own layer kind)."""
@@ -204,14 +209,14 @@ class ModelShape:
 
         ffn = self.block == "transformer"
         glob = self.global_attention != "none"
-        macs = d * d * (4 + 2 * f if ffn else 3) + (global_macs_per_node(d, self.head_dim) if glob else 0)
+        conv = CONV_PROJECTIONS.get(self.block, 0)  # a GCN or SAGE layer's projections per node, in d^2
+        macs = d * d * (4 + 2 * f if ffn else conv or 3) + (global_macs_per_node(d, self.head_dim) if glob else 0)
         kinds = [LayerKind(self, hidden, checkpointed(0, hidden), macs, ffn, glob)] if hidden else []
         if self.head == "attention":
             c = padded_head_dim(self.num_classes)
             out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
-            kinds.append(
-                LayerKind(out, 1, checkpointed(hidden, self.layers), d * self.heads * (2 * c + self.num_classes), False)
-            )
+            out_macs = d * self.num_classes * conv if conv else d * self.heads * (2 * c + self.num_classes)
+            kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), out_macs, False))
         return kinds
 
     @property

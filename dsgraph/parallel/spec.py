@@ -54,6 +54,9 @@ class GraphAttention(ABC):
     name: str = ""
     edges = None
     """The ``EdgeData`` of the rank's in-edges (block order), or None."""
+    degrees: torch.Tensor | None = None
+    """int64 [n]: the in-degree of the rank's rows (``RankGraph.block``), for GCN's normalisation
+    (``dsgraph/models/conv.py``); every strategy sets it."""
     pg: GraphParallelGroup
     """The group its rows are split over (every strategy sets it)."""
     global_nodes: GlobalNodes | None = None

@@ -98,7 +98,7 @@ class LinkOnRanks:
         heartbeat("start-up: splitting the edges")
         x, self.split, path = load_split(cfg, control, heartbeat)
         graph = message_graph(x, self.split, path)
-        self.ranks = graph_on_ranks(graph.with_self_loops() if cfg.self_loops else graph, cfg.link.embedding_dim)
+        self.ranks = graph_on_ranks(graph.with_self_loops() if cfg.adds_self_loops else graph, cfg.link.embedding_dim)
         self.pg, self.num_nodes = self.ranks.pg, graph.num_nodes
         self.row_of = rows_of(control, self.ranks.graph.nodes.node_ids.numpy(), self.num_nodes)
         self.train_total = int(self.split.positives["train"].shape[0])

@@ -99,7 +99,8 @@ class DsgraphConfig:
     model: ModelOptions = dataclasses.field(default_factory=ModelOptions)
     """The architecture around the attention layers, a JSON object: block, input_projection, norm,
     residual, head, feature_norm, global_attention, edge_features, encodings, encoding_input, max_degree,
-    degree_dim (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left out keep their defaults."""
+    degree_dim, ego, norm_type, jk (``dsgraph/models/options.py``; docs/concepts/model.md). Keys left
+    out keep their defaults."""
     parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
     """How the strategy splits and moves the rows, a JSON object (``dsgraph/parallel/config.py``):
     comm_dtype, comm_grad_dtype, comm_chunks, regather_kv, partition_method. The older top-level
@@ -126,7 +127,9 @@ class DsgraphConfig:
     input) and recomputes its attention sublayer once more in backward (one more forward of it and
     of its collectives)."""
     self_loops: bool = True
-    """Let every node attend to itself (adds a self loop to rows that have none)."""
+    """Let every node attend to itself (adds a self loop to rows that have none). A model that keeps
+    the node apart from its neighbours (model.ego 'sep', block 'sage') gets none whatever this says
+    (``adds_self_loops``)."""
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
     part. null: load the whole dataset on every rank. Not with strategies that need the whole graph."""
@@ -241,6 +244,12 @@ class DsgraphConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def adds_self_loops(self) -> bool:
+        """Whether the run adds a self loop to every row that has none: 'self_loops', unless the model
+        keeps each node apart from its aggregation (``ModelOptions.aggregates_self``)."""
+        return self.self_loops and self.model.aggregates_self
 
 
 SECTIONS = {  # config section -> its dataclass, from the code that owns it (each is a field of DsgraphConfig)

@@ -323,3 +323,19 @@ def test_global_attention_adds_its_all_reduces_projections_and_activations():
         )
     hidden_kind = glob.layer_kinds()[0]
     assert hidden_kind.global_attention and hidden_kind.global_macs_per_node == 4 * d * d + 2 * d * (D + 1)
+
+
+def test_gcn_and_sage_layers_cost_their_projections_and_the_same_edge_work():
+    """Block kinds with constant scores: one (gcn) or two (sage) d x d projections per node instead of
+    QKV's three; the attention work and bytes are the attention layer's (they run its kernels)."""
+    shape = GraphShape(1000, 20000)
+    kinds = {
+        b: ModelShape(layers=3, hidden=64, heads=4, block=b, head="attention", num_classes=5)
+        for b in ("attention", "gcn", "sage")
+    }
+    macs = {b: [k.macs_per_node for k in m.layer_kinds()] for b, m in kinds.items()}
+    assert macs["gcn"] == [64 * 64, 64 * 5] and macs["sage"] == [2 * 64 * 64, 2 * 64 * 5]
+    assert macs["attention"][0] == 3 * 64 * 64
+    terms = {b: get_strategy("ag").cost(2, shape, m, 4) for b, m in kinds.items()}
+    assert terms["gcn"].edge_heads == terms["attention"].edge_heads
+    assert terms["gcn"].bytes_sent == terms["attention"].bytes_sent

@@ -45,7 +45,11 @@ def _model(options, layers=3, classes=5, features=12, **kw):
 
 
 def _local_attention(graph):
-    return lambda q, k, v: sparse_attention(graph.rowptr, graph.col, q, k, v, backend="reference")
+    def attention(q, k, v):
+        return sparse_attention(graph.rowptr, graph.col, q, k, v, backend="reference")
+
+    attention.degrees = graph.rowptr.diff()  # what every strategy's attention carries (block 'gcn' reads it)
+    return attention
 
 
 def test_the_default_is_the_transformer_with_global_attention():

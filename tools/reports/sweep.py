@@ -11,6 +11,12 @@ test value of the configured metric at the best validation epoch, the best valid
 the last epoch's test value (and accuracy beside another metric). Std is the sample standard
 deviation (ddof=1) over the runs. A link task (``"task": "link"``) also reports every other test
 metric (AP, MRR, Hits@K, ...) at the epoch its validation metric picked.
+
+``--grid GRID.json --results RESULTS.json --page PAGE.md``: a grid of variants over several graphs
+instead (``tools/reports/sweep_grid.py``), e.g. the model sweep that chose the presets::
+
+    python -m tools.reports.sweep --grid tools/reports/model_grid.json \
+        --results docs/benchmarks/2026-12-04-model-sweep.json --page docs/benchmarks/2026-12-04-model-sweep.md
 """
 
 from __future__ import annotations
@@ -34,15 +40,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--metric", help="metric (default: the config's, or per task)")
     p.add_argument("--nprocs", type=int, default=1, help="ranks per run")
     p.add_argument("--json", dest="json_out", help="also write the per-run rows and the summary here")
+    g = p.add_argument_group("grid (tools/reports/sweep_grid.py)")
+    g.add_argument("--grid", help="a grid file of graphs and variants: measure its cells instead of one config")
+    g.add_argument("--results", help="the grid's raw results (JSON): cells already there are not measured again")
+    g.add_argument("--page", help="markdown page whose table (between the sweep markers) is rewritten")
+    g.add_argument("--cells", nargs="+", help="only these cells, as VARIANT/GRAPH (either may be *)")
+    g.add_argument("--max-cells", type=int, help="measure at most N cells (a slice; 0: table only)")
+    g.add_argument("--rerun", action="store_true", help="measure the chosen cells again even if the results hold them")
+    g.add_argument("--datasets", default="../shared/datasets", help="what {datasets} in the grid's paths means")
     return p.parse_args(argv)
 
 
-def plan_runs(args, cfg) -> list[dict]:
-    """The config overrides of each run."""
-    if args.seeds:
-        return [{"seed": int(s)} for s in args.seeds.split(",")]
-    if args.splits:
-        return [{"split": int(s)} for s in args.splits.split(",")]
+def plan_runs(cfg, seeds=None, splits=None) -> list[dict]:
+    """The config overrides of each run: one per seed, per split, or per fixed split of the dataset."""
+    if seeds:
+        return [{"seed": int(s)} for s in seeds]
+    if splits:
+        return [{"split": int(s)} for s in splits]
     from dsgraph.graph.datasets import dataset_file
     from dsgraph.graph.rank_reader import DatasetFile
 
@@ -50,7 +64,37 @@ def plan_runs(args, cfg) -> list[dict]:
     return [{"split": k} for k in range(DatasetFile(path).splits)]
 
 
-def _worker(rank, world, port, config, overrides, runs, out_dir):
+def run_set(config, overrides, seeds=None, nprocs=1, deepspeed=None, splits=None) -> list[dict]:
+    """Trains ``config`` with ``overrides`` once per seed or split (``plan_runs``) on ``nprocs`` spawned
+    ranks (``deepspeed``: merged into the DeepSpeed part, ``merge``); each run's row: its seed or split,
+    the last evaluation and the best-validation one."""
+    import torch.multiprocessing as mp
+
+    from dsgraph.comm.ports import free_port
+    from dsgraph.train.config import load_ds_config, with_overrides
+
+    _, cfg = load_ds_config(config)
+    runs = plan_runs(with_overrides(cfg, overrides, "sweep"), seeds, splits)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(
+            _worker,
+            args=(nprocs, free_port(), config, overrides, runs, tmp, deepspeed or {}),
+            nprocs=nprocs,
+            start_method="spawn",
+        )
+        return [json.load(open(os.path.join(tmp, f"run{i}.json"))) for i in range(len(runs))]
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s keys, objects merged key by key (``{"optimizer": {"params": {"lr": 0.01}}}``
+    changes only the learning rate)."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _worker(rank, world, port, config, overrides, runs, out_dir, deepspeed):
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
@@ -66,6 +110,7 @@ def _worker(rank, world, port, config, overrides, runs, out_dir):
     if device.type == "cpu":
         ds, _ = extensions.prefer_torch_adam(ds)
     ds = {**ds, "tensorboard": {"enabled": False}}
+    ds = merge(ds, deepspeed)
     for i, run in enumerate(runs):
         run_cfg = with_overrides(
             cfg, {**overrides, **run, "metrics_out": None, "checkpoint_every": 0, "run_name": f"sweep-{i}"}, "sweep"
@@ -110,26 +155,24 @@ def markdown(summary: dict, title: str) -> str:
 
 
 def main(argv=None) -> int:
-    import torch.multiprocessing as mp
-
-    from dsgraph.comm.ports import free_port
+    from dsgraph.tasks.published import published_line
     from dsgraph.train.config import load_ds_config, with_overrides
 
     args = parse_args(argv)
+    if args.grid:
+        from tools.reports.sweep_grid import run_grid
+
+        if not args.results:
+            raise SystemExit("--grid needs --results FILE (the raw results, read and extended)")
+        return run_grid(args.grid, args.results, args.page, args)
     _, cfg = load_ds_config(args.config)
     overrides = {
         k: v for k, v in (("dataset", args.dataset), ("epochs", args.epochs), ("metric", args.metric)) if v is not None
     }
     cfg = with_overrides(cfg, overrides, "sweep")
-    runs = plan_runs(args, cfg)
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(
-            _worker,
-            args=(args.nprocs, free_port(), args.config, overrides, runs, tmp),
-            nprocs=args.nprocs,
-            start_method="spawn",
-        )
-        rows = [json.load(open(os.path.join(tmp, f"run{i}.json"))) for i in range(len(runs))]
+    seeds = args.seeds.split(",") if args.seeds else None
+    splits = args.splits.split(",") if args.splits else None
+    rows = run_set(args.config, overrides, seeds, args.nprocs, splits=splits)
     summary = summarise(rows)
     kind = "seeds" if args.seeds else "splits"
     title = (
@@ -137,6 +180,9 @@ def main(argv=None) -> int:
         f"{os.path.basename(args.config)}"
     )
     print(markdown(summary, title))
+    published = published_line(cfg.dataset) if cfg.task == "node" else None
+    if published:
+        print(published)
     report = {"title": title, "summary": summary, "runs": rows}
     print(json.dumps({"title": title, "summary": summary}))
     if args.json_out:

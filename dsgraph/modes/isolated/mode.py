@@ -107,7 +107,7 @@ class Isolated(Mode):
                 f"dataset '{cfg.dataset}' has multi-label targets [N, T], which mode 'isolated' does not train yet; "
                 "use mode 'full' (any strategy)"
             )
-        graph = graph.with_self_loops() if cfg.self_loops else graph
+        graph = graph.with_self_loops() if cfg.adds_self_loops else graph
         self.eval_ranks = GraphOnRanks(cfg, pg, control, log, graph=graph)  # full-graph evaluation, same data
         self.pg = self.eval_ranks.pg
         self.num_features, self.num_classes, self.num_edge_features = (
@@ -169,7 +169,7 @@ class Isolated(Mode):
             correction=cfg.isolated.correction,
             layers=cfg.layers,
             halo_fraction=cfg.isolated.halo_fraction,
-            halo_self_loops=cfg.self_loops,
+            halo_self_loops=cfg.adds_self_loops,
             repart_every=cfg.isolated.repart_every,
             epochs=cfg.epochs,
             seed=cfg.seed,

@@ -123,9 +123,9 @@ class Sampled(Mode):
             hot_scores=hot,
             device=device,
         )
-        sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.self_loops)
+        sampler = NeighborSampler(graph.rowptr, graph.col, cfg.sampled.fanouts, self_loops=cfg.adds_self_loops)
         self.builder = BatchBuilder(sampler, self.store, graph.y, cfg.seed, enc=graph.enc)
-        self.eval_source = graph.with_self_loops() if cfg.self_loops else graph
+        self.eval_source = graph.with_self_loops() if cfg.adds_self_loops else graph
         self.edge_attr = graph.edge_attr
         self.graph = None
         self.log(
