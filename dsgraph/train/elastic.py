@@ -60,7 +60,10 @@ def run_agents(module: str, args: list[str], nprocs: int, min_nprocs: int, max_r
     store = TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, timeout=timedelta(seconds=60))
     fd, log = tempfile.mkstemp(prefix="dsgraph-failures-", suffix=".jsonl")
     os.close(fd)
-    env = {**os.environ, failures.ENV: log}
+    # each round's rank 0 hosts a fresh store for the process group: torch's shared agent store keeps
+    # the previous round's keys, and agents' restart counts (the per-attempt prefix) differ when one
+    # agent restarts for a failure and another for the membership change
+    env = {**os.environ, failures.ENV: log, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     args = with_run_name(args)
     cmd = agent_command(module, args, min_nprocs, nprocs, max_restarts, port, f"dsgraph-{port}")
     print(
