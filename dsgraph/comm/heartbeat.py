@@ -110,7 +110,7 @@ class Heartbeats:
             values = self._store.multi_get([self._key(r) for r in present]) if present else []
         except Exception:  # the store's host does not answer (stopped, gone) or the connection broke
             return
-        self._store_ok = time.monotonic()
+        self._store_ok = now
         for peer, raw in zip(present, values):
             count, phase = json.loads(bytes(raw).decode())
             if peer not in self._seen or self._seen[peer][0] != count:
