@@ -213,8 +213,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
         _remove_dead_buffers(rank, watchdog)
         if device.type == "cpu":
             ds_config = _cpu_optimizer(ds_config, rank)
-        with _heartbeats(cfg, rank, prefix, watchdog):
-            _train(args, cfg, ds_config, device, watchdog)
+        _train(args, cfg, ds_config, device, watchdog, prefix)
         watchdog.beat("destroying the process group")
         dist.destroy_process_group()
         return 0
@@ -281,9 +280,11 @@ def _on_fault_exit(rank: int, message: str) -> None:
     shm.remove_own_buffer(rank)
 
 
-def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog) -> None:
-    """Builds the trainer for the configured mode (it beats at each set-up phase), resumes if
-    asked, trains, and meets the other ranks at a final barrier."""
+def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog, prefix: str):
+    """Builds the trainer for the configured mode (it beats at each set-up phase), resumes if asked
+    or restarted, trains under heartbeats, and meets the other ranks at a final barrier. The
+    heartbeats start after set-up, whose long native calls (partitioning) may hold the GIL; the
+    watchdog's timeout_s covers set-up."""
     import deepspeed.comm as dist
 
     from dsgraph.train import failures
@@ -299,7 +300,8 @@ def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device
         trainer.pending_rows.append(event)
         if trainer.pg.rank == 0:
             print(f"dsgraph: {event['text'][1]}", flush=True)
-    trainer.fit()
+    with _heartbeats(cfg, trainer.pg.rank, prefix, watchdog):
+        trainer.fit()
     watchdog.beat("the final barrier")
     dist.barrier()
 
