@@ -4,7 +4,8 @@
   from the newest checkpoint, the job finishes every epoch, the restart is in the log and the
   metrics, and every epoch's loss equals an uninterrupted run's (1e-5, fp32);
 - a rank that does not come back (its agent is killed too): the job continues on fewer ranks;
-- a stopped rank (SIGSTOP): the others name it and its phase within heartbeat_timeout_s;
+- a stopped rank (SIGSTOP): the others name it and its phase within heartbeat_timeout_s, and under
+  --max-restarts the job restarts (its agent kills the stopped process) and finishes;
 - two jobs started at the same moment on one machine (each picks a free port) both finish.
 """
 
@@ -88,14 +89,16 @@ def _finish(proc: subprocess.Popen, seen: list[str]) -> tuple[int, str]:
     return proc.wait(timeout=900), out
 
 
-def _kill_and_finish(tmp: str, name: str, config: str, lose_agent: bool, *options: str) -> tuple[int, str]:
+def _kill_and_finish(
+    tmp: str, name: str, config: str, lose_agent: bool, *options: str, sig=signal.SIGKILL
+) -> tuple[int, str]:
     job = _dsgraph_train(tmp, name, config, "--max-restarts", "2", *options)
     try:
         seen = _wait_for(job, "epoch    5")
         agent, worker = _workers(job.pid)[1]
         if lose_agent:
             os.kill(agent, signal.SIGKILL)
-        os.kill(worker, signal.SIGKILL)
+        os.kill(worker, sig)
         return _finish(job, seen)
     finally:
         if job.poll() is None:
@@ -127,6 +130,16 @@ def test_a_rank_that_does_not_come_back_leaves_fewer_ranks(tmp_path):
     losses, restarts = _losses(tmp, "shrunk")
     assert restarts and restarts[-1]["world_size"] == 1, (restarts, out[-5000:])
     assert sorted(losses) == list(range(EPOCHS)), sorted(losses)
+
+
+def test_a_stopped_rank_is_named_and_the_job_restarts(tmp_path):
+    tmp = str(tmp_path)
+    config = _config(tmp, heartbeat_timeout_s=6)
+    code, out = _kill_and_finish(tmp, "stopped", config, False, "--nprocs", "2", sig=signal.SIGSTOP)
+    assert code == 0, out[-5000:]
+    assert "rank 1 sent no heartbeat for" in out and "restarted by torch elastic on 2 ranks" in out, out[-5000:]
+    losses, restarts = _losses(tmp, "stopped")
+    assert restarts and sorted(losses) == list(range(EPOCHS)), (restarts, sorted(losses))
 
 
 @pytest.mark.parametrize("stopped", [1, 0])
