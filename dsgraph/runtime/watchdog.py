@@ -79,11 +79,17 @@ class Watchdog:
         self.diagnose, self.on_exit = diagnose, on_exit
         self.poll_s = poll_s if poll_s is not None else min(1.0, timeout_s / 10)
         self._last, self._what = None, ""
+        self.last_message = ""  # what it printed when it fired (for ``on_exit``)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="dsgraph-watchdog", daemon=True)
 
     def beat(self, what: str) -> None:
         self._last, self._what = time.monotonic(), what
+
+    @property
+    def phase(self) -> str:
+        """The phase of the last beat (what this rank is doing)."""
+        return self._what
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -101,6 +107,7 @@ class Watchdog:
             message, code = peer_failure_message(self.rank, self.timeout_s, detail), EXIT_PEER_FAILURE
         print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
+        self.last_message = message
         self._call(self.on_exit)
         os._exit(code)
 

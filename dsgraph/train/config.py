@@ -136,6 +136,10 @@ class DsgraphConfig:
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""
+    heartbeat_timeout_s: float = 30.0
+    """A rank whose control-plane heartbeat (sent every heartbeat_timeout_s / 6 seconds by a thread of
+    its own, whatever the rank is computing) stops for this many seconds, e.g. a stopped process, is
+    named by the others, which exit within about this bound (docs/guides/reliability.md)."""
     sampled: SampledConfig = dataclasses.field(default_factory=SampledConfig)
     """Mode 'sampled': its settings, a JSON object (``dsgraph/modes/sampled/config.py``): fanouts,
     batch_size, prefetch_depth, cache_fraction, feature_dtype. The older top-level spellings of these
@@ -206,6 +210,10 @@ class DsgraphConfig:
         _check_mode_sections(self)
         if not self.timeout_s > 0:
             raise ValueError(f"dsgraph config: 'timeout_s' must be > 0 seconds, got {self.timeout_s}")
+        if not self.heartbeat_timeout_s > 0:
+            raise ValueError(
+                f"dsgraph config: 'heartbeat_timeout_s' must be > 0 seconds, got {self.heartbeat_timeout_s}"
+            )
         if self.hidden % self.heads:
             raise ValueError(f"dsgraph config: 'hidden' ({self.hidden}) must be divisible by 'heads' ({self.heads})")
         for name in ("dropout", "input_dropout", "attention_dropout"):

@@ -98,6 +98,13 @@ def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
         "(default: available memory / ranks on the machine; $DSGRAPH_MEMORY_LIMIT_MB overrides)",
     )
     p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        dest="heartbeat_timeout_s",
+        metavar="SECONDS",
+        help="stop every rank, naming it, when a rank's heartbeat stops this long, e.g. a stopped process (default 30)",
+    )
+    p.add_argument(
         "--backend",
         choices=["auto", *backend_names()],
         help="sparse attention kernel (default auto: the fastest that runs the inputs)",
@@ -201,6 +208,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     from dsgraph.train.trainer import init_distributed
 
     try:
+        cfg = _fit_memory(cfg, ds_config)  # before the graph is built or loaded
         build_dataset(cfg, watchdog.beat)
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
@@ -213,14 +221,13 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
             _exit_peer_failure(watchdog.rank, cfg.timeout_s, err)
         raise
     rank = dist.get_rank()
-    watchdog.rank, watchdog.on_exit = rank, lambda: shm.remove_own_buffer(rank)
-    cfg, ds_config = _name_run(args, cfg, ds_config, rank)
+    watchdog.rank, watchdog.on_exit = rank, lambda: _on_fault_exit(rank, watchdog.last_message)
+    cfg, ds_config, prefix = _name_run(args, cfg, ds_config, rank)
     try:
         _remove_dead_buffers(rank, watchdog)
         if device.type == "cpu":
             ds_config = _cpu_optimizer(ds_config, rank)
-            cfg = _fit_memory(cfg, ds_config, rank)  # before the graph is loaded
-        _train(args, cfg, ds_config, device, watchdog)
+        _train(args, cfg, ds_config, device, watchdog, prefix)
         watchdog.beat("destroying the process group")
         dist.destroy_process_group()
         return 0
@@ -253,36 +260,88 @@ def build_dataset(cfg: DsgraphConfig, heartbeat) -> None:
         cached_dataset(cfg.dataset, cfg.seed, heartbeat=heartbeat, progress=True)
 
 
-def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict]:
-    """The run's name (rank 0's time stamp, shared) in its output paths; rank 0 says where they go."""
+def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[DsgraphConfig, dict, str]:
+    """The run's name (rank 0's time stamp, shared) in its output paths; rank 0 says where they go.
+    Also returns the heartbeats' key prefix for this attempt (rank 0's, shared)."""
     import deepspeed.comm as dist
 
+    from dsgraph.comm.heartbeat import new_prefix
     from dsgraph.train import run_name
 
-    name = [cfg.run_name or run_name.default_run_name(run_name.config_stem(args.config))]
+    shared = [cfg.run_name or run_name.default_run_name(run_name.config_stem(args.config)), new_prefix()]
     if dist.get_world_size() > 1:
-        dist.broadcast_object_list(name, src=0)
-    cfg = run_name.with_run_name(cfg, name[0], default_metrics=True)
-    ds_config = run_name.tensorboard_for_run(ds_config, name[0])
+        dist.broadcast_object_list(shared, src=0)
+    name, prefix = shared
+    cfg = run_name.with_run_name(cfg, name, default_metrics=True)
+    ds_config = run_name.tensorboard_for_run(ds_config, name)
     if rank == 0:
         print(f"dsgraph: {run_name.describe(cfg, ds_config)}", flush=True)
-    return cfg, ds_config
+    return cfg, ds_config, prefix
 
 
-def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog) -> None:
-    """Builds the trainer for the configured mode (it beats at each set-up phase), resumes if
-    asked, trains, and meets the other ranks at a final barrier."""
+def _heartbeats(cfg: DsgraphConfig, rank: int, prefix: str, watchdog: Watchdog):
+    """This rank's heartbeats (``dsgraph.comm.heartbeat``): a silent peer ends the rank (exit 3)."""
     import deepspeed.comm as dist
 
+    from dsgraph.comm.heartbeat import Heartbeats
+    from dsgraph.runtime.watchdog import EXIT_PEER_FAILURE
+
+    def silent(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+        _on_fault_exit(rank, message)
+        os._exit(EXIT_PEER_FAILURE)
+
+    world = dist.get_world_size()
+    return Heartbeats(rank, world, cfg.heartbeat_timeout_s, prefix, lambda: watchdog.phase, silent)
+
+
+def _on_fault_exit(rank: int, message: str) -> None:
+    """Before a rank ends on a fault: records it for the restart summary, removes its shared memory."""
+    from dsgraph.runtime import shm
+    from dsgraph.train import failures
+
+    failures.record(rank, message)
+    shm.remove_own_buffer(rank)
+
+
+def _train(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, device, watchdog: Watchdog, prefix: str):
+    """Builds the trainer for the configured mode (it beats at each set-up phase), resumes if asked
+    or restarted, trains under heartbeats, and meets the other ranks at a final barrier. The
+    heartbeats start after set-up, whose long native calls (partitioning) may hold the GIL; the
+    watchdog's timeout_s covers set-up."""
+    import deepspeed.comm as dist
+
+    from dsgraph.train import failures
     from dsgraph.train.trainer import Trainer
 
     trainer = Trainer(cfg, ds_config, device, heartbeat=watchdog.beat)
-    if args.resume:
+    restart = _restart_state(cfg, trainer)
+    if args.resume or (restart is not None and restart[0]):
         watchdog.beat("loading the latest checkpoint")
         trainer.resume()
-    trainer.fit()
+    if restart is not None:  # rank 0 says so; the metrics get a restart row
+        event = failures.restart_event(restart[1], trainer.world, trainer.start_epoch, trainer.engine.global_steps)
+        trainer.pending_rows.append(event)
+        if trainer.pg.rank == 0:
+            print(f"dsgraph: {event['text'][1]}", flush=True)
+    with _heartbeats(cfg, trainer.pg.rank, prefix, watchdog):
+        trainer.fit()
     watchdog.beat("the final barrier")
     dist.barrier()
+
+
+def _restart_state(cfg: DsgraphConfig, trainer) -> tuple[bool, list[dict]] | None:
+    """Under ``dsgraph train --max-restarts`` (torch elastic), on an attempt that follows a failure:
+    (whether there is a checkpoint to resume from, the failures recorded so far); else None. Rank 0
+    decides (``failures.restart_state``), every rank follows."""
+    from dsgraph.train import failures
+
+    state = [failures.restart_state(cfg.checkpoint_dir) if trainer.pg.rank == 0 else None]
+    if trainer.pg.world_size > 1:
+        import deepspeed.comm as dist
+
+        dist.broadcast_object_list(state, src=0)
+    return state[0]
 
 
 def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
@@ -298,15 +357,19 @@ def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
         print(freed.message(), flush=True)
 
 
-def _fit_memory(cfg: DsgraphConfig, ds_config: dict, rank: int) -> DsgraphConfig:
+def _fit_memory(cfg: DsgraphConfig, ds_config: dict) -> DsgraphConfig:
     """The run's config after its memory prediction (``agp/run_memory.py``): refused (ValueError) when
-    it is predicted not to fit, with checkpointing turned on when only that makes it fit."""
-    import deepspeed.comm as dist
+    it is predicted not to fit, with checkpointing turned on when only that makes it fit. A CPU run's
+    check, made on every rank before the process group exists and before any graph is built or loaded,
+    with the world size the launcher set (``WORLD_SIZE``; a run without it is not checked)."""
+    import deepspeed
 
     from dsgraph.agp.run_memory import fit_run
 
-    cfg, note = fit_run(cfg, ds_config, dist.get_world_size())
-    if note and rank == 0:
+    if deepspeed.get_accelerator().device_name() == "cuda" or "WORLD_SIZE" not in os.environ:
+        return cfg
+    cfg, note = fit_run(cfg, ds_config, int(os.environ["WORLD_SIZE"]))
+    if note and os.environ.get("RANK", "0") == "0":
         print(f"dsgraph: {note}", flush=True)
     return cfg
 
@@ -329,10 +392,13 @@ def _cpu_optimizer(ds_config: dict, rank: int) -> dict:
 def _exit_peer_failure(rank: int | None, timeout_s: float, err: BaseException) -> None:
     """A peer died or went silent: stop now, without waiting on it again (no barrier, no destroy)."""
     from dsgraph.runtime.watchdog import EXIT_PEER_FAILURE, peer_failure_message
+    from dsgraph.train import failures
 
     detail = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
-    print(peer_failure_message(rank, timeout_s, detail), file=sys.stderr, flush=True)
+    message = peer_failure_message(rank, timeout_s, detail)
+    print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
+    failures.record(rank, message)
     os._exit(EXIT_PEER_FAILURE)
 
 

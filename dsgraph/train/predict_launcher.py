@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dsgraph.train.launcher import run_deepspeed
+from dsgraph.train.launcher import add_port_argument, checked_port, run_deepspeed
 
 
 def main(argv: list[str]) -> int:
@@ -20,5 +20,8 @@ def main(argv: list[str]) -> int:
         "--nprocs", type=int, default=1, help="ranks on this machine (GPUs when present, else CPU processes)"
     )
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help="the training run's DeepSpeed JSON")
+    add_port_argument(p)
     args, rest = p.parse_known_args(argv)
-    run_deepspeed("dsgraph.train.predict", args.nprocs, ["--config", args.config, *rest])
+    run_deepspeed(
+        "dsgraph.train.predict", args.nprocs, ["--config", args.config, *rest], checked_port(p, args.master_port)
+    )

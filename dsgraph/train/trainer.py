@@ -112,6 +112,7 @@ class Trainer:
         """``heartbeat(phase)`` is called at every phase of set-up and of the loop (the entry point
         passes its watchdog's ``beat``); ``log`` receives rank 0's set-up messages."""
         self.heartbeat = heartbeat or (lambda what: None)
+        self.pending_rows: list[dict] = []  # metrics rows for fit to write first (a restart event)
         pg = GraphParallelGroup.from_world()
         rank_log = log if pg.rank == 0 else (lambda line: None)
         control = make_control_plane(rank_log if pg.rank == 0 else None)
@@ -272,6 +273,8 @@ class Trainer:
         cfg, rank = self.cfg, self.pg.rank
         metrics = MetricsWriter(cfg.metrics_out, self.engine.monitor, rank, append=self.start_epoch > 0)
         tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
+        for row in self.pending_rows:
+            metrics.write(row)
         last, rows = None, []
         preemption = Preemption(cfg.preempt_signals).install()
         try:
