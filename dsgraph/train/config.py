@@ -51,6 +51,10 @@ class DsgraphConfig:
     allow_overlapping_splits: bool = False
     """Accept nodes that are in two of train/val/test; by default such masks are refused with the
     counts (a test set equal to the training set reports training accuracy as test accuracy)."""
+    num_classes: int | None = None
+    """The number of classes of a node classification task; null: the largest class id + 1. A label
+    far outside the others (one node of class 99 among classes 0-5) is refused unless this declares
+    the count; with it, every label must be below it (``dsgraph/graph/label_checks.py``)."""
     task: str = "node"
     """What the run learns, one of ``dsgraph.tasks.task_names()`` (``dsgraph/tasks/``): 'node' (node
     classification, from the labels: multi-class, binary or multi-label), 'link' (link prediction on
@@ -195,6 +199,8 @@ class DsgraphConfig:
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError(f"dsgraph config: 'num_classes' must be >= 1 (or null), got {self.num_classes}")
         if self.split < 0:
             raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
         _check_task(self)
@@ -242,7 +248,12 @@ class DsgraphConfig:
     def split_choice(self) -> SplitChoice:
         """The dataset split this run reads, and how it reads the labels (``dsgraph/graph/label_checks.py``)."""
         continuous = get_task(self.task).continuous_target
-        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits, continuous=continuous)
+        return SplitChoice(
+            split=self.split,
+            allow_overlap=self.allow_overlapping_splits,
+            continuous=continuous,
+            num_classes=self.num_classes,
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
