@@ -414,3 +414,14 @@ def test_malformed_edge_lists_are_refused_by_name(tmp_path, capsys):
             failures[case] = f"exit {code}: {err.strip()[-300:]}"
     assert not failures, failures
     assert len(cases) >= 60
+
+
+def test_float_labels_and_a_test_mask_equal_to_the_train_mask_stay_refused(tmp_path):
+    """The two inputs that once passed silently."""
+    path = str(tmp_path / "float.npz")
+    np.savez(path, **_changed(y=np.arange(N) % C + 0.5))
+    with pytest.raises(ValueError, match=r"labels 'y' are float64 and node 0 holds 0.5, which is not a class id"):
+        load_npz(path)
+    np.savez(path, **_changed(test_mask=_valid()["train_mask"]))
+    with pytest.raises(ValueError, match=r"train/val/test overlap \(train_mask & test_mask: 4 node\(s\)"):
+        load_npz(path)
