@@ -143,6 +143,7 @@ class Trainer:
         self.best = new_best(self.metric, self.higher_is_better)
         self.stopped_early_at: int | None = None
         self.lr = nonfinite.LearningRateScale(self.engine)
+        self.last_save: tuple[int, str | None] = (-1, None)  # (epoch, folder or None: refused) of the last save
         self.skipped: set[tuple[int, int]] = set()  # (epoch, index) of steps a rollback skips
         self._finding: str | None = None  # this rank's non-finite finding, not yet agreed on
         self._flagged: list[int] = []  # the ranks that found one in the last reducing step
@@ -282,6 +283,7 @@ class Trainer:
     def _save(self, epoch: int, metrics: MetricsWriter | None = None) -> str | None:
         """The checkpoint of ``epoch`` (None: the disk refused it and the run continues; a metrics event says so)."""
         folder = checkpoint.save(self.engine, self.cfg, epoch, self.best, {"lr_scale": self.lr.factor})
+        self.last_save = (epoch, folder)
         if folder is None and metrics is not None:
             metrics.write(
                 {"kind": "event", "event": "checkpoint_failed", "epoch": epoch, "step": self.engine.global_steps}
@@ -391,7 +393,10 @@ class Trainer:
         if not checkpoint.due(cfg, epoch):  # else _end_of_epoch has just saved it
             self.heartbeat(f"preemption checkpoint after epoch {epoch}")
             self._save(epoch)
-        raise Preempted(epoch, preemption.received, os.path.join(cfg.checkpoint_dir, checkpoint.tag_of(epoch)))
+        folder = self.last_save[1] if self.last_save[0] == epoch else None
+        if folder is None:  # the disk refused it (checkpoint_failure 'continue')
+            raise Preempted(epoch, preemption.received, cfg.checkpoint_dir, written=False)
+        raise Preempted(epoch, preemption.received, folder)
 
     def close(self) -> None:
         self.mode.close()
