@@ -1,6 +1,7 @@
 """Faults inside a run: a checkpoint save the disk refuses (an OSError(ENOSPC) injected into
 DeepSpeed's writes on one rank) leaves the previous checkpoint resumable and no temporary files,
-and the run continues or stops as 'checkpoint_failure' says; a NaN planted in one rank's loss at a
+and the run continues or stops as 'checkpoint_failure' says (likewise a read-only file system met by
+rank 0's manifest write); a NaN planted in one rank's loss at a
 chosen epoch is seen by both ranks in the same step, and 'nonfinite' stops (naming the epoch, the
 rank and what was non-finite) or rolls back (reloads, lowers the learning rate, skips the step)."""
 
@@ -85,6 +86,31 @@ def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path, action):
         assert "No space left on device (ENOSPC)" in message and " free of " in message
         assert f"the previous checkpoint {tmp_path / action / ck.tag_of(1)} is intact" in message
         assert got["epochs"] == list(range(FULL_AT + 1)) and got["resumed_from"].endswith(ck.tag_of(1))
+
+
+def _read_only_manifest(rank, world, tmp):
+    """The manifest of epoch FULL_AT's save (rank 0's own write, after DeepSpeed's) meets a read-only file system."""
+    from dsgraph.train import manifest as mf
+
+    write = mf.write
+
+    def read_only(folder, manifest):
+        if ck.tag_of(FULL_AT) in folder:
+            raise OSError(errno.EROFS, "Read-only file system", os.path.join(folder, mf.MANIFEST + ".tmp"))
+        return write(folder, manifest)
+
+    mf.write = read_only
+    trainer = make_trainer(tmp, ds_config(stage=1), checkpoint_dir=f"{tmp}/ro", **SETTINGS)
+    trainer.fit(log=lambda line: None)
+    dump(tmp, "ro.json", {"listing": sorted(os.listdir(f"{tmp}/ro")), "last": trainer.last_save[1]})
+
+
+@pytest.mark.slow
+def test_a_read_only_manifest_write_leaves_no_partial_checkpoint(tmp_path):
+    run(_read_only_manifest, 1, tmp_path)
+    got = load(tmp_path, "ro.json")
+    tags = [name for name in got["listing"] if name.startswith("epoch") or name.startswith(".")]
+    assert tags == [ck.tag_of(1), ck.tag_of(5)] and got["last"].endswith(ck.tag_of(5)), got
 
 
 NAN_AT = 4
