@@ -1,9 +1,9 @@
 """Faults inside a run: a checkpoint save the disk refuses (an OSError(ENOSPC) injected into
-DeepSpeed's writes on one rank) leaves the previous checkpoint resumable and no temporary files,
-and the run continues or stops as 'checkpoint_failure' says (likewise a read-only file system met by
-rank 0's manifest write); a NaN planted in one rank's loss at a
-chosen epoch is seen by both ranks in the same step, and 'nonfinite' stops (naming the epoch, the
-rank and what was non-finite) or rolls back (reloads, lowers the learning rate, skips the step)."""
+DeepSpeed's writes on one rank; a read-only file system met by rank 0's manifest write) leaves the
+previous checkpoint resumable and no temporary files, and the run continues or stops as
+'checkpoint_failure' says; a NaN planted in one rank's loss at a chosen epoch is seen by both ranks
+in the same step, and 'nonfinite' stops (naming the epoch, the rank and what was non-finite) or
+rolls back (reloads, lowers the learning rate, skips the step)."""
 
 from __future__ import annotations
 
