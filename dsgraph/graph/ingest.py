@@ -118,6 +118,8 @@ def read_graph(
         return Ingested(graph=graph, format=fmt, stats=stats, split=data.split)
     edges = read_edge_list(path, relabel=relabel, edge_features=edge_features)
     n = _node_count(edges.num_nodes, relabel, features, labels)
+    if n == 0:
+        raise ValueError(f"{path}: the graph is empty (no line holds a SOURCE DESTINATION pair, and no --features)")
     arrays = {**_node_arrays(n, features, labels), "edge_attr": edges.edge_attr}
     pair = [edges.src, edges.dst]
     edges.src = edges.dst = None
@@ -212,9 +214,12 @@ def _node_arrays(num_nodes: int, features: str | None, labels: str | None) -> di
         x = _load_npy(features, "features")
         if x.ndim != 2 or x.shape[0] != num_nodes:
             raise ValueError(f"{features}: features must have shape [N, F] with N = {num_nodes} nodes, got {x.shape}")
-        if not np.issubdtype(x.dtype, np.number):
-            raise ValueError(f"{features}: features must be numeric, got {x.dtype}")
+        if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating) or x.dtype == np.bool_):
+            raise ValueError(f"{features}: features must be real numbers, got {x.dtype}")
         x = np.array(x, dtype=np.float32)  # one copy out of the memory map
+        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+        if bad.size:
+            raise ValueError(f"{features}: features contain NaN or Inf (first at node {int(bad[0])})")
     if labels:
         y = _load_npy(labels, "labels")
         if y.shape != (num_nodes,) or not np.issubdtype(y.dtype, np.integer):
@@ -222,4 +227,9 @@ def _node_arrays(num_nodes: int, features: str | None, labels: str | None) -> di
                 f"{labels}: labels must be integers of shape [N] with N = {num_nodes}, got {y.dtype} {y.shape}"
             )
         y = np.array(y, dtype=np.int64)
+        if y.size and int(y.min()) < -1:
+            node = int(np.argmin(y))
+            raise ValueError(
+                f"{labels}: node {node} has label {int(y[node])}; labels are class ids >= 0 (-1: unlabelled)"
+            )
     return {"x": x, "y": y, **{m: np.zeros(num_nodes, dtype=bool) for m in MASKS}}

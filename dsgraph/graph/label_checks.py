@@ -8,6 +8,9 @@
 - Masks [S, N] hold S fixed splits; ``split`` picks one (0-based), [N] masks are split 0.
 - A node in two of train/val/test is refused (the counts are in the message) unless the run allows
   overlapping splits.
+- The class count is the largest class id + 1, unless the config declares ``num_classes``; a label
+  far outside the others (one node of class 99 among classes 0-5 would make a 100-class problem
+  with 93 classes empty) is refused unless declared (``class_count``).
 
 Every message names the file and the array.
 """
@@ -27,6 +30,8 @@ class SplitChoice:
     allow_overlap: bool = False
     continuous: bool = False
     """'y' is a continuous target (task 'regression'): float [N] or [N, T], not class ids."""
+    num_classes: int | None = None
+    """The class count the config declares (None: the largest class id + 1, checked by ``class_count``)."""
 
 
 def select_split(path: str, name: str, mask: np.ndarray, num_nodes: int, split: int) -> np.ndarray:
@@ -54,7 +59,7 @@ def select_split(path: str, name: str, mask: np.ndarray, num_nodes: int, split: 
 
 
 def num_splits(mask: np.ndarray) -> int:
-    return 1 if mask.ndim == 1 else int(mask.shape[0])
+    return int(mask.shape[0]) if mask.ndim == 2 else 1
 
 
 def check_overlap(path: str, masks: dict[str, np.ndarray], names: dict[str, str], allow: bool) -> None:
@@ -122,3 +127,29 @@ def check_targets(path: str, name: str, y: np.ndarray, masks: dict[str, np.ndarr
                 f"{path}: the regression target '{name}' is NaN or Inf at node {node}, which is in "
                 f"'{mask_name}'; every node of train/val/test needs a finite target"
             )
+
+
+def class_count(path: str, name: str, y: np.ndarray, declared: int | None) -> int:
+    """The class count of class ids ``y`` [N] (-1: unlabelled): ``declared`` (every label below it),
+    or the largest label + 1, refused when more of the classes 0..largest would be empty than not (a
+    label far outside the others, a typo or a sentinel, would otherwise silently widen the task)."""
+    labels = np.asarray(y).astype(np.int64)
+    labelled = labels[labels >= 0]
+    if labelled.size == 0:
+        return declared or 0
+    top = int(labelled.max())
+    node = int(np.flatnonzero(labels == top)[0])
+    if declared is not None:
+        if top >= declared:
+            raise ValueError(f"{path}: labels '{name}' hold label {top} (node {node}) but 'num_classes' is {declared}")
+        return declared
+    used = np.unique(labelled)
+    empty = top + 1 - used.size
+    if empty > used.size:
+        below = f"0..{int(used[-2])}" if used.size > 1 else "none"
+        raise ValueError(
+            f"{path}: labels '{name}': node {node} has label {top}, far outside the other classes ({below}); "
+            f'{top + 1} classes would leave {empty} of them without a node. Set "num_classes": {top + 1} in the '
+            "config if the run really has that many classes, or fix the labels"
+        )
+    return top + 1

@@ -12,7 +12,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import tokenize
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -66,8 +68,18 @@ def open_arrays(path: str | os.PathLike, names) -> dict[str, np.ndarray]:
                 else:
                     with archive.open(info) as member:
                         out[name] = np.lib.format.read_array(member, allow_pickle=False)
-            except (ValueError, OSError) as err:
-                raise ValueError(f"{path}: array '{name}' cannot be read without pickle ({err})") from None
+            except (
+                ValueError,
+                OSError,
+                EOFError,
+                SyntaxError,
+                tokenize.TokenError,
+                zipfile.BadZipFile,
+                zlib.error,
+            ) as err:
+                raise ValueError(
+                    f"{path}: array '{name}' is corrupt or cannot be read without pickle ({err})"
+                ) from None
     return out
 
 

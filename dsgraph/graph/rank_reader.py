@@ -18,7 +18,15 @@ import torch
 
 from dsgraph.graph import encodings, layout
 from dsgraph.graph.graph import Graph
-from dsgraph.graph.label_checks import SplitChoice, check_labels, check_overlap, check_targets, num_splits, select_split
+from dsgraph.graph.label_checks import (
+    SplitChoice,
+    check_labels,
+    check_overlap,
+    check_targets,
+    class_count,
+    num_splits,
+    select_split,
+)
 from dsgraph.graph.npz_map import open_arrays
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData
 
@@ -49,9 +57,15 @@ class DatasetFile:
             self._check_src_dst()
         if a["x"].ndim != 2:
             raise ValueError(f"{path}: features '{self.names['x']}' must be 2-D [N, F], got shape {a['x'].shape}")
-        if a["y"].shape[0] != self.num_nodes:
+        if not (np.issubdtype(a["x"].dtype, np.integer) or np.issubdtype(a["x"].dtype, np.floating)):
+            if a["x"].dtype != np.bool_:
+                raise ValueError(f"{path}: features '{self.names['x']}' must be real numbers, got {a['x'].dtype}")
+        if self.num_nodes == 0:
+            raise ValueError(f"{path}: the graph is empty ('{self.names['x']}' has 0 rows)")
+        if a["y"].ndim == 0 or a["y"].shape[0] != self.num_nodes:
             raise ValueError(
-                f"{path}: array '{self.names['y']}' has {a['y'].shape[0]} rows but the graph has {self.num_nodes} nodes"
+                f"{path}: array '{self.names['y']}' has {len(a['y']) if a['y'].ndim else 'no'} rows but the graph "
+                f"has {self.num_nodes} nodes"
             )
         self.continuous = choice.continuous
         self.multilabel = check_labels(path, self.names["y"], a["y"], self.continuous)
@@ -61,6 +75,11 @@ class DatasetFile:
         check_overlap(path, {k: a[k] for k in layout.MASKS}, self.names, choice.allow_overlap)
         if self.continuous:
             check_targets(path, self.names["y"], a["y"], {self.names[k]: a[k] for k in layout.MASKS})
+        self.classes = (
+            None
+            if self.continuous or self.multilabel
+            else class_count(path, self.names["y"], a["y"], choice.num_classes)
+        )
 
     def _check_src_dst(self) -> None:
         a, path = self.arrays, self.path
@@ -204,7 +223,7 @@ class DatasetFile:
             return int(y.shape[1])
         if self.continuous:
             return 1
-        return int(np.max(y)) + 1 if y.size else 0
+        return self.classes
 
     def rows(self, start: int, end: int, self_loops: bool, perm: np.ndarray | None = None) -> Csr:
         """The CSR block of rows [start, end) with global source ids. With ``perm`` (new id -> old

@@ -458,8 +458,9 @@ def _check_part_contents(part: LocalPart, folder: str) -> None:
         for c in _chunks(getattr(part, name)) if getattr(part, name) is not None else ():
             if not bool(np.isfinite(c).all()):
                 raise ValueError(f"{where(name)}: features contain NaN or Inf")
-    if part.y.size and int(part.y.min()) < -1:
-        raise ValueError(f"{where('y')}: labels must be class ids >= 0 (or -1 for unlabelled)")
+    classes = int(part.meta.get("num_classes", 0)) or None
+    if part.y.size and (int(part.y.min()) < -1 or (classes is not None and int(part.y.max()) >= classes)):
+        raise ValueError(f"{where('y')}: labels must be class ids in [0, {classes}) (or -1 for unlabelled)")
     for name in ("train_mask", "val_mask", "test_mask"):
         if bool((getattr(part, name) & (part.y < 0)).any()):
             raise ValueError(f"{where(name)}: selects a node whose label is -1 (unlabelled)")

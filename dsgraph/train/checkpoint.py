@@ -2,7 +2,9 @@
 made complete by a manifest and resumable at any world size.
 
 Layout of ``checkpoint_dir``: one folder per checkpoint, ``epochNNNNNN`` (DeepSpeed's tag), holding
-DeepSpeed's files and ``dsgraph_manifest.json`` (``manifest.py``), written last. A checkpoint is
+DeepSpeed's files and ``dsgraph_manifest.json`` (``manifest.py``), written last. A save writes into
+``.epochNNNNNN.partial`` and renames it into place when every file is written and fsynced; a save
+the disk refuses leaves the previous checkpoints untouched (``save_guard.py``). A checkpoint is
 complete only with its manifest; ``--resume`` takes the newest checkpoint whose manifest and files
 check out (it does not trust DeepSpeed's ``latest`` file), warns about each newer one it skips and
 why, and stops with a message naming the folder when none is usable. Loading at another world size
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dsgraph.train import manifest as mf
-from dsgraph.train import universal
+from dsgraph.train import save_guard, universal
 
 TAG_RE = re.compile(r"^epoch(\d{6,})$")
 UNIVERSAL_SUFFIX = "_universal"
@@ -85,24 +87,53 @@ def engine_facts(engine) -> dict:
     }
 
 
-def save(engine, cfg, epoch: int, best: dict) -> str:
-    """Writes the checkpoint of ``epoch`` on every rank, then (rank 0) its manifest, last; then
-    deletes checkpoints beyond ``keep_checkpoints``. Returns the checkpoint folder."""
+def save(engine, cfg, epoch: int, best: dict, extra_state: dict | None = None) -> str | None:
+    """Writes the checkpoint of ``epoch`` on every rank into a temporary folder, then (rank 0) its
+    manifest, and renames the folder into place; then deletes checkpoints beyond ``keep_checkpoints``.
+    Returns the checkpoint folder. A save the disk refuses (``save_guard.py``) leaves the previous
+    checkpoints as they were and no temporary files; it returns None with ``checkpoint_failure``
+    'continue' (rank 0 warns) and raises ``CheckpointSaveError`` on every rank with 'stop'."""
+    directory, tag = cfg.checkpoint_dir, tag_of(epoch)
+    folder, partial = os.path.join(directory, tag), partial_dir(directory, tag)
+    rank, world = _rank_world()
+    error = _first_error(_attempt(lambda: _fresh_folder(directory, partial)) if rank == 0 else None)
+    if error is None:
+        state = {**_client_state(cfg, epoch, best), **(extra_state or {})}
+        with save_guard.GuardedWrites(engine) as guard:
+            engine.save_checkpoint(directory, tag=os.path.basename(partial), client_state=state, save_latest=False)
+        error = _first_error(guard.error and save_guard.describe(guard.error))
+    files = {}
+    if error is None:
+        rels = _from_rank0(mf.list_files(partial) if rank == 0 else None)
+        shares = _gather(_attempt(lambda: _describe_and_sync(partial, rels[rank::world])))
+        error = next((share for share in shares if isinstance(share, str)), None)
+        for share in shares if error is None else ():
+            files.update(share)
+    if error is None and rank == 0:
+        manifest = _manifest(engine, cfg, tag, epoch, files)
+        error = _attempt(lambda: _commit(directory, partial, folder, manifest))
+    error = _first_error(error)
+    if error is not None:
+        return _failed(cfg, epoch, partial, error)
+    if rank == 0:
+        prune(directory, cfg.keep_checkpoints)
+    _barrier()
+    return folder
+
+
+def partial_dir(directory: str, tag: str) -> str:
+    """The temporary folder a save of ``tag`` writes before it is complete (hidden; ``prune`` deletes strays)."""
+    return os.path.join(directory, "." + tag + ".partial")
+
+
+def _client_state(cfg, epoch: int, best: dict) -> dict:
     from deepspeed.checkpoint.constants import (
         UNIVERSAL_CHECKPOINT_INFO,
         UNIVERSAL_CHECKPOINT_VERSION_KEY,
         UNIVERSAL_CHECKPOINT_VERSION_VALUE,
     )
 
-    directory, tag = cfg.checkpoint_dir, tag_of(epoch)
-    folder = os.path.join(directory, tag)
-    rank, world = _rank_world()
-    if rank == 0:  # a folder of an earlier attempt at this epoch may hold other ranks' files
-        for stale in (folder, universal_dir(directory, tag)):
-            shutil.rmtree(stale, ignore_errors=True)
-        os.makedirs(directory, exist_ok=True)
-    _barrier()
-    client_state = {
+    state = {
         "epoch": epoch,
         "seed": cfg.seed,
         "best": best,
@@ -111,33 +142,95 @@ def save(engine, cfg, epoch: int, best: dict) -> str:
         UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        client_state["cuda_rng_state"] = torch.cuda.get_rng_state()
-    engine.save_checkpoint(directory, tag=tag, client_state=client_state)
-    _barrier()  # every rank's files are on disk
-    rels = _from_rank0(mf.list_files(folder) if rank == 0 else None)
-    files = {}
-    for share in _gather(mf.describe(folder, rels[rank::world])):  # each rank hashes a share of the files
-        files.update(share)
+        state["cuda_rng_state"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _manifest(engine, cfg, tag: str, epoch: int, files: dict) -> dict:
+    settings = json.loads(json.dumps(mf.resume_settings(cfg.to_dict())))
+    return {
+        "format_version": mf.FORMAT_VERSION,
+        "kind": "deepspeed",
+        "tag": tag,
+        "epoch": epoch,
+        "global_steps": int(engine.global_steps),
+        **engine_facts(engine),
+        "seed": cfg.seed,
+        "resume_settings": settings,
+        "config_hash": mf.config_hash(settings),
+        "files": files,
+    }
+
+
+def _attempt(fn):
+    """``fn()``'s result, or the OSError it raised as one line (``save_guard.describe``)."""
+    try:
+        return fn()
+    except OSError as err:
+        return save_guard.describe(err)
+
+
+def _first_error(error: str | None) -> str | None:
+    """Collective: the first rank's error, or None when no rank has one."""
+    return next((e for e in _gather(error) if e), None)
+
+
+def _fresh_folder(directory: str, partial: str) -> None:
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier attempt's files
+    os.makedirs(partial)
+
+
+def _describe_and_sync(folder: str, rels: list[str]) -> dict:
+    """``mf.describe`` of ``rels``, each file fsynced first (the rename that completes the save must
+    not reach the disk before the files do)."""
+    for rel in rels:
+        fd = os.open(os.path.join(folder, rel), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return mf.describe(folder, rels)
+
+
+def _commit(directory: str, partial: str, folder: str, manifest: dict) -> None:
+    """Rank 0: the manifest into ``partial``, then ``partial`` renamed to ``folder`` (an older save of
+    the same epoch is moved aside first and deleted after), the folder fsynced, DeepSpeed's ``latest``."""
+    mf.write(partial, manifest)
+    old = partial + ".old"
+    if os.path.isdir(folder):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(folder, old)
+    try:
+        os.replace(partial, folder)
+    except OSError:
+        if os.path.isdir(old):
+            os.replace(old, folder)  # the older save of this epoch stays
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    latest = os.path.join(directory, "latest")
+    with open(latest + ".tmp", "w") as f:
+        f.write(os.path.basename(folder))
+    os.replace(latest + ".tmp", latest)
+    mf.fsync_folder(directory)
+
+
+def _failed(cfg, epoch: int, partial: str, error: str) -> None:
+    """Every rank after a failed save: rank 0 removes the temporary folder and reports; then the
+    configured action."""
+    rank, _ = _rank_world()
     if rank == 0:
-        settings = json.loads(json.dumps(mf.resume_settings(cfg.to_dict())))
-        mf.write(
-            folder,
-            {
-                "format_version": mf.FORMAT_VERSION,
-                "kind": "deepspeed",
-                "tag": tag,
-                "epoch": epoch,
-                "global_steps": int(engine.global_steps),
-                **engine_facts(engine),
-                "seed": cfg.seed,
-                "resume_settings": settings,
-                "config_hash": mf.config_hash(settings),
-                "files": files,
-            },
-        )
-        prune(directory, cfg.keep_checkpoints)
-    _barrier()
-    return folder
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(partial + ".old", ignore_errors=True)
+    tags = [
+        t for _, t in list_tags(cfg.checkpoint_dir) if os.path.isfile(os.path.join(cfg.checkpoint_dir, t, mf.MANIFEST))
+    ]
+    previous = os.path.join(cfg.checkpoint_dir, tags[0]) if tags else None
+    message = save_guard.failure_message(cfg.checkpoint_dir, epoch, error, previous, cfg.checkpoint_failure)
+    _barrier()  # the temporary folder is gone before any rank goes on
+    if cfg.checkpoint_failure == "stop":
+        raise save_guard.CheckpointSaveError(message)
+    _warn(message)
+    return None
 
 
 def list_tags(directory: str) -> list[tuple[int, str]]:

@@ -51,6 +51,10 @@ class DsgraphConfig:
     allow_overlapping_splits: bool = False
     """Accept nodes that are in two of train/val/test; by default such masks are refused with the
     counts (a test set equal to the training set reports training accuracy as test accuracy)."""
+    num_classes: int | None = None
+    """The number of classes of a node classification task; null: the largest class id + 1. A label
+    far outside the others (one node of class 99 among classes 0-5) is refused unless this declares
+    the count; with it, every label must be below it (``dsgraph/graph/label_checks.py``)."""
     task: str = "node"
     """What the run learns, one of ``dsgraph.tasks.task_names()`` (``dsgraph/tasks/``): 'node' (node
     classification, from the labels: multi-class, binary or multi-label), 'link' (link prediction on
@@ -165,6 +169,19 @@ class DsgraphConfig:
     keep_checkpoints: int = 3
     """Complete checkpoints kept in 'checkpoint_dir' (the newest; older ones and their universal
     conversions are deleted after each save); 0: keep all."""
+    checkpoint_failure: str = "continue"
+    """What a checkpoint save that the disk refuses (ENOSPC, EIO, a read-only folder) does: the save
+    never touches the previous checkpoints and leaves no temporary files; 'continue' warns (naming the
+    folder, the error and the free space), keeps training and saves again at the next interval;
+    'stop' ends the run with that message (exit code 2). ``dsgraph/train/save_guard.py``."""
+    nonfinite: str = "stop"
+    """What a non-finite training loss or parameter after a step (a NaN or inf gradient) does; every
+    rank sees it in the same step: 'stop' ends the run (exit code 2) naming the epoch, the ranks and
+    the first non-finite parameter; 'rollback' reloads the newest checkpoint, multiplies the learning
+    rate by 'nonfinite_lr_factor' and skips the step that failed (needs checkpoint_every).
+    ``dsgraph/train/nonfinite.py``."""
+    nonfinite_lr_factor: float = 0.5
+    """With nonfinite 'rollback': the learning rate is multiplied by this after each rollback (0 < f < 1)."""
     preempt_signals: list[str] = dataclasses.field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
     """Signals that preempt the job: every rank finishes its step, the ranks agree at the epoch end,
     write a checkpoint and exit with code 4 (``dsgraph/train/preemption.py``); [] keeps the signals'
@@ -198,6 +215,8 @@ class DsgraphConfig:
         if self.host_mmap_threshold_mb < 0:
             raise ValueError("dsgraph config: 'host_mmap_threshold_mb' must be >= 0 (0: glibc's dynamic threshold)")
         _check_strategy_and_mode(self)
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError(f"dsgraph config: 'num_classes' must be >= 1 (or null), got {self.num_classes}")
         if self.split < 0:
             raise ValueError(f"dsgraph config: 'split' must be >= 0 (a 0-based split index), got {self.split}")
         _check_task(self)
@@ -224,6 +243,7 @@ class DsgraphConfig:
                 f"dsgraph config: 'keep_checkpoints' must be >= 0 (0: keep all), got {self.keep_checkpoints}"
             )
         _check_preempt_signals(self.preempt_signals)
+        _check_fault_actions(self)
 
     @classmethod
     def from_dict(cls, section: dict, source: str = "config") -> DsgraphConfig:
@@ -248,7 +268,12 @@ class DsgraphConfig:
     def split_choice(self) -> SplitChoice:
         """The dataset split this run reads, and how it reads the labels (``dsgraph/graph/label_checks.py``)."""
         continuous = get_task(self.task).continuous_target
-        return SplitChoice(split=self.split, allow_overlap=self.allow_overlapping_splits, continuous=continuous)
+        return SplitChoice(
+            split=self.split,
+            allow_overlap=self.allow_overlapping_splits,
+            continuous=continuous,
+            num_classes=self.num_classes,
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -392,6 +417,22 @@ def _check_preempt_signals(names: list[str]) -> None:
             raise ValueError(
                 f"dsgraph config: 'preempt_signals' entries must be among {', '.join(SIGNALS)}; got {name!r}"
             )
+
+
+def _check_fault_actions(cfg: DsgraphConfig) -> None:
+    from dsgraph.train.nonfinite import ACTIONS as NONFINITE
+    from dsgraph.train.save_guard import ACTIONS as SAVE
+
+    if cfg.checkpoint_failure not in SAVE:
+        raise ValueError(
+            f"dsgraph config: 'checkpoint_failure' must be one of {', '.join(SAVE)}; got {cfg.checkpoint_failure!r}"
+        )
+    if cfg.nonfinite not in NONFINITE:
+        raise ValueError(f"dsgraph config: 'nonfinite' must be one of {', '.join(NONFINITE)}; got {cfg.nonfinite!r}")
+    if not 0.0 < cfg.nonfinite_lr_factor < 1.0:
+        raise ValueError(f"dsgraph config: 'nonfinite_lr_factor' must be in (0, 1), got {cfg.nonfinite_lr_factor}")
+    if cfg.nonfinite == "rollback" and not cfg.checkpoint_every:
+        raise ValueError("dsgraph config: 'nonfinite': 'rollback' reloads a checkpoint; set 'checkpoint_every'")
 
 
 def parse_trace_steps(spec: str) -> tuple[int, int]:

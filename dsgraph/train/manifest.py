@@ -78,12 +78,17 @@ def write(folder: str, manifest: dict) -> str:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_folder(folder)
+    return path
+
+
+def fsync_folder(folder: str) -> None:
+    """Makes the renames and new names in ``folder`` durable."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return path
 
 
 def read(folder: str) -> dict:

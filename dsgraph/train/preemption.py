@@ -23,12 +23,17 @@ class Preempted(Exception):
     """Raised on every rank after the preemption checkpoint is written; the entry point exits with
     ``EXIT_PREEMPTED``."""
 
-    def __init__(self, epoch: int, signal_name: str, directory: str):
+    def __init__(self, epoch: int, signal_name: str, directory: str, written: bool = True):
+        """``written``: False when the disk refused the checkpoint (``directory`` is then the
+        checkpoint folder whose newest intact checkpoint --resume loads)."""
         self.epoch, self.signal_name, self.directory = epoch, signal_name, directory
-        super().__init__(
-            f"preempted ({signal_name}): checkpoint of epoch {epoch} written to {directory}; "
-            f"exit code {EXIT_PREEMPTED}, restart with --resume"
+        saved = (
+            f"checkpoint of epoch {epoch} written to {directory}"
+            if written
+            else f"the checkpoint of epoch {epoch} could not be written; --resume loads the newest intact one in "
+            f"{directory}"
         )
+        super().__init__(f"preempted ({signal_name}): {saved}; exit code {EXIT_PREEMPTED}, restart with --resume")
 
 
 class Preemption:

@@ -26,7 +26,7 @@ from dsgraph.modes.registry import make_mode
 from dsgraph.tasks import get_task
 from dsgraph.tasks.base import metric_key
 from dsgraph.tasks.published import published_line
-from dsgraph.train import checkpoint, run_name
+from dsgraph.train import checkpoint, nonfinite, run_name
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
 from dsgraph.train.preemption import Preempted, Preemption
@@ -144,6 +144,11 @@ class Trainer:
         rank_log(f"{self.task.describe()}; model selection by {self.metric}")
         self.best = new_best(self.metric, self.higher_is_better)
         self.stopped_early_at: int | None = None
+        self.lr = nonfinite.LearningRateScale(self.engine)
+        self.last_save: tuple[int, str | None] = (-1, None)  # (epoch, folder or None: refused) of the last save
+        self.skipped: set[tuple[int, int]] = set()  # (epoch, index) of steps a rollback skips
+        self._finding: str | None = None  # this rank's non-finite finding, not yet agreed on
+        self._flagged: list[int] = []  # the ranks that found one in the last reducing step
 
     # --- one optimizer step, one evaluation ----------------------------------------------------
     def train_step(self, step: Step) -> dict:
@@ -158,14 +163,21 @@ class Trainer:
         weighted = losses.sum() if step.weights is None else (losses * step.weights).sum()
         engine.backward(weighted * (1 if step.local else self.world) / step.global_count)
         self.sync.before_step(step)
+        self.lr.before_step()
+        skipped = engine.skipped_steps
         engine.step()
+        skipped = engine.skipped_steps > skipped and not engine.fp16_enabled()
+        self.lr.after_step()
         sync_bytes = self.sync.after_step(step)
         if self.device.type == "cuda":  # kernels run asynchronously: the step ends when the device is done
             torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - start
         sums = [float(losses.detach().sum()), float(correct), float(counted), *step.summed.values()]
-        if step.reduce:
-            sums = sum_over_ranks(sums, self.device, self.pg)
+        self._finding = self._finding or nonfinite.local_finding(sums[0], engine.module, skipped)
+        if step.reduce:  # the ranks' non-finite flags travel with the sums
+            flags = nonfinite.flags(self._finding, self.pg.rank, self.world)
+            sums = sum_over_ranks(sums + flags, self.device, self.pg)
+            sums, self._flagged = sums[: -self.world], nonfinite.flagged(sums[-self.world :])
         count = step.global_count if step.reduce else max(sums[2], 1.0)  # else: this rank's own rows only
         summed = dict(zip(step.summed, sums[3:]))
         extra = {**step.fields, **self.mode.step_fields(step, summed)}
@@ -246,6 +258,7 @@ class Trainer:
         state = self.resumed.client_state
         self.start_epoch = state["epoch"] + 1
         self.best = upgrade_best(state["best"], self.metric, self.higher_is_better)
+        self.lr.factor = state.get("lr_scale", 1.0)
 
     def _write_events(self, metrics: MetricsWriter) -> None:
         attention = self.mode.train_attention
@@ -266,8 +279,18 @@ class Trainer:
             log(line + self.mode.step_time_note(rows))
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
             self.heartbeat(f"checkpoint after epoch {epoch}")
-            checkpoint.save(self.engine, cfg, epoch, self.best)
+            self._save(epoch, metrics)
         return last
+
+    def _save(self, epoch: int, metrics: MetricsWriter | None = None) -> str | None:
+        """The checkpoint of ``epoch`` (None: the disk refused it and the run continues; a metrics event says so)."""
+        folder = checkpoint.save(self.engine, self.cfg, epoch, self.best, {"lr_scale": self.lr.factor})
+        self.last_save = (epoch, folder)
+        if folder is None and metrics is not None:
+            metrics.write(
+                {"kind": "event", "event": "checkpoint_failed", "epoch": epoch, "step": self.engine.global_steps}
+            )
+        return folder
 
     def fit(self, log=print) -> dict:
         cfg, rank = self.cfg, self.pg.rank
@@ -275,23 +298,15 @@ class Trainer:
         tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
         for row in self.pending_rows:
             metrics.write(row)
-        last, rows = None, []
+        last = None
         preemption = Preemption(cfg.preempt_signals).install()
         try:
-            for step in self.mode.steps(self.start_epoch):
-                self.heartbeat(f"epoch {step.epoch}")
-                self._write_events(metrics)
-                tracer.begin(step.epoch)
-                rows.append(self.train_step(step))
-                tracer.end(step.epoch, step.ends_epoch)
-                metrics.write(rows[-1])
-                if step.ends_epoch:
-                    last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
-                    rows = []
-                    self._check_preemption(preemption, step.epoch)
-                    if self._stalled(step.epoch):
-                        self.stopped_early_at = step.epoch
-                        break
+            while True:
+                try:
+                    last = self._epochs(metrics, tracer, preemption, log) or last
+                    break
+                except _RollBack as back:
+                    self._roll_back(back.fault, metrics, log)
             self._write_events(metrics)
         finally:
             preemption.uninstall()
@@ -315,6 +330,59 @@ class Trainer:
                 log(published)
         return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
 
+    def _epochs(self, metrics: MetricsWriter, tracer: StepTracer, preemption: Preemption, log) -> dict | None:
+        """Trains from ``start_epoch`` to the end (or an early stop); returns the last evaluation row."""
+        last, rows, index = None, [], 0
+        for step in self.mode.steps(self.start_epoch):
+            if (step.epoch, index) not in self.skipped:
+                self.heartbeat(f"epoch {step.epoch}")
+                self._write_events(metrics)
+                tracer.begin(step.epoch)
+                rows.append(self.train_step(step))
+                tracer.end(step.epoch, step.ends_epoch)
+                metrics.write(rows[-1])
+                self._check_nonfinite(step, index, metrics)
+            index += 1
+            if step.ends_epoch:
+                if rows:  # else a rollback skipped the epoch's only step
+                    last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
+                rows, index = [], 0
+                self._check_preemption(preemption, step.epoch)
+                if self._stalled(step.epoch):
+                    self.stopped_early_at = step.epoch
+                    break
+        return last
+
+    def _check_nonfinite(self, step: Step, index: int, metrics: MetricsWriter) -> None:
+        """Every rank, after a step: whether a rank found a non-finite value (agreed in the step's
+        reduction, or at the epoch's end for steps that do not reduce), and the configured action."""
+        if not step.reduce:
+            if not step.ends_epoch:
+                return
+            flags = nonfinite.flags(self._finding, self.pg.rank, self.world)
+            self._flagged = nonfinite.flagged(sum_over_ranks(flags, self.device, self.pg))
+        if not self._flagged:
+            return
+        fault = nonfinite.Fault(step.epoch, index, self.engine.global_steps, self._flagged, self._finding)
+        self._finding, self._flagged = None, []
+        if self.cfg.nonfinite == "stop":
+            metrics.write(fault.event("stop", self.lr.factor))
+            raise nonfinite.NonFiniteError(fault.message(self.pg.rank) + " (nonfinite: 'stop')")
+        raise _RollBack(fault)
+
+    def _roll_back(self, fault: nonfinite.Fault, metrics: MetricsWriter, log) -> None:
+        """Reloads the newest checkpoint, lowers the learning rate and skips the failed step."""
+        scale = self.lr.factor * self.cfg.nonfinite_lr_factor
+        try:
+            self.resume()
+        except FileNotFoundError as err:
+            raise nonfinite.NonFiniteError(f"{fault.message(self.pg.rank)}; cannot roll back: {err}") from None
+        self.lr.factor = scale
+        self.skipped.add((fault.epoch, fault.index))
+        metrics.write(fault.event("rollback", scale))
+        if self.pg.rank == 0:
+            log(f"{fault.message(0)}; rolled back to {self.resumed.path}, learning rate x{scale:g}, skipping that step")
+
     def _stalled(self, epoch: int) -> bool:
         """Whether the last ``early_stop_patience`` evaluations up to ``epoch`` all came after the best
         one (counted from the epochs, so a resumed run counts the same)."""
@@ -331,8 +399,19 @@ class Trainer:
             return
         if not checkpoint.due(cfg, epoch):  # else _end_of_epoch has just saved it
             self.heartbeat(f"preemption checkpoint after epoch {epoch}")
-            checkpoint.save(self.engine, cfg, epoch, self.best)
-        raise Preempted(epoch, preemption.received, os.path.join(cfg.checkpoint_dir, checkpoint.tag_of(epoch)))
+            self._save(epoch)
+        folder = self.last_save[1] if self.last_save[0] == epoch else None
+        if folder is None:  # the disk refused it (checkpoint_failure 'continue')
+            raise Preempted(epoch, preemption.received, cfg.checkpoint_dir, written=False)
+        raise Preempted(epoch, preemption.received, folder)
 
     def close(self) -> None:
         self.mode.close()
+
+
+class _RollBack(Exception):
+    """Raised out of the epochs loop to roll back for ``fault`` (nonfinite: 'rollback')."""
+
+    def __init__(self, fault: nonfinite.Fault):
+        super().__init__(fault.message(0))
+        self.fault = fault

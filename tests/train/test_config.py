@@ -26,6 +26,11 @@ def test_unknown_key_is_named_with_the_valid_keys(tmp_path):
         ({"dropout": 1.5}, r"'dropout' must be in \[0, 1\)"),
         ({"checkpoint_nested": True}, r"'checkpoint_nested' needs 'checkpoint_activations': true"),
         ({"regather_kv": True, "checkpoint_activations": True}, r"'parallel.regather_kv' does nothing with"),
+        ({"checkpoint_failure": "retry"}, r"'checkpoint_failure' must be one of continue, stop; got 'retry'"),
+        ({"nonfinite": "skip"}, r"'nonfinite' must be one of stop, rollback; got 'skip'"),
+        ({"nonfinite_lr_factor": 1.0}, r"'nonfinite_lr_factor' must be in \(0, 1\), got 1.0"),
+        ({"nonfinite": "rollback"}, r"'nonfinite': 'rollback' reloads a checkpoint; set 'checkpoint_every'"),
+        ({"num_classes": 0}, r"'num_classes' must be >= 1 \(or null\), got 0"),
     ],
 )
 def test_bad_values(section, message):
