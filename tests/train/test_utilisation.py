@@ -104,3 +104,14 @@ def test_zero_wall_time_is_no_division_error(monkeypatch):
     usage = Utilisation(torch.device("cpu"))
     monkeypatch.setattr(time, "perf_counter", lambda: usage.wall)
     assert usage.sample()["cpu_util"] >= 0.0
+
+
+def test_the_gpu_smoke_step_prints_nvmls_figures(monkeypatch):
+    from tools.gpu import smoke
+
+    monkeypatch.setattr(
+        utilisation, "open_nvml", lambda device, interval_s: NvmlSampler(FakeNvml([50], [2048]), "gpu0")
+    )
+    assert smoke.nvml_line() == "nvml: SM utilisation 50%, memory used 2048 MB"
+    monkeypatch.setattr(utilisation, "open_nvml", lambda device, interval_s: None)
+    assert "not installed" in smoke.nvml_line()
