@@ -26,11 +26,16 @@ Span = tuple[float, float]
 
 
 def load_events(path: str) -> list[tuple[str, float, float]]:
-    """(name, start ms, end ms) of every complete event of a trace file (``.json`` or ``.json.gz``)."""
+    """(name, start ms, end ms) of every complete event of a trace file (``.json`` or ``.json.gz``), but
+    the profiler's own span over the whole recording (category ``Trace``)."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    return [(e["name"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and "dur" in e]
+    return [
+        (e["name"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+        for e in events
+        if e.get("ph") == "X" and "dur" in e and e.get("cat") != "Trace"
+    ]
 
 
 def is_comm(name: str) -> bool:

@@ -1,8 +1,10 @@
 """Per-step compute / communication / idle time and the overlap figure from a rank's trace events."""
 
+import json
+
 import pytest
 
-from dsgraph.train.trace_figures import step_figures
+from dsgraph.train.trace_figures import load_events, step_figures
 
 
 def test_a_step_splits_into_compute_comm_and_idle():
@@ -32,3 +34,17 @@ def test_nccl_kernels_count_as_communication():
     events = [("dsgraph/step/0", 0.0, 4.0), ("ncclDevKernel_AllGather_RING_LL", 1.0, 3.0), ("gemm_kernel", 0.0, 2.0)]
     (figures,) = step_figures(events)
     assert (figures["comm_ms"], figures["compute_ms"], figures["idle_ms"]) == pytest.approx((2.0, 1.0, 1.0))
+
+
+def test_the_profilers_own_span_is_not_work(tmp_path):
+    events = [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0, "dur": 10_000},
+        {"ph": "X", "cat": "user_annotation", "name": "dsgraph/step/0", "ts": 1000, "dur": 4000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000, "dur": 1000},
+        {"ph": "i", "name": "marker", "ts": 1500},
+    ]
+    path = tmp_path / "rank0.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert load_events(str(path)) == [("dsgraph/step/0", 1.0, 5.0), ("aten::mm", 1.0, 2.0)]
+    (figures,) = step_figures(load_events(str(path)))
+    assert (figures["compute_ms"], figures["idle_ms"]) == pytest.approx((1.0, 3.0))
