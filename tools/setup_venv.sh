@@ -13,3 +13,10 @@ PY=${PYTHON:-python3}
 extras=dev
 if command -v nvidia-smi >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -gt 0 ]; then extras=dev,cuda; fi
 .venv/bin/pip install -q -e ".[$extras]"
+# headless chromium for the TensorBoard browser test (tests/tools/test_tensorboard_profile.py skips without it):
+# Debian's package, where apt works (root, or passwordless sudo); nothing is lost where it does not
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo -n"
+  { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "setup_venv: could not install chromium with apt; the TensorBoard browser test will be skipped" >&2
+fi

@@ -164,8 +164,9 @@ class DsgraphConfig:
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
     trace_dir: str | None = None
-    """Folder for the per-rank traces (TensorBoard trace handler files, open in Perfetto). null:
-    runs/<run_name>/traces."""
+    """Folder for the per-rank traces (``rank<r>.*.pt.trace.json``). null: the run's TensorBoard folder
+    (``<output_path>/<run_name>``, read by TensorBoard's PyTorch Profiler tab), or runs/<run_name>/traces
+    without TensorBoard. Any folder also opens in Perfetto."""
     keep_checkpoints: int = 3
     """Complete checkpoints kept in 'checkpoint_dir' (the newest; older ones and their universal
     conversions are deleted after each save); 0: keep all."""

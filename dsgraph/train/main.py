@@ -68,9 +68,13 @@ def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
         "--trace-steps",
         dest="trace_steps",
         metavar="A:B",
-        help="record torch.profiler traces of steps A..B-1 on every rank (open in Perfetto)",
+        help="record torch.profiler traces of steps A..B-1 on every rank (TensorBoard's profiler tab, or Perfetto)",
     )
-    p.add_argument("--trace-dir", dest="trace_dir", help="folder for the traces (default runs/RUN_NAME/traces)")
+    p.add_argument(
+        "--trace-dir",
+        dest="trace_dir",
+        help="folder for the traces (default: the run's TensorBoard folder, else runs/RUN_NAME/traces)",
+    )
     p.add_argument(
         "--partitions",
         metavar="DIR",
@@ -272,8 +276,8 @@ def _name_run(args, cfg: DsgraphConfig, ds_config: dict, rank: int) -> tuple[Dsg
     if dist.get_world_size() > 1:
         dist.broadcast_object_list(shared, src=0)
     name, prefix = shared
-    cfg = run_name.with_run_name(cfg, name, default_metrics=True)
     ds_config = run_name.tensorboard_for_run(ds_config, name)
+    cfg = run_name.with_run_name(cfg, name, True, run_name.tensorboard_run_dir(ds_config))
     if rank == 0:
         print(f"dsgraph: {run_name.describe(cfg, ds_config)}", flush=True)
     return cfg, ds_config, prefix

@@ -68,6 +68,15 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def per_rank_row(kind: str, epoch: int, step: int, figures: list[dict]) -> dict:
+    """One row of every rank's figures (``figures[r]`` of rank r) as ``<key>/rank<r>`` columns, which
+    TensorBoard shows as ``dsgraph/<kind>/<key>/rank<r>``, one chart per key and rank."""
+    row = {"kind": kind, "epoch": epoch, "step": step}
+    for rank, values in enumerate(figures):
+        row.update({f"{key}/rank{rank}": value for key, value in values.items()})
+    return row
+
+
 class MetricsWriter:
     def __init__(self, path: str | None, monitor=None, rank: int = 0, append: bool = False):
         self.rank, self.monitor = rank, monitor

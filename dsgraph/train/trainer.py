@@ -28,9 +28,10 @@ from dsgraph.tasks.base import metric_key
 from dsgraph.tasks.published import published_line
 from dsgraph.train import checkpoint, nonfinite, run_name
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb
+from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb, per_rank_row
 from dsgraph.train.preemption import Preempted, Preemption
 from dsgraph.train.trace import StepTracer
+from dsgraph.train.utilisation import Utilisation
 
 
 def init_distributed(timeout_s: float = 300.0, *, mpi_discovery: bool = True) -> torch.device:
@@ -74,9 +75,9 @@ def sum_over_ranks(values: list[float], device: torch.device, pg: GraphParallelG
     return t.tolist()
 
 
-def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
+def _named(cfg: DsgraphConfig, control, ds_config: dict) -> DsgraphConfig:
     """``cfg`` with a run name in its paths (the command names runs; a Trainer built in Python gets
-    'dsgraph-<rank 0's UTC time stamp>')."""
+    'dsgraph-<rank 0's UTC time stamp>'); traces go to the TensorBoard folder of ``ds_config``, if any."""
     if (
         cfg.run_name is not None
         and cfg.checkpoint_dir is not None
@@ -84,7 +85,8 @@ def _named(cfg: DsgraphConfig, control) -> DsgraphConfig:
         and not any("{run_name}" in (getattr(cfg, k) or "") for k in run_name.PATH_KEYS)
     ):
         return cfg
-    return run_name.with_run_name(cfg, cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0))
+    name = cfg.run_name or control.bcast(run_name.default_run_name("dsgraph"), root=0)
+    return run_name.with_run_name(cfg, name, tensorboard_run=run_name.tensorboard_run_dir(ds_config))
 
 
 def new_best(metric: str, higher_is_better: bool = True) -> dict:
@@ -116,7 +118,7 @@ class Trainer:
         pg = GraphParallelGroup.from_world()
         rank_log = log if pg.rank == 0 else (lambda line: None)
         control = make_control_plane(rank_log if pg.rank == 0 else None)
-        self.cfg, self.device = _named(cfg, control), device
+        self.cfg, self.device, self.control = _named(cfg, control, ds_config), device, control
         cfg = self.cfg
         self.task = get_task(cfg.task)(cfg)
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat, self.task)
@@ -265,6 +267,14 @@ class Trainer:
         for event in attention.drain_events() if attention is not None else []:
             metrics.write({**event, "step": self.engine.global_steps})
 
+    def _write_per_rank(self, metrics: MetricsWriter, kind: str, figures: list[dict]) -> None:
+        """Every rank's ``figures`` (dicts with epoch, step and numbers; the same length on every rank)
+        gathered to rank 0 and written as ``kind`` rows with one column per figure and rank."""
+        ranks = self.control.allgather(figures)
+        for i, first in enumerate(ranks[0]):
+            numbers = [{k: v for k, v in r[i].items() if k not in ("epoch", "step")} for r in ranks]
+            metrics.write(per_rank_row(kind, first["epoch"], first["step"], numbers))
+
     def _end_of_epoch(self, epoch: int, rows: list[dict], metrics: MetricsWriter, log) -> dict | None:
         """Evaluation, the log line and the checkpoint after the last step of ``epoch``."""
         cfg, last = self.cfg, None
@@ -298,12 +308,12 @@ class Trainer:
         tracer = StepTracer(cfg.trace_steps, cfg.trace_dir, rank)
         for row in self.pending_rows:
             metrics.write(row)
-        last = None
+        usage, last = Utilisation(self.device), None
         preemption = Preemption(cfg.preempt_signals).install()
         try:
             while True:
                 try:
-                    last = self._epochs(metrics, tracer, preemption, log) or last
+                    last = self._epochs(metrics, tracer, usage, preemption, log) or last
                     break
                 except _RollBack as back:
                     self._roll_back(back.fault, metrics, log)
@@ -311,6 +321,7 @@ class Trainer:
         finally:
             preemption.uninstall()
             tracer.close()
+            usage.close()
             metrics.close()
             self.mode.close()
         if rank == 0 and self.stopped_early_at is not None:
@@ -330,21 +341,26 @@ class Trainer:
                 log(published)
         return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
 
-    def _epochs(self, metrics: MetricsWriter, tracer: StepTracer, preemption: Preemption, log) -> dict | None:
+    def _epochs(
+        self, metrics: MetricsWriter, tracer: StepTracer, usage: Utilisation, preemption: Preemption, log
+    ) -> dict | None:
         """Trains from ``start_epoch`` to the end (or an early stop); returns the last evaluation row."""
         last, rows, index = None, [], 0
         for step in self.mode.steps(self.start_epoch):
             if (step.epoch, index) not in self.skipped:
                 self.heartbeat(f"epoch {step.epoch}")
                 self._write_events(metrics)
-                tracer.begin(step.epoch)
+                tracer.begin(step.epoch, self.engine.global_steps + 1)
                 rows.append(self.train_step(step))
-                tracer.end(step.epoch, step.ends_epoch)
+                if tracer.end(step.epoch, step.ends_epoch):
+                    self._write_per_rank(metrics, "trace", tracer.figures)
                 metrics.write(rows[-1])
                 self._check_nonfinite(step, index, metrics)
             index += 1
             if step.ends_epoch:
                 if rows:  # else a rollback skipped the epoch's only step
+                    sample = {"epoch": step.epoch, "step": rows[-1]["step"], **usage.sample()}
+                    self._write_per_rank(metrics, "util", [sample])
                     last = self._end_of_epoch(step.epoch, rows, metrics, log) or last
                 rows, index = [], 0
                 self._check_preemption(preemption, step.epoch)

@@ -63,7 +63,9 @@ def test_metrics_jsonl_and_tensorboard_have_required_values(tmp_path):
     steps = [r for r in rows if r["kind"] == "step"]
     evals = [r for r in rows if r["kind"] == "eval"]
     assert len(steps) == 4 and len(evals) == 2
-    for row in rows:
+    assert {r["kind"] for r in rows} == {"step", "eval", "util"}  # util: every epoch, per rank
+    assert [r["epoch"] for r in rows if r["kind"] == "util"] == [r["epoch"] for r in steps]
+    for row in steps + evals:
         assert set(STEP_KEYS) <= set(row), set(STEP_KEYS) - set(row)
         assert row["world_size"] == 2 and row["strategy"] == "ag"
         assert row["comm_bytes"] > 0 and row["peak_mem_mb"] > 0 and row["step_time_s"] > 0

@@ -1,7 +1,7 @@
 """Each run its own outputs: run names in paths and TensorBoard's job name."""
 
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.run_name import default_run_name, tensorboard_for_run, with_run_name
+from dsgraph.train.run_name import default_run_name, tensorboard_for_run, tensorboard_run_dir, with_run_name
 
 
 def test_default_name_is_config_stem_and_utc_stamp():
@@ -33,3 +33,18 @@ def test_tensorboard_job_is_the_run():
         "job_name": "r1",
     }
     assert tensorboard_for_run({"x": 1}, "r1") == {"x": 1}
+
+
+def test_traces_go_into_the_tensorboard_run_unless_a_trace_dir_is_given(monkeypatch):
+    monkeypatch.delenv("DSGRAPH_RUNS_DIR", raising=False)
+    ds = tensorboard_for_run({"tensorboard": {"enabled": True, "output_path": "runs/tensorboard"}}, "r1")
+    assert tensorboard_run_dir(ds) == "runs/tensorboard/r1"
+    assert (
+        with_run_name(DsgraphConfig(), "r1", tensorboard_run=tensorboard_run_dir(ds)).trace_dir == "runs/tensorboard/r1"
+    )
+    mine = with_run_name(
+        DsgraphConfig(trace_dir="/tmp/perfetto/{run_name}"), "r1", tensorboard_run="runs/tensorboard/r1"
+    )
+    assert mine.trace_dir == "/tmp/perfetto/r1"
+    assert tensorboard_run_dir({"tensorboard": {"enabled": False}}) is None
+    assert with_run_name(DsgraphConfig(), "r1", tensorboard_run=None).trace_dir == "runs/r1/traces"

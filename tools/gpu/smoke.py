@@ -7,6 +7,10 @@ pass, so check.sh ends the run at once, with this traceback in the results.
     python -m tools.gpu.smoke --emulate     # the rehearsal: the same host path, kernels run by the
                                             # CUDA emulator (tests/cuda_emulator) on CPU tensors
 
+On the GPU it then reads the device's SM utilisation and memory used through NVML the way training
+does (``dsgraph.train.utilisation``, nvidia-ml-py) and prints them; a failure there is printed but
+does not fail the step (the kernels are what every later step needs).
+
 Exit 0 when both dtypes match within the kernels' tolerance (fp32 1e-4, bf16 2e-2 relative to the
 largest value), 1 with the traceback otherwise.
 """
@@ -74,6 +78,22 @@ def emulated_backend() -> str:
     return EmulatedCudaBackend.name
 
 
+def nvml_line() -> str:
+    """One line of NVML's figures for cuda:0 (the training path's sampler), or why there are none."""
+    from dsgraph.train.utilisation import open_nvml
+
+    try:
+        sampler = open_nvml(torch.device("cuda", 0), interval_s=0.05)
+        if sampler is None:
+            return "nvml: nvidia-ml-py (pynvml) is not installed: training reports no GPU utilisation"
+        time.sleep(0.3)
+        figures = sampler.take()
+        sampler.close()
+        return f"nvml: SM utilisation {figures['gpu_sm_util']:.0f}%, memory used {figures['gpu_mem_used_mb']:.0f} MB"
+    except Exception as err:  # noqa: BLE001 - reported, not fatal: the kernels passed
+        return f"nvml: FAILED ({type(err).__name__}: {err}); training would report no GPU utilisation"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -92,6 +112,8 @@ def main(argv=None) -> int:
         traceback.print_exc(file=sys.stdout)
         print(f"smoke: FAILED after {time.perf_counter() - began:.1f} s: nothing after this step can pass")
         return 1
+    if not args.emulate:
+        print(nvml_line(), flush=True)
     print(f"smoke: PASSED in {time.perf_counter() - began:.1f} s")
     return 0
 

@@ -2,11 +2,11 @@
 """How much communication overlaps attention in the traces of a run (``--trace-steps A:B``).
 
 Reads every rank's torch.profiler trace (``*.pt.trace.json`` in the trace folder, one per rank),
-takes the attention regions (``dsgraph/attention/...``) and the communication in flight (the
-collective library's own spans, ``gloo:*`` / ``nccl:*``, which run from the launch of an operation to
-its completion as seen by the waiting rank, and dsgraph's ``dsgraph/comm/...`` regions), and prints
-per rank the time of each and the time both were active at once. With ``--plot`` it draws one
-timeline per rank (attention above, communication below) into a PNG.
+takes the attention regions and the communication in flight (as ``dsgraph.train.trace_figures``
+sorts them), and prints per rank the time of each and the time both were active at once. With
+``--plot`` it draws one timeline per rank (attention above, communication below) into a PNG. The
+training run itself writes these figures per traced step and rank as TensorBoard scalars
+(``dsgraph/trace/...``); this report is for a folder of traces after the fact.
 
     .venv/bin/deepspeed --num_accelerators 2 launch/train.py --deepspeed_config ds_configs/cpu_quickstart.json \\
         --strategy ag_ring --epochs 3 --trace-steps 2:3 --trace-dir runs/traces/ag_ring
@@ -17,50 +17,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import os
 import sys
 
-COMM_PREFIXES = ("gloo:", "nccl:", "dsgraph/comm/")
-ATTENTION_PREFIX = "dsgraph/attention/"
-
-
-def load_spans(path: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """(attention spans, communication spans) in ms from one trace file, each list of (start, end)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    spans = [
-        (e["name"], e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and "dur" in e
-    ]
-    attention = [(a, b) for name, a, b in spans if name.startswith(ATTENTION_PREFIX)]
-    comm = [(a, b) for name, a, b in spans if name.startswith(COMM_PREFIXES) and not name.endswith("/wait")]
-    return attention, comm
-
-
-def union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The spans merged into disjoint intervals, sorted."""
-    merged: list[list[float]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-def overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
-    """Total time covered by both (disjoint, sorted) interval lists."""
-    total, j = 0.0, 0
-    for a, b in xs:
-        while j < len(ys) and ys[j][1] <= a:
-            j += 1
-        k = j
-        while k < len(ys) and ys[k][0] < b:
-            total += max(0.0, min(b, ys[k][1]) - max(a, ys[k][0]))
-            k += 1
-    return total
+from dsgraph.train.trace_figures import load_events, overlap, split_spans, union
 
 
 def summarise(folder: str) -> list[dict]:
@@ -71,7 +32,7 @@ def summarise(folder: str) -> list[dict]:
         )
     rows = []
     for path in files:
-        attention, comm = (union(s) for s in load_spans(path))
+        attention, comm = (union(s) for s in split_spans(load_events(path)))
         both = overlap(attention, comm)
         span = sum(b - a for a, b in comm)
         rows.append(
