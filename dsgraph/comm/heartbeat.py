@@ -87,6 +87,7 @@ class Heartbeats:
         return f"{self.prefix}{rank}"
 
     def _exchange_forever(self) -> None:
+        self.exchange(time.monotonic())  # the first beat at once: a rank stopped early is named with its phase
         while not self._stop.wait(self.interval_s):
             self.exchange(time.monotonic())
 

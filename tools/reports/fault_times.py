@@ -1,8 +1,8 @@
 """Measures how fast dsgraph finds a stopped rank and restarts after a killed one
 (docs/guides/reliability.md), on the small graph and the exact set-up of tests/train/test_restarts.py:
 
-- detect: 2 ranks, default heartbeat_timeout_s (30 s); rank 1 is SIGSTOPped after epoch 2; the time
-  until rank 0 has exited naming it;
+- detect: 2 ranks, default heartbeat_timeout_s (30 s); rank 1 is SIGSTOPped 10 s after epoch 2 (its
+  heartbeats have gone round); the time until rank 0 has exited naming it and its phase;
 - restart: `dsgraph train --nprocs 2 --max-restarts 2`; rank 1's worker is SIGKILLed after epoch 5;
   the time until rank 0 prints "dsgraph: restarted", and until the first epoch line after that.
 
@@ -23,6 +23,8 @@ from dsgraph.comm.ports import free_port
 from tests.train.test_faults import _rank_env, _train_cmd
 from tests.train.test_restarts import _config, _dsgraph_train, _wait_for, _workers
 
+BEATS_S = 10.0  # two heartbeat intervals at the default bound (30 s / 6)
+
 
 def detect(tmp: str) -> dict:
     config = _config(tmp, epochs=10**6, checkpoint_every=0)
@@ -31,6 +33,7 @@ def detect(tmp: str) -> dict:
     ranks = [subprocess.Popen(_train_cmd(config), env=_rank_env(r, 2, port), **out) for r in range(2)]
     try:
         _wait_for(ranks[0], "epoch    2")
+        time.sleep(BEATS_S)  # the heartbeats (started after set-up) have gone round with the training phase
         began = time.monotonic()
         os.kill(ranks[1].pid, signal.SIGSTOP)
         rest = ranks[0].stdout.read()
