@@ -35,6 +35,7 @@ def documented_tools() -> list[str]:
 COMMANDS = [
     ["-m", "dsgraph", "--help"],
     *(["-m", "dsgraph", sub, "--help"] for sub in ("train", "partition", "convert", "encode", "profile", "plan")),
+    ["-m", "dsgraph", "plan", "--config", "CONFIG", "--help"],  # routed to the memory prediction (dsgraph/cli.py)
     ["launch/train.py", "--help"],
     *(["-m", module, "--help"] for module in documented_tools()),
 ]
@@ -114,6 +115,8 @@ def test_documented_options_exist(helps):
         tool = re.search(r"-m (tools\.[a-z_]+\.[a-z_]+)(.*)", line)
         if tool:
             known, args = helps[f"-m {tool.group(1)} --help"].stdout, tool.group(2)
+        elif sub and sub.group(1) == "plan" and re.search(r"(?<![\w-])--config\b", sub.group(2)):
+            known, args = helps["-m dsgraph plan --config CONFIG --help"].stdout, sub.group(2)
         elif sub:
             known = helps[f"-m dsgraph {sub.group(1)} --help"].stdout + (train if sub.group(1) == "train" else "")
             args = sub.group(2)

@@ -191,6 +191,11 @@ class Task(ABC):
         """The eval row's numbers: ``loss``, ``<split>_acc`` and ``<split>_<metric key>`` for train, val
         and test, exact over all ranks (``all_reduce(tensor)`` sums in place; collective)."""
 
+    def published(self, dataset: str) -> str | None:
+        """A line with the published results for ``dataset`` under this task, printed at a run's end;
+        None where there are none (``tasks/published.py`` holds node classification's)."""
+        return None
+
     @abstractmethod
     def export(self, model, batch: EvalBatch, data, pairs: np.ndarray | None = None) -> Export:
         """What ``dsgraph predict`` writes from this rank (``data``: the mode's ``rank_data``)."""

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from dsgraph.tasks.base import Export, Task, node_export
 from dsgraph.tasks.node_metrics import evaluate_splits
+from dsgraph.tasks.published import published_line
 
 METRICS = ("accuracy", "rocauc", "ap", "f1_micro", "f1_macro")
 
@@ -58,6 +59,9 @@ class NodeTask(Task):
 
     def evaluate(self, outputs: torch.Tensor, batch, metric: str, all_reduce) -> dict:
         return evaluate_splits(self, metric, outputs, batch.y, batch.masks, batch.reduce, all_reduce)
+
+    def published(self, dataset: str) -> str | None:
+        return published_line(dataset)
 
     def export(self, model, batch, data, pairs=None) -> Export:
         logits, emb = model.embed(batch.x, batch.attention, batch.node_ids, 0, batch.enc)

@@ -25,7 +25,6 @@ from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
 from dsgraph.tasks import get_task
 from dsgraph.tasks.base import metric_key
-from dsgraph.tasks.published import published_line
 from dsgraph.train import checkpoint, nonfinite, run_name
 from dsgraph.train.config import DsgraphConfig
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb, per_rank_row
@@ -336,7 +335,7 @@ class Trainer:
                 f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
                 f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}"
             )
-            published = published_line(cfg.dataset) if cfg.task == "node" else None
+            published = self.task.published(cfg.dataset)
             if published is not None:
                 log(published)
         return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
