@@ -36,6 +36,7 @@ from dsgraph.agp.fits import fit_loglog
 from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 from dsgraph.ops.dispatch import resolve_backend
+from dsgraph.runtime.host_memory import available_memory_bytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ATTENTION_DEGREE = 16
@@ -229,18 +230,6 @@ def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_b
     if p > 1:
         cases += _collective_cases(rank, p, max_bytes, device)
     return interleaved_min(cases, reps, device)
-
-
-def available_memory_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux); 8 GiB when it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
 
 
 def _cpu_name() -> str:

@@ -144,11 +144,10 @@ def memory_limit_mb(cfg, local_ranks: int) -> tuple[float, str]:
             raise ValueError(f"${LIMIT_ENV} must be a number of MB, got {env!r}") from None
     if cfg.memory_limit_mb:
         return float(cfg.memory_limit_mb), "memory_limit_mb"
-    from dsgraph.agp.measure import available_memory_bytes
+    from dsgraph.runtime.host_memory import available_memory_bytes
 
-    return available_memory_bytes() / MB / max(
-        local_ranks, 1
-    ), f"available memory / {local_ranks} ranks on this machine"
+    share = available_memory_bytes() / MB / max(local_ranks, 1)
+    return share, f"available memory / {local_ranks} ranks on this machine"
 
 
 def alternatives(cfg, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:

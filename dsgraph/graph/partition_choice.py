@@ -42,9 +42,9 @@ def in_memory_bytes(size: GraphSize) -> int:
 
 
 def default_budget() -> int:
-    import psutil
+    from dsgraph.runtime.host_memory import available_memory_bytes
 
-    return int(BUDGET_SHARE * psutil.virtual_memory().available)
+    return int(BUDGET_SHARE * available_memory_bytes())
 
 
 def graph_size(spec: str, seed: int, progress: bool) -> GraphSize:

@@ -92,3 +92,16 @@ def _deferred_compile(compile_factory, *args, **kwargs):
         return call
 
     return decorate
+
+
+def available_memory_bytes() -> int:
+    """The machine's available memory: MemAvailable from /proc/meminfo (Linux); 8 GiB when it cannot be
+    read. What AGP's profile, the run's memory limit and the partitioner's budget start from."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
