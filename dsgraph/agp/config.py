@@ -1,6 +1,7 @@
-"""The ``"agp"`` section of the config: the settings of AGP's ``auto`` strategy, declared once
-beside its code (``auto.py`` and ``decide.py`` read them). The older top-level spellings
-``agp_profile`` and ``agp_recalibrate_after`` are still accepted (``FLAT_KEYS``)."""
+"""The ``"agp"`` section of the config: the settings of AGP's ``auto`` strategy and of a run launched
+with ``--nprocs auto``, declared once beside their code (``auto.py``, ``decide.py``, ``launch.py``).
+The top-level spellings ``agp_profile``, ``agp_recalibrate_after`` and ``launch_plan`` (the
+options' names) are accepted too (``FLAT_KEYS``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from dataclasses import dataclass
 class AgpConfig:
     profile: str | None = None
     """Strategy 'auto': the AGP profile JSON (`dsgraph profile`); missing or unusable: fall back to 'ag'."""
+    plan: str | None = None
+    """A launch plan JSON (``dsgraph train --nprocs auto`` writes one): the run takes its strategy,
+    refuses a world size other than its rank count, and logs its predictions beside the measured ones."""
     recalibrate_after: int = 5
     """Strategy 'auto': measured steps (after one warm-up step) before the model is recalibrated and
     a strategy predicted >= 20% faster is switched to (0: never)."""
 
-    FLAT_KEYS = {"agp_profile": "profile", "agp_recalibrate_after": "recalibrate_after"}
+    FLAT_KEYS = {"agp_profile": "profile", "agp_recalibrate_after": "recalibrate_after", "launch_plan": "plan"}
     """Older top-level spellings of the keys (top-level key -> key here), still accepted."""
 
     def __post_init__(self) -> None:

@@ -98,15 +98,16 @@ def graph_sizes(cfg, world_size: int):
     return None
 
 
-def predict_run(cfg, dtype_bytes: int, world_size: int) -> RunMemory | None:
+def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None) -> RunMemory | None:
     """The run's predicted peak per rank (``dtype_bytes``: 2 with bf16, else 4), or None when it is
-    not predicted (see the module's docstring)."""
+    not predicted (see the module's docstring). ``sizes``: ``graph_sizes``'s answer when the caller
+    measured the graph itself (a loaded graph that has no R-MAT name or store)."""
     from dsgraph.agp.model import memory_terms
     from dsgraph.parallel.registry import get_strategy
 
     if cfg.mode != "full" or cfg.strategy == "auto" or cfg.model.reads_edges:
         return None
-    sizes = graph_sizes(cfg, world_size)
+    sizes = sizes or graph_sizes(cfg, world_size)
     if sizes is None:
         return None
     shape, in_dim, classes, source = sizes

@@ -158,9 +158,9 @@ class DsgraphConfig:
     val_fraction, test_fraction, split_seed, negatives, decoder, decoder_hidden, embedding_dim,
     hits_at (docs/guides/link-prediction.md)."""
     agp: AgpConfig = dataclasses.field(default_factory=AgpConfig)
-    """Strategy 'auto': AGP's settings, a JSON object (``dsgraph/agp/config.py``): profile,
-    recalibrate_after. The older top-level spellings agp_profile and agp_recalibrate_after are still
-    accepted."""
+    """AGP's settings, a JSON object (``dsgraph/agp/config.py``): profile and recalibrate_after (strategy
+    'auto'), plan (a launch plan of ``--nprocs auto``). The top-level spellings agp_profile,
+    agp_recalibrate_after and launch_plan are accepted too."""
     trace_steps: str | None = None
     """'A:B': record torch.profiler traces of steps A..B-1 on every rank into 'trace_dir'; null: none."""
     trace_dir: str | None = None

@@ -19,9 +19,27 @@ def main(argv: list[str]) -> int:
         "with it, torch elastic's agents do, and restart every rank from the newest checkpoint when one fails.",
     )
     p.add_argument(
-        "--nprocs", type=int, default=2, help="ranks on this machine (GPUs when present, else CPU processes)"
+        "--nprocs",
+        type=_nprocs,
+        default=2,
+        help="ranks on this machine (GPUs when present, else CPU processes), or 'auto': AGP picks the rank count "
+        "and the strategy of a full-graph run from this machine's profile, among those predicted to fit memory, "
+        "prints the candidates and launches the pick",
     )
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help='DeepSpeed JSON with a "dsgraph" section')
+    auto = p.add_argument_group("--nprocs auto")
+    auto.add_argument("--max-nprocs", type=int, help="most ranks to consider (default: the GPUs, else the CPU cores)")
+    auto.add_argument(
+        "--profile",
+        help="AGP profile to plan with (default: the config's agp.profile, else this machine's, measured once "
+        "into the cache folder)",
+    )
+    auto.add_argument("--plan-out", help="where to write the launch plan (default runs/plans/CONFIG-UTC.json)")
+    auto.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the candidates and the commands that launch the pick (deepspeed CLI too), launch nothing",
+    )
     add_port_argument(p)
     p.add_argument(
         "--max-restarts",
@@ -38,6 +56,15 @@ def main(argv: list[str]) -> int:
     )
     args, rest = p.parse_known_args(argv)
     port = checked_port(p, args.master_port)
+    if args.nprocs == "auto":
+        from dsgraph.train.auto_launch import main_auto
+
+        decided = main_auto(args.config, rest, args)
+        if isinstance(decided, int):
+            return decided
+        args.nprocs, rest = decided
+    elif args.max_nprocs or args.profile or args.plan_out or args.plan_only:
+        p.error("--max-nprocs, --profile, --plan-out and --plan-only go with --nprocs auto")
     min_nprocs = args.nprocs if args.min_nprocs is None else args.min_nprocs
     if args.max_restarts < 0 or not 1 <= min_nprocs <= args.nprocs:
         p.error(f"need --max-restarts >= 0 and 1 <= --min-nprocs <= --nprocs, got {args.max_restarts}, {min_nprocs}")
@@ -47,6 +74,14 @@ def main(argv: list[str]) -> int:
     from dsgraph.train import elastic
 
     return elastic.run_agents("dsgraph.train.main", script, args.nprocs, min_nprocs, args.max_restarts, port)
+
+
+def _nprocs(value: str) -> int | str:
+    if value == "auto":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a rank count >= 1 or 'auto', got {value!r}")
+    return int(value)
 
 
 def add_port_argument(p: argparse.ArgumentParser) -> None:

@@ -58,7 +58,18 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         help="training mode: full graph (default), sampled mini-batches, or isolated (Grappa) training",
     )
     p.add_argument(
-        "--agp-profile", dest="agp_profile", metavar="JSON", help="AGP profile for --strategy auto (`dsgraph profile`)"
+        "--agp-profile",
+        dest="agp_profile",
+        metavar="JSON",
+        help="AGP profile (`dsgraph profile`): --strategy auto picks from it, and a named strategy's predicted step "
+        "time goes into the metrics",
+    )
+    p.add_argument(
+        "--launch-plan",
+        dest="launch_plan",
+        metavar="JSON",
+        help="launch plan of `dsgraph train --nprocs auto [--plan-only]`: the run takes its strategy and refuses "
+        "another rank count, naming the command that launches the pick",
     )
 
 
@@ -212,6 +223,7 @@ def _run(args: argparse.Namespace, cfg: DsgraphConfig, ds_config: dict, watchdog
     from dsgraph.train.trainer import init_distributed
 
     try:
+        cfg = _follow_plan(cfg)
         cfg = _fit_memory(cfg, ds_config)  # before the graph is built or loaded
         build_dataset(cfg, watchdog.beat)
     except (ValueError, FileNotFoundError) as err:
@@ -359,6 +371,25 @@ def _remove_dead_buffers(rank: int, watchdog: Watchdog) -> None:
     freed = shm.sweep_dead_buffers()
     if freed.files:
         print(freed.message(), flush=True)
+
+
+def _follow_plan(cfg: DsgraphConfig) -> DsgraphConfig:
+    """The run's config with its launch plan's strategy (``agp.plan``, from ``--nprocs auto``); a
+    ValueError naming the command that launches the pick when the job's world size is not the plan's."""
+    if not cfg.agp.plan:
+        return cfg
+    from dsgraph.agp.launch import LaunchPlan, check_world
+
+    plan = LaunchPlan.load(cfg.agp.plan)
+    args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+    script = sys.argv[0] if sys.argv[0].endswith(".py") else "--module dsgraph.train.main"
+    relaunch = " ".join(["deepspeed", f"--num_accelerators {plan.ranks}", script, *args])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    followed = check_world(plan, cfg.agp.plan, cfg, world, relaunch)
+    if os.environ.get("RANK", "0") == "0":
+        changed = f" instead of '{cfg.strategy}'" if cfg.strategy != plan.strategy else ""
+        print(f"dsgraph: launch plan {cfg.agp.plan}: {plan.strategy}{changed} on {plan.ranks} ranks", flush=True)
+    return followed
 
 
 def _fit_memory(cfg: DsgraphConfig, ds_config: dict) -> DsgraphConfig:

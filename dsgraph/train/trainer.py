@@ -25,8 +25,9 @@ from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
 from dsgraph.tasks import get_task
 from dsgraph.tasks.base import metric_key
-from dsgraph.train import checkpoint, nonfinite, run_name
+from dsgraph.train import checkpoint, forecast, nonfinite, run_name
 from dsgraph.train.config import DsgraphConfig
+from dsgraph.train.forecast import Forecast
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb, per_rank_row
 from dsgraph.train.preemption import Preempted, Preemption
 from dsgraph.train.trace import StepTracer
@@ -148,6 +149,7 @@ class Trainer:
         self.lr = nonfinite.LearningRateScale(self.engine)
         self.last_save: tuple[int, str | None] = (-1, None)  # (epoch, folder or None: refused) of the last save
         self.skipped: set[tuple[int, int]] = set()  # (epoch, index) of steps a rollback skips
+        self.forecast = Forecast()  # predicted against measured step time and peak memory (forecast.py)
         self._finding: str | None = None  # this rank's non-finite finding, not yet agreed on
         self._flagged: list[int] = []  # the ranks that found one in the last reducing step
 
@@ -266,6 +268,16 @@ class Trainer:
         for event in attention.drain_events() if attention is not None else []:
             metrics.write({**event, "step": self.engine.global_steps})
 
+    def _write_forecast(self, metrics: MetricsWriter, log) -> None:
+        """The run's predicted against measured step time and peak memory (collective: every rank's peak)."""
+        peaks = self.control.allgather(peak_memory_mb(self.device))
+        row = self.forecast.row(peaks)
+        if row is None:
+            return
+        metrics.write({**row, "step": self.engine.global_steps})
+        if self.pg.rank == 0:
+            log(forecast.describe(row))
+
     def _write_per_rank(self, metrics: MetricsWriter, kind: str, figures: list[dict]) -> None:
         """Every rank's ``figures`` (dicts with epoch, step and numbers; the same length on every rank)
         gathered to rank 0 and written as ``kind`` rows with one column per figure and rank."""
@@ -317,6 +329,7 @@ class Trainer:
                 except _RollBack as back:
                     self._roll_back(back.fault, metrics, log)
             self._write_events(metrics)
+            self._write_forecast(metrics, log)
         finally:
             preemption.uninstall()
             tracer.close()
@@ -351,6 +364,7 @@ class Trainer:
                 self._write_events(metrics)
                 tracer.begin(step.epoch, self.engine.global_steps + 1)
                 rows.append(self.train_step(step))
+                self.forecast.add(rows[-1])
                 if tracer.end(step.epoch, step.ends_epoch):
                     self._write_per_rank(metrics, "trace", tracer.figures)
                 metrics.write(rows[-1])

@@ -113,6 +113,8 @@ def test_auto_trains_cora_and_rmat_and_reports_the_decision(tmp_path, dataset):
     assert [r["loss"] for r in steps] == hand["losses"]
     for r in steps:
         assert r["strategy"] == "a2a" and r["predicted_step_time_s"] > 0 and r["step_time_s"] > 0
+    (forecast,) = [r for r in rows if r["kind"] == "forecast"]  # the decision's prediction against the steps
+    assert forecast["predicted_step_time_s"] == steps[-1]["predicted_step_time_s"]
     files = glob.glob(
         os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True
     )  # DeepSpeed may name the folder itself
@@ -122,3 +124,27 @@ def test_auto_trains_cora_and_rmat_and_reports_the_decision(tmp_path, dataset):
     assert "dsgraph/step/step_time_s" in acc.Tags()["scalars"]
     assert "dsgraph/agp/strategy_index" in acc.Tags()["scalars"]
     assert any(t.startswith("dsgraph/agp/decision") for t in acc.Tags()["tensors"])
+
+
+def _fit_named(rank, world, tmp):
+    trainer = _trainer(
+        tmp, "ag", dataset="rmat:9:8", metrics_out=f"{tmp}/named.jsonl", epochs=3, eval_every=3, self_loops=True
+    )
+    trainer.fit(log=lambda line: None)
+
+
+def test_a_named_strategy_with_a_profile_reports_predicted_and_measured_step_and_memory(tmp_path):
+    run(_fit_named, 2, tmp_path)
+    with open(tmp_path / "named.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    steps = [r for r in rows if r["kind"] == "step"]
+    for r in steps:
+        assert r["strategy"] == "ag" and r["predicted_step_time_s"] > 0 and r["predicted_peak_mem_mb"] > 0
+    (forecast,) = [r for r in rows if r["kind"] == "forecast"]
+    assert forecast["predicted_step_time_s"] == steps[0]["predicted_step_time_s"]
+    assert forecast["predicted_peak_mem_mb"] == steps[0]["predicted_peak_mem_mb"]
+    assert len(forecast["measured_peak_mem_mb_per_rank"]) == 2 and forecast["measured_steps"] == 2
+    assert forecast["measured_peak_mem_mb"] == max(forecast["measured_peak_mem_mb_per_rank"]) > 0
+    assert forecast["step_time_error"] == pytest.approx(
+        forecast["predicted_step_time_s"] / forecast["measured_step_time_s"] - 1
+    )

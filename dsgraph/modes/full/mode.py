@@ -14,7 +14,7 @@ class FullGraph(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat, task):
         """``task``: the run's task object; it brings this rank's data (``task.rank_data``: node rows
         or node pairs) over the graph this mode splits."""
-        self.cfg = cfg
+        self.cfg, self.log = cfg, log
         heartbeat("start-up: loading the graph")
         on_ranks = lambda graph, outputs: GraphOnRanks(cfg, pg, control, log, graph, heartbeat, outputs)  # noqa: E731
         self.data = task.rank_data(cfg, pg, control, log, heartbeat, on_ranks)
@@ -27,17 +27,27 @@ class FullGraph(Mode):
 
     def attach(self, device, dtype):
         self.ranks.attach(device, dtype)
+        from dsgraph.agp.launch import predicted_step_time_s
+
         self.predicted_mb = None  # the CPU rank's predicted peak RSS, beside the measured peak_mem_mb
         if device.type == "cpu":
             from dsgraph.agp.run_memory import predict_run
 
             predicted = predict_run(self.cfg, dtype.itemsize, self.pg.world_size)
             self.predicted_mb = None if predicted is None else round(predicted.total_mb, 1)
+        # AGP's step time of a named strategy (auto's decision reports its own), beside step_time_s
+        try:
+            self.predicted_step_s = predicted_step_time_s(self.cfg, dtype.itemsize, self.pg.world_size)
+        except (ValueError, FileNotFoundError) as err:
+            self.predicted_step_s = None
+            self.log(f"no predicted step time in the metrics: {err}")
 
     def step_fields(self, step, summed):
         fields = dict(summed)
         if self.predicted_mb is not None:
             fields["predicted_peak_mem_mb"] = self.predicted_mb
+        if self.predicted_step_s is not None:
+            fields["predicted_step_time_s"] = self.predicted_step_s
         return fields
 
     @property
