@@ -112,11 +112,13 @@ def _shape_at(cfg, p: int, loaded) -> tuple[GraphShape, int, int] | None:
     return shape, loaded.num_features, loaded.num_classes
 
 
-def candidates(cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limit_of=None) -> list[Candidate]:
+def candidates(
+    cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limit_of=None, device: str = "cpu"
+) -> list[Candidate]:
     """Every (strategy, p) for p = 1..``max_ranks`` that ``profile`` covers (a partition store: its part
     count only). ``loaded``: the whole graph (with the run's self loops) when its sizes are not known
     from its name; ``limit_of(p)``: the per-rank memory limit in MB at p ranks on this machine
-    (default ``memory_limit_mb``)."""
+    (default ``memory_limit_mb``); ``device``: where the ranks run ('cuda': the accelerator's memory)."""
     b = dtype_bytes_of(ds_config)
     limit_of = limit_of or (lambda p: memory_limit_mb(cfg, p)[0])
     out = []
@@ -131,7 +133,7 @@ def candidates(cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limit
         for name in auto_candidates():
             run = dataclasses.replace(cfg, strategy=name)
             x = predict(name, p, shape, ModelShape.of_config(run, in_dim, classes), profile)
-            memory = predict_run(run, b, p, sizes=(shape, in_dim, classes, "launch"))
+            memory = predict_run(run, b, p, sizes=(shape, in_dim, classes, "launch"), device=device)
             peak = None if memory is None else memory.total_mb
             reason = "" if x.feasible else x.reason
             if not reason and peak is not None and peak > limit:
@@ -162,7 +164,9 @@ def pick(cands: list[Candidate]) -> tuple[Candidate, list[str]]:
     return best, reasons
 
 
-def plan_launch(cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limit_of=None) -> LaunchPlan:
+def plan_launch(
+    cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limit_of=None, device: str = "cpu"
+) -> LaunchPlan:
     """The launch plan of a full-graph run (ValueError for another mode, or when nothing fits)."""
     if cfg.mode != "full":
         raise ValueError(
@@ -170,7 +174,7 @@ def plan_launch(cfg, ds_config: dict, profile, max_ranks: int, loaded=None, limi
             "time: give --nprocs N"
         )
     profile.check_matches(dtype=run_dtype(ds_config))
-    cands = candidates(cfg, ds_config, profile, max_ranks, loaded, limit_of)
+    cands = candidates(cfg, ds_config, profile, max_ranks, loaded, limit_of, device)
     best, reasons = pick(cands)
     return LaunchPlan(
         best.strategy,

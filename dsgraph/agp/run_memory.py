@@ -98,10 +98,11 @@ def graph_sizes(cfg, world_size: int):
     return None
 
 
-def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None) -> RunMemory | None:
+def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str = "cpu") -> RunMemory | None:
     """The run's predicted peak per rank (``dtype_bytes``: 2 with bf16, else 4), or None when it is
     not predicted (see the module's docstring). ``sizes``: ``graph_sizes``'s answer when the caller
-    measured the graph itself (a loaded graph that has no R-MAT name or store)."""
+    measured the graph itself (a loaded graph that has no R-MAT name or store). ``device`` 'cuda':
+    the accelerator's memory (the model's terms alone: no process floor, no CPU kernel terms)."""
     from dsgraph.agp.model import memory_terms
     from dsgraph.parallel.registry import get_strategy
 
@@ -117,8 +118,9 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None) -> RunMemory
     all_terms = [spec.cost(world_size, shape, kind.shape, dtype_bytes) for kind in kinds]
     if any(isinstance(t, str) for t in all_terms):
         return None
-    terms = {"process floor": PROCESS_FLOOR_MB * MB, **memory_terms(kinds, all_terms, model, dtype_bytes)}
-    terms.update(cpu_terms(kinds, all_terms, model))
+    terms = memory_terms(kinds, all_terms, model, dtype_bytes)
+    if device == "cpu":
+        terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model)}
     return RunMemory(terms, world_size, cfg.strategy, source)
 
 

@@ -6,7 +6,10 @@ INPUT is an OGB node-property folder, an edge list (.txt/.csv/.tsv/.edges/.el, o
 keeps); edge features (OGB's raw/edge-feat, a .npz's edge_attr or edge_features, an edge list's
 extra columns with ``--edge-features``) go to the output with their edges; OUTPUT is a .npz (the
 format ``--dataset PATH.npz`` reads) or a folder, which becomes a partition store (``--parts``,
-``--method``) like ``dsgraph partition`` writes. Prints a summary (nodes, edges, degree statistics,
+``--method``) like ``dsgraph partition`` writes. An edge list larger than the memory budget
+(``--memory-gb``, by default half the available memory; or ``--out-of-core``) is converted without
+its edges in memory (``convert_stream.py``: sorted runs on disk, a streamed .npz, balanced ranges for
+a store), and the command says so. Prints a summary (nodes, edges, degree statistics,
 isolated nodes, classes, split sizes) and, with ``--histogram FILE.png``, plots the degree
 distribution (needs matplotlib: ``pip install dsgraph[plot]``).
 
@@ -62,8 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--method",
         choices=METHODS,
-        default="metis",
-        help="partition store output: partition method, as in dsgraph partition (default: metis)",
+        help="partition store output: partition method, as in dsgraph partition (default: metis in memory, "
+        "balanced out of core)",
+    )
+    parser.add_argument(
+        "--out-of-core",
+        action="store_true",
+        help="edge lists: convert without the edges in memory (sorted runs on disk; chosen by itself when the "
+        "edge list is predicted not to fit --memory-gb)",
+    )
+    parser.add_argument(
+        "--memory-gb",
+        type=float,
+        help="edge lists: memory the in-memory conversion may use (default: half the available memory)",
     )
     parser.add_argument("--seed", type=int, default=0, help="partition store output: partition seed (default: 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT")
@@ -76,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         _check_output(args.output, args.force)
+        if _out_of_core(args):
+            return _convert_streamed(args, began)
         if args.histogram and importlib.util.find_spec("matplotlib") is None:
             raise ImportError("--histogram needs matplotlib: pip install 'dsgraph[plot]'")
         result = read_graph(
@@ -120,14 +136,15 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
         from dsgraph.graph.partition import partition_nodes, relabel
         from dsgraph.graph.store import write_store
 
-        parts = partition_nodes(result.graph, args.parts, args.method, args.seed)
+        method = args.method or "metis"
+        parts = partition_nodes(result.graph, args.parts, method, args.seed)
         graph, perm, node_ranges = relabel(result.graph, parts, args.parts)
         write_store(
             graph,
             perm,
             node_ranges,
             output,
-            args.method,
+            method,
             dataset=result.graph.name,
             seed=args.seed,
             overwrite=args.force,
@@ -138,3 +155,73 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
         np.save(ids_path, result.node_ids, allow_pickle=False)
         written.append(ids_path)
     return written
+
+
+def _out_of_core(args: argparse.Namespace) -> bool:
+    """Whether to convert without the edges in memory: asked for, or an edge list predicted over the
+    budget (``partition_choice.EDGE_BYTES`` per line); says which and why. ValueError for an input or
+    an option out of core cannot take."""
+    from dsgraph.graph.ingest import detect_format
+
+    fmt = detect_format(args.input) if args.format == "auto" else args.format
+    if fmt != "edgelist":
+        if args.out_of_core:
+            raise ValueError(f"--out-of-core converts edge lists; {args.input} is {fmt}, read in memory")
+        return False
+    if not args.out_of_core:
+        from dsgraph.graph.partition_choice import EDGE_BYTES, default_budget
+        from dsgraph.graph.readers import count_lines
+
+        lines = count_lines(args.input)
+        budget = int(args.memory_gb * 2**30) if args.memory_gb else default_budget()
+        if lines * EDGE_BYTES <= budget:
+            return False
+        print(
+            f"dsgraph convert: {lines:,} lines need about {lines * EDGE_BYTES / 2**30:.1f} GB in memory, over the "
+            f"budget of {budget / 2**30:.1f} GB (--memory-gb): converting out of core",
+            flush=True,
+        )
+    refused = [f for f, on in (("--relabel", args.relabel), ("--edge-features", args.edge_features)) if on]
+    refused += ["--histogram"] * bool(args.histogram)
+    if refused:
+        raise ValueError(f"out of core, {', '.join(refused)} cannot be done (they need the edge list in memory)")
+    if args.method not in (None, "balanced", "contiguous"):
+        raise ValueError(f"out of core, a store's parts are balanced or contiguous ranges, not --method {args.method}")
+    return True
+
+
+def _convert_streamed(args: argparse.Namespace, began: float) -> int:
+    """The edge list into a .npz (or through a scratch .npz into a partition store), out of core."""
+    from dsgraph.graph.convert_stream import convert_edge_list_streamed
+    from dsgraph.runtime.host_memory import fix_mmap_threshold
+
+    fix_mmap_threshold()  # freed chunks go back to the system instead of growing the heap
+
+    store = not args.output.endswith(".npz")
+    parent = os.path.dirname(os.path.abspath(args.output.rstrip("/")))
+    npz = os.path.join(parent, f".{os.path.basename(args.output.rstrip('/'))}.converting.npz") if store else args.output
+    options = dict(symmetrize=args.symmetrize, drop_self_loops=args.drop_self_loops, dedup=args.dedup)
+    try:
+        stats = convert_edge_list_streamed(
+            args.input, npz, **options, features=args.features, labels=args.labels, scratch=parent, progress=True
+        )
+        if store:
+            from dsgraph.graph.store_stream import write_store_streamed
+
+            name = args.name or os.path.basename(args.input).split(".")[0]
+            write_store_streamed(
+                npz,
+                args.parts,
+                args.method or "balanced",
+                args.output,
+                scratch=parent,
+                dataset=name,
+                overwrite=args.force,
+                progress=True,
+            )
+    finally:
+        if store and os.path.exists(npz):
+            os.remove(npz)
+    print("\n".join(stats.lines_summary(args.input)))
+    print(f"total {time.perf_counter() - began:.1f}s; wrote {args.output}")
+    return 0

@@ -60,7 +60,7 @@ def read_edge_list(
     for index, block in enumerate(blocks):
         if index == 0:
             delimiter = detect_delimiter(block)
-            block, header = _drop_header(block, delimiter)
+            block, header = drop_header(block, delimiter)
         if edge_features and attr is None:
             attr = _feature_table(block, delimiter, capacity)
         rows = _parse_rows(block, delimiter, attr)
@@ -119,7 +119,7 @@ def _parse_rows(block: Block, delimiter: str | None, attr: np.ndarray | None) ->
     return rows
 
 
-def _drop_header(block: Block, delimiter: str | None) -> tuple[Block, str | None]:
+def drop_header(block: Block, delimiter: str | None) -> tuple[Block, str | None]:
     """Blanks the first data line of the file if it is a header (line numbers stay right)."""
     for lineno, data in block.data_lines():
         fields = [t.strip() for t in data.split(delimiter)][:2]

@@ -35,13 +35,21 @@ THRESHOLD_BYTES = 1 << 20
 MUON_MODULE = "deepspeed.runtime.zero.muon.muon_optimizer"
 
 
+def _libc():
+    """The C library: glibc's soname first (no ``ldconfig`` process), else whatever ``find_library`` finds."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
 def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
     """Fixes glibc's mmap threshold at ``nbytes``; True when set, False where the user set one or
     the C library is not glibc (nothing changes there)."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "malloc.mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = _libc()
         libc.gnu_get_libc_version  # glibc only (musl's mallopt does nothing)  # noqa: B018
     except (OSError, AttributeError):
         return False

@@ -84,8 +84,9 @@ def plan(config: str, script_args: list[str], max_ranks: int | None, profile: st
     ranks = max_ranks or machine_ranks()
     dtype = run_dtype(ds_config)
     path = machine_profile(cfg, dtype, ranks, profile, log)
-    limit_of = _gpu_limit if _has_gpus() else None
-    return plan_launch(cfg, ds_config, load_profile(path), ranks, _whole_graph(cfg), limit_of)
+    gpus = _has_gpus()
+    limit_of, device = (_gpu_limit, "cuda") if gpus else (None, "cpu")
+    return plan_launch(cfg, ds_config, load_profile(path), ranks, _whole_graph(cfg), limit_of, device)
 
 
 def plan_file(config: str, given: str | None) -> str:

@@ -115,6 +115,9 @@ def test_auto_trains_cora_and_rmat_and_reports_the_decision(tmp_path, dataset):
         assert r["strategy"] == "a2a" and r["predicted_step_time_s"] > 0 and r["step_time_s"] > 0
     (forecast,) = [r for r in rows if r["kind"] == "forecast"]  # the decision's prediction against the steps
     assert forecast["predicted_step_time_s"] == steps[-1]["predicted_step_time_s"]
+    if dataset.startswith("rmat"):  # sizes known from the name: the peak of the strategy auto runs
+        assert all(r["predicted_peak_mem_mb"] > 0 for r in steps)
+        assert forecast["predicted_peak_mem_mb"] == steps[-1]["predicted_peak_mem_mb"]
     files = glob.glob(
         os.path.join(tmp_path, "tb", "**", "events.out.tfevents.*"), recursive=True
     )  # DeepSpeed may name the folder itself

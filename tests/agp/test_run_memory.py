@@ -38,6 +38,13 @@ def test_terms_sum_to_the_total_and_grow_with_the_graph():
     assert predict_run(_cfg(mode="isolated"), 2, 2) is None  # a chunk at a time: not this model's
 
 
+def test_an_accelerator_holds_the_model_terms_without_the_process_and_the_cpu_kernels():
+    cpu, gpu = predict_run(_cfg(), 2, 2), predict_run(_cfg(), 2, 2, device="cuda")
+    cpu_only = ("process floor", "kept probabilities", "kernel transposes", "kernel backward")
+    assert set(cpu.terms) - set(gpu.terms) == set(cpu_only)
+    assert gpu.total_bytes == pytest.approx(cpu.total_bytes - sum(cpu.terms[k] for k in cpu_only))
+
+
 def test_a_run_over_its_limit_is_refused_with_the_prediction_the_limit_and_what_fits(monkeypatch):
     monkeypatch.setenv(LIMIT_ENV, "1400")
     cfg = _cfg(auto_checkpoint=False)

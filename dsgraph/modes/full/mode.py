@@ -29,12 +29,8 @@ class FullGraph(Mode):
         self.ranks.attach(device, dtype)
         from dsgraph.agp.launch import predicted_step_time_s
 
-        self.predicted_mb = None  # the CPU rank's predicted peak RSS, beside the measured peak_mem_mb
-        if device.type == "cpu":
-            from dsgraph.agp.run_memory import predict_run
-
-            predicted = predict_run(self.cfg, dtype.itemsize, self.pg.world_size)
-            self.predicted_mb = None if predicted is None else round(predicted.total_mb, 1)
+        self.device_type, self.dtype_bytes = device.type, dtype.itemsize
+        self.predicted_mb: dict[str, float | None] = {}  # per strategy in use: the predicted peak per rank
         # AGP's step time of a named strategy (auto's decision reports its own), beside step_time_s
         try:
             self.predicted_step_s = predicted_step_time_s(self.cfg, dtype.itemsize, self.pg.world_size)
@@ -42,10 +38,25 @@ class FullGraph(Mode):
             self.predicted_step_s = None
             self.log(f"no predicted step time in the metrics: {err}")
 
+    def predicted_peak_mb(self) -> float | None:
+        """The memory model's peak per rank (RSS on a CPU, the accelerator's memory on a GPU) of the
+        strategy in use (``auto``: the one it runs now), beside the measured peak_mem_mb."""
+        name = self.ranks.attention.name
+        if name not in self.predicted_mb:
+            import dataclasses
+
+            from dsgraph.agp.run_memory import predict_run
+
+            cfg = dataclasses.replace(self.cfg, strategy=name)
+            predicted = predict_run(cfg, self.dtype_bytes, self.pg.world_size, device=self.device_type)
+            self.predicted_mb[name] = None if predicted is None else round(predicted.total_mb, 1)
+        return self.predicted_mb[name]
+
     def step_fields(self, step, summed):
         fields = dict(summed)
-        if self.predicted_mb is not None:
-            fields["predicted_peak_mem_mb"] = self.predicted_mb
+        peak = self.predicted_peak_mb()
+        if peak is not None:
+            fields["predicted_peak_mem_mb"] = peak
         if self.predicted_step_s is not None:
             fields["predicted_step_time_s"] = self.predicted_step_s
         return fields

@@ -1,0 +1,187 @@
+"""``dsgraph convert`` of an edge list larger than memory: the edges go through sorted runs on disk
+into a dataset ``.npz`` in CSR order, and from there (``store_stream.py``) into a partition store.
+
+One pass over the text parses a block of lines at a time into keys ``dst << 31 | src`` (ids are
+below 2^31, the int32 limit, so the keys sort by destination, then source), drops self loops, adds
+the reverse of every edge (``symmetrize``) and writes each batch as a sorted run
+(``external_sort.py``); the k-way merge removes repeated edges (``dedup``) and its chunks are written
+as the ``src``/``dst`` members, then the node arrays (features ``[N, 1]`` of ones or the given
+``.npy``, memory-mapped; labels -1 or the given ones; empty split masks) one chunk at a time. Memory:
+one block of text and one batch of keys while reading, the merge's window while writing, and N-sized
+node arrays; never E-sized (the memory-mapped runs and outputs are page cache the kernel takes
+back). Relabelling and edge features need the whole edge list: refused here with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsgraph.graph.edgelist import drop_header
+from dsgraph.graph.external_sort import SortedRuns
+from dsgraph.graph.graph import MAX_NODES
+from dsgraph.graph.npz_map import release_pages
+from dsgraph.graph.npz_stream import NpzWriter
+from dsgraph.graph.readers import detect_delimiter, iter_blocks, parse_block, require_file
+
+ID_BITS = 31  # node ids are int32
+BATCH_KEYS = 1 << 23  # keys sorted into one run (64 MB)
+CHUNK = 1 << 22  # values written per piece
+
+
+@dataclass
+class StreamedEdges:
+    """What the streamed conversion read and wrote."""
+
+    num_nodes: int
+    num_edges: int  # written
+    lines: int  # edges read from the file
+    self_loops_dropped: int = 0
+    reverse_added: int = 0
+    duplicates_removed: int = 0
+    header: str | None = None
+
+    def lines_summary(self, path: str) -> list[str]:
+        out = [
+            f"converted out of core: {path}",
+            f"  read {self.lines:,} edges; wrote {self.num_nodes:,} nodes and {self.num_edges:,} edges (CSR order)",
+        ]
+        if self.self_loops_dropped or self.reverse_added or self.duplicates_removed:
+            out.append(
+                f"  cleanup: {self.self_loops_dropped:,} self loops dropped, {self.reverse_added:,} reverse edges "
+                f"added, {self.duplicates_removed:,} repeated edges removed"
+            )
+        if self.header:
+            out.append(f"  header skipped: {self.header}")
+        return out
+
+
+def convert_edge_list_streamed(
+    path: str,
+    out_npz: str,
+    *,
+    symmetrize: bool = False,
+    drop_self_loops: bool = False,
+    dedup: bool = False,
+    features: str | None = None,
+    labels: str | None = None,
+    scratch: str | None = None,
+    block_bytes: int | None = None,
+    batch_keys: int = BATCH_KEYS,
+    merge_window: int | None = None,
+    chunk: int = CHUNK,
+    progress: bool = False,
+) -> StreamedEdges:
+    """Writes the dataset ``.npz`` ``out_npz`` of the edge list ``path`` without holding its edges in
+    memory (module docstring); ``scratch``: the folder for the sorted runs (default: beside ``out_npz``).
+    ``block_bytes``, ``batch_keys``, ``merge_window`` (keys read per run per merge step) and ``chunk``
+    (values written per piece) bound the memory."""
+    path = require_file(path, "edge list")
+    scratch = scratch or os.path.dirname(os.path.abspath(out_npz))
+    with SortedRuns(scratch) as runs:
+        stats = _read_into_runs(path, runs, symmetrize, drop_self_loops, dedup, block_bytes, batch_keys, progress)
+        x, y = _node_arrays(stats.num_nodes, features, labels)
+        edges = _merged_edges(runs, dedup, merge_window, progress)
+        stats.num_edges = int(edges["src"].size)
+        read = stats.lines - stats.self_loops_dropped + stats.reverse_added
+        stats.duplicates_removed = read - stats.num_edges
+        with NpzWriter(out_npz) as npz:
+            for name in ("src", "dst"):
+                _write_chunked(npz, name, edges[name], np.int32, chunk)
+            _write_chunked(npz, "x", x, np.float32, chunk)
+            npz.array("y", y)
+            for mask in ("train_mask", "val_mask", "test_mask"):
+                npz.array(mask, np.zeros(stats.num_nodes, dtype=bool))
+        del edges
+    return stats
+
+
+def _read_into_runs(path, runs, symmetrize, drop_self_loops, dedup, block_bytes, batch_keys, progress) -> StreamedEdges:
+    """One pass over the text: keys of every edge into sorted runs; the node count and what was cleaned."""
+    stats = StreamedEdges(num_nodes=0, num_edges=0, lines=0)
+    delimiter, pending, held = None, [], 0
+    blocks = iter_blocks(path) if block_bytes is None else iter_blocks(path, block_bytes)
+    for index, block in enumerate(_bar(blocks, progress, f"{os.path.basename(path)}: reading")):
+        if index == 0:
+            delimiter = detect_delimiter(block)
+            block, stats.header = drop_header(block, delimiter)
+        rows = parse_block(block, columns=2, dtype=np.int64, delimiter=delimiter)
+        if not rows.size:
+            continue
+        bad = (rows < 0) | (rows >= MAX_NODES)
+        if bad.any():
+            row, col = (int(i[0]) for i in np.nonzero(bad))
+            raise ValueError(
+                f"{path}, line {block.line_of_row(row)}: node id {int(rows[row, col])} is outside [0, {MAX_NODES}) "
+                "(out of core, ids are used as they are: --relabel needs the edge list in memory)"
+            )
+        stats.lines += len(rows)
+        stats.num_nodes = max(stats.num_nodes, int(rows.max()) + 1)
+        src, dst = rows[:, 0], rows[:, 1]
+        if drop_self_loops:
+            keep = src != dst
+            stats.self_loops_dropped += int((~keep).sum())
+            src, dst = src[keep], dst[keep]
+        keys = [(dst << ID_BITS) | src]
+        if symmetrize:
+            keys.append((src << ID_BITS) | dst)
+            stats.reverse_added += int(src.size)
+        pending += keys
+        held += sum(k.size for k in keys)
+        if held >= batch_keys:
+            runs.add(np.concatenate(pending), dedup=dedup)
+            pending, held = [], 0
+    if pending:
+        runs.add(np.concatenate(pending), dedup=dedup)
+    return stats
+
+
+def _merged_edges(runs: SortedRuns, dedup: bool, window: int | None, progress: bool) -> dict[str, np.ndarray]:
+    """The merged keys as int32 src and dst memory maps in the runs' folder (CSR order)."""
+    files = {name: os.path.join(runs.folder, f"{name}.npy") for name in ("src", "dst")}
+    out = {name: np.lib.format.open_memmap(f, "w+", np.int32, (runs.num_keys,)) for name, f in files.items()}
+    pos = 0
+    for keys in _bar(runs.merge(dedup=dedup, window=window), progress, "merging runs"):
+        out["dst"][pos : pos + keys.size] = keys >> ID_BITS
+        out["src"][pos : pos + keys.size] = keys & ((1 << ID_BITS) - 1)
+        pos += keys.size
+        release_pages(out["dst"]), release_pages(out["src"])
+    for array in out.values():
+        array.flush()
+    return {name: np.load(f, mmap_mode="r")[:pos] for name, f in files.items()}
+
+
+def _node_arrays(n: int, features: str | None, labels: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """x [N, F] (ones [N, 1] without ``features``; a given .npy is memory-mapped) and y [N] int64."""
+    if features:
+        x = np.load(features, mmap_mode="r")
+        if x.ndim != 2 or x.shape[0] != n:
+            raise ValueError(f"{features}: features must be [N, F], N = {n} (the largest node id + 1); got {x.shape}")
+    else:
+        x = np.lib.stride_tricks.as_strided(np.ones(1, np.float32), shape=(n, 1), strides=(0, 0))  # no N-sized copy
+    if labels:
+        y = np.load(labels)
+        if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"{labels}: labels must be integers [N] with N = {n}, got {y.dtype} {y.shape}")
+        y = y.astype(np.int64)
+    else:
+        y = np.full(n, -1, dtype=np.int64)
+    return x, y
+
+
+def _write_chunked(npz: NpzWriter, name: str, array: np.ndarray, dtype, chunk: int) -> None:
+    rows = max(1, chunk // max(1, int(np.prod(array.shape[1:]))))
+    with npz.member(name, dtype, array.shape) as stream:
+        for lo in range(0, array.shape[0], rows):
+            stream.write(np.asarray(array[lo : lo + rows]))
+            release_pages(array)
+
+
+def _bar(items, enabled: bool, desc: str):
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="block")
