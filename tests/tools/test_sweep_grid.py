@@ -44,6 +44,21 @@ def test_grid_errors_name_the_problem(tmp_path):
         load_grid(_grid(tmp_path, variants={"a": {"config": "no/such.json"}}))
 
 
+def test_a_missing_datasets_folder_fails_before_any_cell_trains(tmp_path):
+    from types import SimpleNamespace
+
+    from tools.reports.sweep_grid import run_grid
+
+    results = tmp_path / "r.json"
+    options = SimpleNamespace(cells=["a/sq"], rerun=False, max_cells=None, datasets=str(tmp_path / "no"), nprocs=1)
+    with pytest.raises(ValueError, match=r"--datasets .* is not a folder.*graph\(s\) sq read \{datasets\}"):
+        run_grid(_grid(tmp_path), str(results), None, options)
+    assert not results.exists()
+    options.cells = ["a/cora"]  # a cell whose graph needs no folder plans as before (nothing left: table only)
+    results.write_text(json.dumps({"cells": {"a/cora": _cell([0.8])}}))
+    assert run_grid(_grid(tmp_path), str(results), None, options) == 0
+
+
 def test_table_puts_published_rows_beside_the_variants(tmp_path):
     grid = load_grid(_grid(tmp_path))
     text = table(grid, {"cells": {"a/cora": _cell([0.8, 0.82]), "b/sq": _cell([0.4, 0.4])}})

@@ -72,6 +72,18 @@ def _matches(pattern: str, variant: str, graph: str) -> bool:
     return want_v in ("*", variant) and want_g in ("*", graph)
 
 
+def check_datasets(grid: dict, cells: list[tuple[str, str]], datasets: str) -> None:
+    """Before any cell trains: ``--datasets`` must be a folder when a planned cell's graph reads
+    ``{datasets}`` (a relative default such as ../shared/datasets names no folder from a worktree
+    elsewhere; otherwise the error would come only when that cell starts, after the cells before it)."""
+    reading = sorted({g for _, g in cells if "{datasets}" in grid["graphs"][g]["dataset"]})
+    if reading and not os.path.isdir(datasets):
+        raise ValueError(
+            f"--datasets {datasets!r} is not a folder (from {os.getcwd()}), and graph(s) {', '.join(reading)} "
+            "read {datasets}; pass the shared datasets folder, e.g. --datasets /path/to/shared/datasets"
+        )
+
+
 def measure_cell(grid: dict, variant: str, graph: str, datasets: str, nprocs: int) -> dict:
     """One cell's runs (``sweep.run_set``) and when and how long they took."""
     from tools.reports.sweep import run_set
@@ -144,6 +156,7 @@ def run_grid(grid_path: str, results_path: str, page_path: str | None, options) 
     cells = plan_cells(grid, results, options.cells, options.rerun)
     if options.max_cells is not None:
         cells = cells[: options.max_cells]
+    check_datasets(grid, cells, options.datasets)
     for variant, graph in cells:
         print(f"measuring {variant}/{graph} ...", flush=True)
         results["cells"][f"{variant}/{graph}"] = measure_cell(grid, variant, graph, options.datasets, options.nprocs)
