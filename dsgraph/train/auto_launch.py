@@ -15,7 +15,7 @@ def machine_ranks() -> int:
     """Ranks this machine can run side by side: its GPUs, else its CPU cores."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+    if _has_gpus():
         return torch.cuda.device_count()
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

@@ -59,6 +59,9 @@ def main(argv: list[str]) -> int:
     if args.nprocs == "auto":
         from dsgraph.train.auto_launch import main_auto
 
+        if args.min_nprocs is not None:  # a shrunk restart would run other than the plan
+            p.error("--nprocs auto launches the plan's rank count: give --nprocs N to restart on fewer (--min-nprocs)")
+
         decided = main_auto(args.config, rest, args)
         if isinstance(decided, int):
             return decided

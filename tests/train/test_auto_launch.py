@@ -104,6 +104,9 @@ def test_refusals(setup, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         launcher.main(["--nprocs", "2", "--plan-only", "--config", str(config)])
     assert "go with --nprocs auto" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        launcher.main(["--nprocs", "auto", "--min-nprocs", "1", "--max-restarts", "1", "--config", str(config)])
+    assert "give --nprocs N to restart on fewer" in capsys.readouterr().err
     assert not launched
 
 
