@@ -27,7 +27,6 @@ from dsgraph.tasks import get_task
 from dsgraph.tasks.base import metric_key
 from dsgraph.train import checkpoint, forecast, nonfinite, run_name
 from dsgraph.train.config import DsgraphConfig
-from dsgraph.train.forecast import Forecast
 from dsgraph.train.metrics import MetricsWriter, Row, peak_memory_mb, per_rank_row
 from dsgraph.train.preemption import Preempted, Preemption
 from dsgraph.train.trace import StepTracer
@@ -149,7 +148,7 @@ class Trainer:
         self.lr = nonfinite.LearningRateScale(self.engine)
         self.last_save: tuple[int, str | None] = (-1, None)  # (epoch, folder or None: refused) of the last save
         self.skipped: set[tuple[int, int]] = set()  # (epoch, index) of steps a rollback skips
-        self.forecast = Forecast()  # predicted against measured step time and peak memory (forecast.py)
+        self.forecast = forecast.Forecast()  # predicted against measured step time and peak memory (forecast.py)
         self._finding: str | None = None  # this rank's non-finite finding, not yet agreed on
         self._flagged: list[int] = []  # the ranks that found one in the last reducing step
 
