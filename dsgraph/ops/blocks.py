@@ -87,6 +87,12 @@ def attention_forward(
     return Partial(y, lse, saved, chosen.value_sum(rowptr, col, p_EH, edge_values.detach().to(p_EH.dtype)))
 
 
+def _block_weight(part: Partial, lse: torch.Tensor) -> torch.Tensor:
+    """[N_dst, H, 1] w_i = exp(lse_block_i - lse_i), the block's share of the whole softmax (0 for
+    rows without edges in the block)."""
+    return torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))[..., None]
+
+
 def _mean_for(rowptr, col, k, v, backend, bias, edge_values) -> FusedBackend:
     """The fused backend for a block with constant scores; ValueErrors for what they do not take."""
     if k is not None or bias is not None or edge_values is not None:
@@ -100,9 +106,8 @@ def _mean_for(rowptr, col, k, v, backend, bias, edge_values) -> FusedBackend:
 def _mean_backward(rowptr, col, k, v, part: Partial, dy, whole, backend, bias, edge_values):
     """``attention_backward`` with constant scores: (None, None, dv) of the block."""
     mean = _mean_for(rowptr, col, k, v, backend, bias, edge_values)
-    if whole is not None:  # w_i = d_block_i / d_i, from the lse
-        lse = whole[1]
-        weight = torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))[..., None]
+    if whole is not None:  # w_i = d_block_i / d_i
+        weight = _block_weight(part, whole[1])
         dy = dy.to(weight.dtype) * weight
     with torch.profiler.record_function(f"dsgraph/attention/{mean.name}_mean_backward"):
         dv = mean.mean_backward(rowptr, col, dy.detach(), v.shape[0])
@@ -156,7 +161,7 @@ def attention_backward(
     weight = None
     if whole is not None:
         y, lse, z = (*whole[:2], whole[2] if len(whole) > 2 else None)
-        weight = torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))[..., None]
+        weight = _block_weight(part, lse)
         dy = dy.to(weight.dtype) * weight
     fused = edge_values is not None and chosen.keeps_probabilities
     extra = with_bias(bias)
