@@ -1,10 +1,10 @@
 """GCN and GraphSAGE layers (``model.block`` 'gcn', 'sage') on the graph-parallel attention path.
 
-Their aggregation is the attention of the rank's rows with constant scores: q = k = 0 makes every
-score of a row equal, and a softmax of equal scores is 1 / in-degree, so ``attention(0, 0, v)`` is
-the mean of the in-neighbours' v, exactly, through whatever strategy, mode, backend, dtype and
-checkpointing the run uses, with no kernel of its own. q and k take no gradient, so the backward
-computes dv only.
+Their aggregation is the attention of the rank's rows with constant scores: ``attention(None, None,
+v)`` (q = k = None) is the mean of the in-neighbours' v (a softmax of equal scores is 1 / in-degree),
+through whatever strategy, mode, backend, dtype and checkpointing the run uses. The op computes no
+scores and no softmax for it (``dsgraph/ops/mean.py``: one gather-sum pass forward, one over the
+transpose backward, dv only), and the strategies move V alone.
 
 - sage (Hamilton et al. 2017, mean aggregator): mean_j(h_j W_n) + h_i W_r + b; the node is always
   apart from its neighbours (the run adds no self loops for it).
@@ -48,8 +48,7 @@ def aggregate(attention: Attention, v_nHD: torch.Tensor, kind: str) -> torch.Ten
     if kind == "gcn":
         d_n = row_degrees(attention).clamp_min(1).to(torch.float32)
         v_nHD = v_nHD * d_n.rsqrt().to(v_nHD.dtype)[:, None, None]
-    zeros_nHD = v_nHD.new_zeros(v_nHD.shape)
-    y_nHD = attention(zeros_nHD, zeros_nHD, v_nHD)
+    y_nHD = attention(None, None, v_nHD)
     return y_nHD * d_n.sqrt().to(y_nHD.dtype)[:, None, None] if kind == "gcn" else y_nHD
 
 

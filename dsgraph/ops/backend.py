@@ -11,7 +11,9 @@ is passed only when there is one, so a backend without it needs no change. A bac
 ``supports_edge_values`` also returns the attention-weighted sum of per-edge values
 (``edge_values.py``): a fused one from its kernels when it ``keeps_probabilities``, else from its
 log-sum-exp, recomputing the probabilities in torch around its unchanged kernels.
-``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
+With q = k = None (constant scores: each row's mean of its in-neighbours' v, ``mean.py``) a fused
+backend runs ``mean_forward`` and ``mean_backward`` instead (torch's sparse matmul unless it has
+kernels of its own). ``FusedAttention`` saves q, k, v, that output and ``saved``, and hands backward detached tensors (a
 kernel library reads them through DLPack, which refuses tensors that require grad; in fp32 the
 saved output is the Function's own output).
 """
@@ -24,6 +26,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from dsgraph.ops.edge_values import FusedEdgeValues, RecomputedEdgeValues, edge_value_grad, edge_value_sum
+from dsgraph.ops.mean import MeanAggregation, torch_mean_backward, torch_mean_forward
 
 INT32_MAX = 2**31 - 1
 
@@ -48,13 +51,15 @@ class Backend(ABC):
 
     def unsupported(self, q: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str:
         """'' when the backend can run inputs like ``q`` (dtype, head dim, device; ``tensors`` names
-        every input, graph included), else the reason it cannot. Shape checks only: no data scans."""
+        every input, graph included), else the reason it cannot. Shape checks only: no data scans.
+        For constant scores (q = k = None) ``q`` is v and ``tensors`` has no 'q'."""
         return ""
 
     @abstractmethod
     def attention(self, rowptr, col, q, k, v, scale: float) -> torch.Tensor:
         """y [N_dst, H, D] in q's dtype, differentiable in q, k and v (the contract in reference.py);
-        a backend with ``supports_bias`` also takes ``bias=`` [E, H] and is differentiable in it."""
+        a backend with ``supports_bias`` also takes ``bias=`` [E, H] and is differentiable in it.
+        q = k = None: constant scores, y in v's dtype (``mean.py``)."""
 
 
 class FusedBackend(Backend):
@@ -92,7 +97,19 @@ class FusedBackend(Backend):
         ``edge_value_grad`` unless the backend has a kernel of its own."""
         return edge_value_grad(rowptr, col, dz_NHC, u_EC)
 
+    def mean_forward(self, rowptr, col, v) -> tuple[torch.Tensor, torch.Tensor]:
+        """Constant scores (``mean.py``): (y [N_dst, H, D], lse [N_dst, H] = log in-degree), both in
+        the accumulation dtype; torch's sparse matmul unless the backend has a kernel of its own."""
+        return torch_mean_forward(rowptr, col, v)
+
+    def mean_backward(self, rowptr, col, dy, n_src: int) -> torch.Tensor:
+        """Constant scores: dv [N_src, H, D] in the accumulation dtype, dv_j = sum_i dy_i / d_i over
+        the out-edges of j; torch's sparse matmul unless the backend has a kernel of its own."""
+        return torch_mean_backward(rowptr, col, dy, n_src)
+
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
+        if q is None:  # constant scores: dispatch has checked that k, bias and edge values are None too
+            return MeanAggregation.apply(self, rowptr, col, v)
         if edge_values is not None:
             path = FusedEdgeValues if self.keeps_probabilities else RecomputedEdgeValues
             return path.apply(self, rowptr, col, q, k, v, scale, bias, edge_values)

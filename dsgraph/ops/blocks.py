@@ -19,6 +19,10 @@ comes, on the kernels' path, from dz_i w_i in place of dz_i (they add g_ij = w_i
 score's upstream gradient and w_i <dz_i, z_i>, the whole z, to delta); on the recomputed path, from
 the kernels' unchanged backward plus the gradients of a_ij (<dz_i, u_ij> - <dz_i, z_i>), with
 a_ij = exp(s_ij - lse_i) recomputed from the whole lse.
+
+Constant scores (q = k = None, ``mean.py``): a block's forward is the mean over its own edges with
+lse = log of their count, so ``merge`` gives the mean over all of them, and the block's backward
+on dy_i w_i is its share of dv (there is no dq or dk); no bias or edge values.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dsgraph.ops.backend import with_bias
-from dsgraph.ops.dispatch import prepare_fused
+from dsgraph.ops.backend import FusedBackend, with_bias
+from dsgraph.ops.dispatch import prepare_constant_scores, prepare_fused
 from dsgraph.ops.edge_values import edge_value_score_grads, recomputed_probabilities
 
 
@@ -66,6 +70,10 @@ def attention_forward(
     """The forward pass over one block of sources, without autograd (k, v: the block's rows; bias:
     None or the block's edges' score bias [E_block, H]; edge_values: None or the block's edges' u
     [E_block, C], then the Partial has z)."""
+    if q is None:
+        mean = _mean_for(rowptr, col, k, v, backend, bias, edge_values)
+        with torch.profiler.record_function(f"dsgraph/attention/{mean.name}_mean_forward"):
+            return Partial(*mean.mean_forward(rowptr, col, v.detach()), ())
     chosen, scale = _fused_for(rowptr, col, q, k, v, scale, backend, bias, edge_values)
     bias = None if bias is None else bias.detach()
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_forward"):
@@ -77,6 +85,33 @@ def attention_forward(
     else:
         p_EH = recomputed_probabilities(rowptr, col, q.detach(), k.detach(), scale, bias, lse)
     return Partial(y, lse, saved, chosen.value_sum(rowptr, col, p_EH, edge_values.detach().to(p_EH.dtype)))
+
+
+def _block_weight(part: Partial, lse: torch.Tensor) -> torch.Tensor:
+    """[N_dst, H, 1] w_i = exp(lse_block_i - lse_i), the block's share of the whole softmax (0 for
+    rows without edges in the block)."""
+    return torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))[..., None]
+
+
+def _mean_for(rowptr, col, k, v, backend, bias, edge_values) -> FusedBackend:
+    """The fused backend for a block with constant scores; ValueErrors for what they do not take."""
+    if k is not None or bias is not None or edge_values is not None:
+        raise ValueError("sparse attention blocks: constant scores (q = None) take k = None, no bias or edge values")
+    chosen = prepare_constant_scores(rowptr, col, v, backend)
+    if not isinstance(chosen, FusedBackend):
+        raise ValueError(f"sparse attention backend '{chosen.name}' has no separate forward and backward passes")
+    return chosen
+
+
+def _mean_backward(rowptr, col, k, v, part: Partial, dy, whole, backend, bias, edge_values):
+    """``attention_backward`` with constant scores: (None, None, dv) of the block."""
+    mean = _mean_for(rowptr, col, k, v, backend, bias, edge_values)
+    if whole is not None:  # w_i = d_block_i / d_i
+        weight = _block_weight(part, whole[1])
+        dy = dy.to(weight.dtype) * weight
+    with torch.profiler.record_function(f"dsgraph/attention/{mean.name}_mean_backward"):
+        dv = mean.mean_backward(rowptr, col, dy.detach(), v.shape[0])
+    return None, None, dv.to(v.dtype)
 
 
 def merge(a: Partial | tuple, b: Partial) -> tuple[torch.Tensor, ...]:
@@ -115,7 +150,10 @@ def attention_backward(
     share of the rows' dq. ``whole``: the merged (y, lse[, z]) the block is part of (None: the block
     is the whole attention). With ``bias`` (the block's, as its forward had it) a fourth result: its
     gradient [E_block, H]. With ``edge_values`` (the block's u, as its forward had them) and ``dz``
-    [N_dst, H, C], the upstream gradient of the whole z: their terms enter the scores' gradient."""
+    [N_dst, H, C], the upstream gradient of the whole z: their terms enter the scores' gradient.
+    Constant scores (q = k = None): (None, None, dv)."""
+    if q is None:
+        return _mean_backward(rowptr, col, k, v, part, dy, whole, backend, bias, edge_values)
     chosen, scale = _fused_for(rowptr, col, q, k, v, scale, backend, bias, edge_values)
     bias = None if bias is None else bias.detach()
     needs = tuple(needs[:3]) + ((needs[3] if len(needs) > 3 else True,) if bias is not None else ())
@@ -123,7 +161,7 @@ def attention_backward(
     weight = None
     if whole is not None:
         y, lse, z = (*whole[:2], whole[2] if len(whole) > 2 else None)
-        weight = torch.where(torch.isfinite(part.lse), torch.exp(part.lse - lse), torch.zeros_like(lse))[..., None]
+        weight = _block_weight(part, lse)
         dy = dy.to(weight.dtype) * weight
     fused = edge_values is not None and chosen.keeps_probabilities
     extra = with_bias(bias)

@@ -13,6 +13,9 @@ A score bias [E, H] is read by the forward and both backward passes (the column 
 transpose's CSR positions); the dQ pass writes its gradient, ds [E, H], once per edge-head.
 Edge values (``edge_values.py``) run around these kernels, unchanged: the kernels keep only lse, so
 the probabilities are recomputed in torch, in edge chunks.
+Constant scores (q = k = None: GCN's and SAGE's mean, ``mean.py``) have no kernel here: they run
+torch's sparse CSR matmul on the device (cuSPARSE SpMM, forward over the CSR, backward over the
+cached transpose; fp32 accumulation), the ``FusedBackend`` default, for any head dim.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class CudaBackend(FusedBackend):
     def unsupported(self, q, tensors) -> str:
         if q.dtype not in _DTYPE_NAMES:
             return f"dtype {q.dtype} is not supported; use float32 or bfloat16"
-        if q.shape[2] not in cuda_source.HEAD_DIMS:
+        if "q" in tensors and q.shape[2] not in cuda_source.HEAD_DIMS:  # constant scores (no q) run any head dim
             return f"head dim {q.shape[2]} is not supported; use one of {cuda_source.HEAD_DIMS} or backend='reference'"
         if max(q.shape[0], tensors.get("k", q).shape[0]) > INT32_MAX or q.shape[1] > MAX_GRID_Y:
             return f"node counts must stay below 2^31 and heads at most {MAX_GRID_Y}"

@@ -128,7 +128,12 @@ def sparse_attention(
     Differentiable in q, k, v and bias. ``edge_values``: None or u [E, C] in q's dtype (CSR order,
     constants: no gradient); then returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij
     (``edge_values.py``).
+
+    q = k = None: constant scores, every row's mean of its in-neighbours' v (``mean.py``; no scores,
+    no softmax, differentiable in v only; y in v's dtype); no bias or edge values then.
     """
+    if q is None or k is None:
+        return _constant_scores(rowptr, col, q, k, v, bias, edge_values, backend)
     _check_shapes(rowptr, col, q, k, v, bias)
     _check_edge_values(col, q, edge_values)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -138,6 +143,34 @@ def sparse_attention(
     extra = with_bias(bias) if edge_values is None else {**with_bias(bias), "edge_values": edge_values}
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}"):  # a named region in traces
         return chosen.attention(rowptr, col, q, k, v, scale, **extra)
+
+
+def _constant_scores(rowptr, col, q, k, v, bias, edge_values, backend: str) -> torch.Tensor:
+    """``sparse_attention`` with q = k = None: checks, then the chosen backend's mean."""
+    if q is not None or k is not None:
+        raise ValueError("sparse_attention: constant scores take q = k = None (both), got one of them")
+    if bias is not None or edge_values is not None:
+        raise ValueError("sparse_attention: constant scores (q = k = None) take no score bias or edge values")
+    chosen = prepare_constant_scores(rowptr, col, v, backend)
+    with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_mean"):
+        return chosen.attention(rowptr, col, None, None, v, 0.0)
+
+
+def prepare_constant_scores(rowptr, col, v, backend: str) -> Backend:
+    """Checks for constant scores (q = k = None; shapes per call, indices once per graph); the backend."""
+    _check_constant_scores(rowptr, col, v)
+    chosen = backend_for_inputs(backend, v, {"rowptr": rowptr, "col": col, "v": v})
+    cached_per_graph(rowptr, col, ("checked", v.shape[0]), lambda: check_graph(rowptr, col, v.shape[0]))
+    return chosen
+
+
+def _check_constant_scores(rowptr, col, v) -> None:
+    if v.dim() != 3 or v.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"sparse_attention: v must be 3-D [N, H, D] in one of {FLOAT_DTYPES}, got {tuple(v.shape)}")
+    if rowptr.dim() != 1 or rowptr.dtype != torch.int64 or rowptr.numel() < 1:
+        raise ValueError("sparse_attention: rowptr must be int64 [N_dst+1]")
+    if col.dim() != 1 or col.dtype not in (torch.int32, torch.int64):
+        raise ValueError("sparse_attention: col must be a 1-D int32 or int64 tensor")
 
 
 def _inputs(rowptr, col, q, k, v, bias) -> dict[str, torch.Tensor]:

@@ -10,6 +10,7 @@ import torch
 
 from dsgraph.ops.backend import FusedBackend
 from dsgraph.ops.edge_values import edge_rows
+from dsgraph.ops.mean import mean_lse
 
 
 def sparse_attention_reference(
@@ -28,22 +29,25 @@ def sparse_attention_reference(
     CSR order; returns y [N_dst, H, D] in q's dtype (fp32 math for bf16 inputs). Rows with no edges
     give zeros. Differentiable in q, k, v and bias (d bias_ij = ds_ij, the score's gradient). With
     ``edge_values`` u [E, C] (CSR order, constants) returns (y, z), z [N_dst, H, C] = sum_j a_ij u_ij.
+    q = k = None: every score is 0 (constant scores, ``mean.py``): y_i is the mean of the row's v_j,
+    in v's dtype, computed by this same softmax.
     """
-    n_dst, heads, _ = q.shape
-    dst, src, acc = _edges(rowptr, col, q)
-    scores_EH = _scores(q, k, dst, src, scale, bias, acc)
-    row_max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
+    n_dst, heads = rowptr.numel() - 1, v.shape[1]
+    like = v if q is None else q  # dtype and device of the result
+    dst, src, acc = _edges(rowptr, col, like)
+    scores_EH = _scores(q, k, dst, src, scale, bias, acc, heads)
+    row_max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=v.device)
     row_max_NH = row_max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH.detach(), "amax")
     weights_EH = torch.exp(scores_EH - row_max_NH[dst])
-    denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=q.device).index_add(0, dst, weights_EH)
+    denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=v.device).index_add(0, dst, weights_EH)
     probs_EH = weights_EH / denom_NH[dst]
-    y = torch.zeros(q.shape, dtype=acc, device=q.device)
+    y = torch.zeros((n_dst, *v.shape[1:]), dtype=acc, device=v.device)
     y = y.index_add(0, dst, probs_EH[:, :, None] * v.to(acc)[src])  # cast first: dv sums in acc, not bf16
     if edge_values is None:
-        return y.to(q.dtype)
-    z = torch.zeros((n_dst, heads, edge_values.shape[1]), dtype=acc, device=q.device)
+        return y.to(like.dtype)
+    z = torch.zeros((n_dst, heads, edge_values.shape[1]), dtype=acc, device=v.device)
     z = z.index_add(0, dst, probs_EH[:, :, None] * edge_values.to(acc)[:, None, :])
-    return y.to(q.dtype), z.to(q.dtype)
+    return y.to(like.dtype), z.to(like.dtype)
 
 
 def _edges(rowptr, col, q):
@@ -52,23 +56,27 @@ def _edges(rowptr, col, q):
     return edge_rows(rowptr, col), col.long(), acc
 
 
-def _scores(q, k, dst, src, scale: float, bias, acc) -> torch.Tensor:
-    """s [E, H] = scale * <q_dst, k_src> (+ bias) in the accumulation dtype."""
+def _scores(q, k, dst, src, scale: float, bias, acc, heads: int = 0) -> torch.Tensor:
+    """s [E, H] = scale * <q_dst, k_src> (+ bias) in the accumulation dtype; 0 [E, heads] for q = None."""
+    if q is None:
+        return torch.zeros((dst.numel(), heads), dtype=acc, device=dst.device)
     scores_EH = (q.to(acc)[dst] * k.to(acc)[src]).sum(-1) * scale
     return scores_EH if bias is None else scores_EH + bias.to(acc)
 
 
 def reference_forward(rowptr, col, q, k, v, scale: float, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass as the fused kernels compute it, in torch: (y [N_dst, H, D], lse [N_dst, H]),
-    both in the accumulation dtype; lse is -inf and y 0 for rows without edges. No autograd."""
-    dst, src, acc = _edges(rowptr, col, q)
-    n_dst, heads = q.shape[:2]
-    scores_EH = _scores(q, k, dst, src, scale, bias, acc)
-    max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=q.device)
+    both in the accumulation dtype; lse is -inf and y 0 for rows without edges. No autograd.
+    q = k = None: constant scores (every score 0)."""
+    dst, src, acc = _edges(rowptr, col, v)
+    n_dst, heads = rowptr.numel() - 1, v.shape[1]
+    scores_EH = _scores(q, k, dst, src, scale, bias, acc, heads)
+    max_NH = torch.full((n_dst, heads), float("-inf"), dtype=acc, device=v.device)
     max_NH = max_NH.scatter_reduce(0, dst[:, None].expand_as(scores_EH), scores_EH, "amax")
     weights_EH = torch.exp(scores_EH - max_NH[dst])
-    denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=q.device).index_add(0, dst, weights_EH)
-    y = torch.zeros(q.shape, dtype=acc, device=q.device).index_add(0, dst, weights_EH[:, :, None] * v[src].to(acc))
+    denom_NH = torch.zeros((n_dst, heads), dtype=acc, device=v.device).index_add(0, dst, weights_EH)
+    y = torch.zeros((n_dst, *v.shape[1:]), dtype=acc, device=v.device)
+    y = y.index_add(0, dst, weights_EH[:, :, None] * v[src].to(acc))
     y = y / denom_NH.clamp_min(torch.finfo(acc).tiny)[:, :, None]
     return y, max_NH + torch.log(denom_NH)
 
@@ -88,6 +96,16 @@ def reference_backward(rowptr, col, q, k, v, y, lse, dy, scale: float, bias=None
     dv = torch.zeros_like(v_).index_add(0, src, p_EH[:, :, None] * dy_[dst])
     dbias = None if bias is None else ds_EH.to(bias.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbias
+
+
+def reference_mean_backward(rowptr, col, dy, n_src: int) -> torch.Tensor:
+    """Constant scores' backward as ``reference_backward`` computes it with every score 0 (p_ij =
+    exp(0 - lse_i) = 1/d_i): dv [N_src, H, D] in the accumulation dtype. No autograd."""
+    dst, src, acc = _edges(rowptr, col, dy)
+    p_EH = torch.exp(-mean_lse(rowptr, dy.shape[1], acc)[dst])
+    return torch.zeros((n_src, *dy.shape[1:]), dtype=acc, device=dy.device).index_add(
+        0, src, p_EH[:, :, None] * dy.to(acc)[dst]
+    )
 
 
 class ReferenceBackend(FusedBackend):
@@ -110,6 +128,13 @@ class ReferenceBackend(FusedBackend):
 
     def attention(self, rowptr, col, q, k, v, scale: float, bias=None, edge_values=None):
         return sparse_attention_reference(rowptr, col, q, k, v, scale, bias, edge_values)
+
+    def mean_forward(self, rowptr, col, v):
+        y, lse = reference_forward(rowptr, col, None, None, v, 0.0)
+        return y, lse
+
+    def mean_backward(self, rowptr, col, dy, n_src: int):
+        return reference_mean_backward(rowptr, col, dy, n_src)
 
     def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
         y, lse = reference_forward(rowptr, col, q, k, v, scale, bias)

@@ -45,7 +45,9 @@ class AllToAllAttention(GraphAttention):
     Edge values u [e, C] (constants, the same for every head) are needed for every edge of the
     whole graph: they are all-gathered by the ranks' edge counts to [E, C] once and kept
     (``_whole_values``); z [N, H/P, C] returns to [n, H, C] like y, in its own all-to-all (a row
-    of z has its own codec scale)."""
+    of z has its own codec scale).
+
+    Constant scores (q = k = None, ``dsgraph/ops/mean.py``): v travels alone ([n, H, D] -> [N, H/P, D])."""
 
     name = "a2a"
 
@@ -80,24 +82,25 @@ class AllToAllAttention(GraphAttention):
         return self._values[1]
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
-        qkv_nH3D = torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
+        constant = q_nHD is None  # constant scores: v alone travels and is attended over
+        qkv_nH3D = v_nHD if constant else torch.cat([q_nHD, k_nHD, v_nHD], dim=2)
         p = self.pg.world_size
-        groups = head_groups(q_nHD.shape[1] // p, self.chunks if p > 1 else 1)
+        groups = head_groups(v_nHD.shape[1] // p, self.chunks if p > 1 else 1)
         bias_Eh = None if bias_eH is None else edges_to_heads(bias_eH, self.edge_counts, self.pg)
         u_EC = None if edge_values is None else self._whole_values(edge_values)
         if len(groups) == 1:
-            q_NhD, k_NhD, v_NhD = nodes_to_heads(qkv_nH3D, self.pg, *self.codecs).chunk(3, dim=2)
+            q_NhD, k_NhD, v_NhD = _split(nodes_to_heads(qkv_nH3D, self.pg, *self.codecs), constant)
             out = sparse_attention(
                 self.rowptr, self.col, q_NhD, k_NhD, v_NhD, bias=bias_Eh, edge_values=u_EC, backend=self.backend
             )
             if u_EC is None:
                 return heads_to_nodes(out, self.pg, *self.codecs)
             return tuple(heads_to_nodes(t, self.pg, *self.codecs) for t in out)  # (y [n, H, D], z [n, H, C])
-        return self._pipelined(qkv_nH3D, groups, bias_Eh, u_EC)
+        return self._pipelined(qkv_nH3D, groups, bias_Eh, u_EC, constant)
 
-    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice], bias_Eh=None, u_EC=None):
+    def _pipelined(self, qkv_nH3D: torch.Tensor, groups: list[slice], bias_Eh=None, u_EC=None, constant=False):
         """Group g of every rank's heads goes to the head split while group g - 1's attention runs,
-        and its y (and z) comes back while group g + 1's runs."""
+        and its y (and z) comes back while group g + 1's runs; ``constant``: ``qkv_nH3D`` is v alone."""
         n, heads, dim3 = qkv_nH3D.shape
         p = self.pg.world_size
         qkv_nPh3D = qkv_nH3D.view(n, p, heads // p, dim3)
@@ -107,7 +110,7 @@ class AllToAllAttention(GraphAttention):
 
         pending, back = send(groups[0]), []
         for i, g in enumerate(groups):
-            q_NgD, k_NgD, v_NgD = pending.wait().chunk(3, dim=2)
+            q_NgD, k_NgD, v_NgD = _split(pending.wait(), constant)
             if i + 1 < len(groups):
                 pending = send(groups[i + 1])
             bias_Eg = None if bias_Eh is None else bias_Eh[:, g]
@@ -125,6 +128,11 @@ class AllToAllAttention(GraphAttention):
                 )
             )
         return outs[0] if u_EC is None else tuple(outs)
+
+
+def _split(qkv: torch.Tensor, constant: bool) -> tuple:
+    """(q, k, v) of what travelled: [.., 3D] cut in three, or (None, None, v) for constant scores."""
+    return (None, None, qkv) if constant else qkv.chunk(3, dim=2)
 
 
 class AllToAll(Strategy):

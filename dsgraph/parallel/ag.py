@@ -31,7 +31,7 @@ class AllGatherAttention(GraphAttention):
     while its layer (with head groups: its group) runs forward or backward.
 
     A score bias [e, H] and edge values [e, C] are the rank's own (its rows' in-edges, block order):
-    they move nowhere."""
+    they move nowhere. Constant scores (q = k = None, ``dsgraph/ops/mean.py``) gather V alone."""
 
     name = "ag"
 
@@ -42,31 +42,38 @@ class AllGatherAttention(GraphAttention):
         self.edges, self.degrees = graph.edges, graph.block.rowptr.diff()
 
     def _attend(self, q_nHD, k: tuple, v: tuple, bias_eH=None, edge_values=None):
-        """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered)."""
-        hooks = regathered_in_backward([k[::-1], v[::-1]], self.pg, self.codecs[0]) if self.regather else nullcontext()
+        """Attention of the rank's rows over gathered K and V; ``k``, ``v``: (the rank's rows, gathered),
+        k (None, None) for constant scores."""
+        pairs = [t[::-1] for t in (k, v) if t[0] is not None]
+        hooks = regathered_in_backward(pairs, self.pg, self.codecs[0]) if self.regather else nullcontext()
         with hooks:
             return sparse_attention(
                 self.rowptr, self.col, q_nHD, k[1], v[1], bias=bias_eH, edge_values=edge_values, backend=self.backend
             )
 
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
-        groups = head_groups(q_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
+        groups = head_groups(v_nHD.shape[1], self.chunks if self.pg.world_size > 1 else 1)
         if len(groups) == 1:
-            k_MHD, v_MHD = (gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
+            k_MHD, v_MHD = (None if t is None else gather_rows_padded(t, self.pg, *self.codecs) for t in (k_nHD, v_nHD))
             return self._attend(q_nHD, (k_nHD, k_MHD), (v_nHD, v_MHD), bias_eH, edge_values)
 
         def start(g):
-            return [start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)]
+            return [
+                None if t is None else start_gather_rows_padded(t[:, g], self.pg, *self.codecs) for t in (k_nHD, v_nHD)
+            ]
+
+        def heads(t, g):
+            return None if t is None else t[:, g]
 
         pending, ys = start(groups[0]), []
         for i, g in enumerate(groups):
-            k_MhD, v_MhD = (p.wait() for p in pending)
+            k_MhD, v_MhD = (None if p is None else p.wait() for p in pending)
             if i + 1 < len(groups):
                 pending = start(groups[i + 1])  # in flight while this group's attention runs
             ys.append(
                 self._attend(
-                    q_nHD[:, g],
-                    (k_nHD[:, g], k_MhD),
+                    heads(q_nHD, g),
+                    (heads(k_nHD, g), k_MhD),
                     (v_nHD[:, g], v_MhD),
                     None if bias_eH is None else bias_eH[:, g],
                     edge_values,

@@ -20,6 +20,7 @@ A score bias [e, H] is the rank's own (its rows' in-edges); each block's edges t
 it (``RingPlan.edge_order``), and each block's backward returns its rows of the bias's gradient.
 Edge values u [e, C] are sliced the same way; each block's z merges like y, and each block's
 backward adds its edges' share of the gradient of the whole z (``dsgraph.ops.blocks``).
+Constant scores (q = k = None, ``dsgraph/ops/mean.py``): V blocks travel alone, and dV accumulators.
 """
 
 from __future__ import annotations
@@ -103,22 +104,24 @@ class RingPlan:
 
 
 class _Ring(torch.autograd.Function):
-    """K/V blocks travel as rows [2 n_s, H, D] (K rows, then V rows), encoded once by their owner
-    (``comm_dtype``) and passed on as received; dK/dV accumulators travel in ``comm_grad_dtype``.
-    Returns y, and z when given edge values (they take no gradient)."""
+    """K/V blocks travel as rows [2 n_s, H, D] (K rows, then V rows; V alone, [n_s, H, D], for
+    constant scores, q = k = None), encoded once by their owner (``comm_dtype``) and passed on as
+    received; dK/dV accumulators travel in ``comm_grad_dtype``. Returns y, and z when given edge
+    values (they take no gradient)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, values, att: RingAttention):
         pg, p, rank = att.pg, att.pg.world_size, att.pg.rank
         biases, block_values = att.plan.block_bias(None if bias is None else bias.detach()), att.plan.block_bias(values)
-        payload = (
-            att.codec.encode(torch.stack([k, v]).detach().view(-1, *k.shape[1:])) if p > 1 else None
-        )  # [2 n, H, D]
+        kv = _stacked(k, v)
+        payload = att.codec.encode(kv.detach().view(-1, *v.shape[1:])) if p > 1 else None  # [2 n, H, D]
         parts, whole = [None] * p, None
         for t in range(p):
             s = (rank - t) % p
-            pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
-            k_s, v_s = (k.detach(), v.detach()) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
+            pending = start_ring_shift(payload, att.rows_shape(s - 1, payload, len(kv)), pg) if t < p - 1 else None
+            k_s, v_s = _unstacked(
+                kv.detach() if t == 0 else att.codec.decode(payload, v).view(len(kv), -1, *v.shape[1:])
+            )
             parts[s] = attention_forward(
                 *att.blocks[s], q, k_s, v_s, bias=biases[s], edge_values=block_values[s], backend=att.backend
             )
@@ -130,20 +133,27 @@ class _Ring(torch.autograd.Function):
             if pending is not None:
                 payload = pending.wait()
         optional = (() if bias is None else (bias,)) + (() if values is None else (values,))
-        ctx.save_for_backward(q, k, v, *whole, *optional, *(t for part in parts for t in (part.lse, *part.saved)))
+        ctx.constant, ctx.v_like = k is None, (v.shape, v.dtype, v.device)  # constant scores' backward reads no V
+        ctx.save_for_backward(
+            *(() if k is None else (q, k, v)),
+            *whole,
+            *optional,
+            *(t for part in parts for t in (part.lse, *part.saved)),
+        )
         ctx.att, ctx.saved_per_part = (
             att,
             1 + len(parts[0].saved),
         )  # through save_for_backward: checkpointing's hooks see them
         ctx.has_bias, ctx.has_values = bias is not None, values is not None
         if values is None:
-            return whole[0].to(q.dtype)
-        return whole[0].to(q.dtype), whole[2].to(q.dtype)
+            return whole[0].to(v.dtype)
+        return whole[0].to(v.dtype), whole[2].to(v.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy, dz=None):
-        q, k, v, *flat = (t.detach() for t in ctx.saved_tensors)
+        flat = [t.detach() for t in ctx.saved_tensors]
+        q, k, v = (None, None, _shaped_like(*ctx.v_like)) if ctx.constant else (flat.pop(0) for _ in range(3))
         whole = tuple(flat.pop(0) for _ in range(3 if ctx.has_values else 2))  # (y, lse[, z])
         bias = flat.pop(0) if ctx.has_bias else None
         values = flat.pop(0) if ctx.has_values else None
@@ -176,15 +186,17 @@ class _Ring(torch.autograd.Function):
                 None,
                 None,
             )
-        payload = att.codec.encode(
-            torch.stack([k, v]).view(-1, *k.shape[1:])
-        )  # the same encoding as in forward: the same K/V
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        kv = None if ctx.constant else torch.stack([k, v])
+        payload = None if ctx.constant else att.codec.encode(kv.view(-1, *v.shape[1:]))  # as in forward: the same K/V
+        dq = None if q is None else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         arriving = None  # the accumulator of the next block, in flight from rank r - 1
         for t in range(p):
             s = (rank - t) % p
-            pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
-            k_s, v_s = (k, v) if t == 0 else att.codec.decode(payload, k).view(2, -1, *k.shape[1:])
+            if ctx.constant:  # nothing to decode: V's shape is all the mean's backward reads
+                pending, (k_s, v_s) = None, (None, _shaped_like(att.rows_shape(s, v, 1), v.dtype, v.device))
+            else:
+                pending = start_ring_shift(payload, att.rows_shape(s - 1, payload), pg) if t < p - 1 else None
+                k_s, v_s = _unstacked(kv if t == 0 else att.codec.decode(payload, v).view(2, -1, *v.shape[1:]))
             block = attention_backward(
                 *att.blocks[s],
                 q,
@@ -199,26 +211,43 @@ class _Ring(torch.autograd.Function):
                 **with_values,
             )
             (dq_b, dk_b, dv_b), dbias[s] = block[:3], block[3] if bias is not None else None
-            dq += dq_b
-            acc = torch.cat([dk_b, dv_b]).float()  # [2 n_s, H, D]
+            if dq is not None:
+                dq += dq_b
+            acc = torch.cat([dv_b] if k is None else [dk_b, dv_b]).float()  # [2 n_s, H, D]
             if arriving is not None:
                 acc += att.grad_codec.decode(arriving.wait(), acc).float()
-            send = att.grad_codec.encode(acc.to(k.dtype))
-            arriving = start_ring_shift(send, att.rows_shape(s - 1, send), pg)
+            send = att.grad_codec.encode(acc.to(v.dtype))
+            arriving = start_ring_shift(send, att.rows_shape(s - 1, send, 1 if k is None else 2), pg)
             if pending is not None:
                 payload = pending.wait()
         grads = (
-            att.grad_codec.decode(arriving.wait(), k).float().view(2, -1, *k.shape[1:])
+            att.grad_codec.decode(arriving.wait(), v).float().view(1 if k is None else 2, -1, *v.shape[1:])
         )  # block r's dK, dV, back with their owner
         need = ctx.needs_input_grad
         return (
             dq.to(q.dtype) if need[0] else None,
             grads[0].to(k.dtype) if need[1] else None,
-            grads[1].to(v.dtype) if need[2] else None,
+            grads[-1].to(v.dtype) if need[2] else None,
             att.plan.scatter_bias(dbias, bias) if need[3] else None,
             None,
             None,
         )
+
+
+def _stacked(k, v) -> torch.Tensor:
+    """[2, n, H, D]: K and V rows stacked; [1, n, H, D], V alone, for constant scores (k None)."""
+    return v[None] if k is None else torch.stack([k, v])
+
+
+def _shaped_like(shape, dtype, device) -> torch.Tensor:
+    """A tensor of ``shape`` that holds no data (one zero, expanded): what constant scores' backward
+    takes for V, whose values it never reads."""
+    return torch.zeros((), dtype=dtype, device=device).expand(shape)
+
+
+def _unstacked(kv: torch.Tensor) -> tuple:
+    """(k, v) of ``_stacked`` rows, k None for V alone."""
+    return (None, kv[0]) if kv.shape[0] == 1 else (kv[0], kv[1])
 
 
 class RingAttention(GraphAttention):
@@ -232,9 +261,10 @@ class RingAttention(GraphAttention):
         self.codec, self.grad_codec = ctx.parallel.codec, ctx.parallel.grad_codec
         self.blocks = plan.blocks()
 
-    def rows_shape(self, s: int, like: torch.Tensor) -> tuple[int, ...]:
-        """The shape of source rank s's block of 2 n_s rows (s taken mod P), rows like ``like``'s."""
-        return (2 * self.plan.counts[s % len(self.plan.counts)], *like.shape[1:])
+    def rows_shape(self, s: int, like: torch.Tensor, stacked: int = 2) -> tuple[int, ...]:
+        """The shape of source rank s's block of ``stacked`` x n_s rows (s taken mod P; 2: K and V,
+        1: V alone), rows like ``like``'s."""
+        return (stacked * self.plan.counts[s % len(self.plan.counts)], *like.shape[1:])
 
     def __call__(self, q_nHD, k_nHD, v_nHD, bias_eH=None, edge_values=None):
         return _Ring.apply(q_nHD, k_nHD, v_nHD, bias_eH, None if edge_values is None else edge_values.detach(), self)

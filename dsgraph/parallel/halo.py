@@ -26,7 +26,8 @@ class HaloAttention(GraphAttention):
     Per rank: q, k, v [n, H, D] -> y [n, H, D]; ``plan`` (send/receive lists, split sizes, remapped
     col) was built by ``Halo.prepare`` and moved to the device with the graph. A score bias [e, H]
     and edge values [e, C] are the rank's own (edges live with their destination's rank): the
-    interior and boundary rows take their edges' rows of them.
+    interior and boundary rows take their edges' rows of them. Constant scores (q = k = None,
+    ``dsgraph/ops/mean.py``): the halo rows of v travel alone.
     """
 
     name = "halo"
@@ -39,16 +40,19 @@ class HaloAttention(GraphAttention):
     def __call__(self, q_nHD: torch.Tensor, k_nHD: torch.Tensor, v_nHD: torch.Tensor, bias_eH=None, edge_values=None):
         plan = self.plan
 
-        def take(t, edges):  # the edges' rows of per-edge data
+        def take(t, edges):  # the edges' rows of per-edge data (or of q)
             return None if t is None else t.index_select(0, edges)
 
-        kv_n2HD = torch.stack([k_nHD, v_nHD], dim=1)
+        def kv(t_m2HD):  # (k, v) of stacked rows; k None for constant scores
+            return (None, t_m2HD[:, 0]) if k_nHD is None else (t_m2HD[:, 0], t_m2HD[:, 1])
+
+        kv_n2HD = torch.stack([v_nHD] if k_nHD is None else [k_nHD, v_nHD], dim=1)
         pending = start_exchange_rows(
             kv_n2HD, plan.send_index, plan.send_counts, plan.recv_counts, self.pg, *self.codecs
         )
         y_parts = []
         if plan.interior_rows.numel():  # overlaps the exchange: these rows read local K/V only
-            q_iHD = q_nHD.index_select(0, plan.interior_rows)
+            q_iHD = take(q_nHD, plan.interior_rows)
             y_parts.append(
                 sparse_attention(
                     plan.interior_rowptr,
@@ -63,22 +67,21 @@ class HaloAttention(GraphAttention):
             )
         kv_h2HD = pending.wait()
         if plan.boundary_rows.numel():
-            kv_m2HD = torch.cat([kv_n2HD, kv_h2HD])  # [n + h, 2, H, D] in the compact index space
-            q_bHD = q_nHD.index_select(0, plan.boundary_rows)
+            kv_m2HD = torch.cat([kv_n2HD, kv_h2HD])  # [n + h, 2 (1: v alone), H, D] in the compact index space
+            q_bHD = take(q_nHD, plan.boundary_rows)
             y_parts.append(
                 sparse_attention(
                     plan.boundary_rowptr,
                     plan.boundary_col,
                     q_bHD,
-                    kv_m2HD[:, 0],
-                    kv_m2HD[:, 1],
+                    *kv(kv_m2HD),
                     bias=take(bias_eH, plan.boundary_edges),
                     edge_values=take(edge_values, plan.boundary_edges),
                     backend=self.backend,
                 )
             )
         else:  # no halo (h = 0): keep the empty result in the autograd graph so this rank still joins
-            empty = kv_h2HD[:, 0]  # the backward all-to-all that returns its sent rows' gradients
+            empty = kv_h2HD[:, -1]  # the backward all-to-all that returns its sent rows' gradients
             y_parts.append(
                 empty if edge_values is None else (empty, empty.new_zeros((0, empty.shape[1], edge_values.shape[1])))
             )

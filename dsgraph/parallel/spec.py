@@ -80,7 +80,8 @@ class GraphAttention(ABC):
     ):
         """y_nHD in q's dtype; differentiable in q, k, v and the bias. With ``edge_values`` u [e, C]
         (block order, constants; only where the spec's ``edge_values`` is True) returns (y_nHD,
-        z_nHC), z_i = sum_j a_ij u_ij (``dsgraph.ops.edge_values``)."""
+        z_nHC), z_i = sum_j a_ij u_ij (``dsgraph.ops.edge_values``). q = k = None: constant scores,
+        each row's mean of its in-neighbours' v (``dsgraph.ops.mean``; GCN, SAGE), V moved alone."""
 
     def after_step(self, step_s: float, comm_s: float) -> None:
         """A training step finished (every rank calls this at the same step; may be collective)."""

@@ -59,3 +59,18 @@ def test_aggregation_matches_the_dense_oracle(backend, dtype, tol, kind):
 def test_gcn_without_row_degrees_says_so():
     with pytest.raises(ValueError, match="needs the in-degree of the rows"):
         aggregate(lambda q, k, v: v, torch.zeros(3, 1, 8), "gcn")
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def test_aggregation_asks_for_constant_scores(kind):
+    """The layers hand the strategy's attention q = k = None, so the op computes no scores (and the
+    strategies move V alone), not zero-valued q and k."""
+    calls = []
+
+    def attention(q, k, v):
+        calls.append((q, k))
+        return v
+
+    attention.degrees = torch.tensor([1, 2, 0])
+    aggregate(attention, torch.ones(3, 1, 8), kind)
+    assert calls == [(None, None)]

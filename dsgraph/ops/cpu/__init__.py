@@ -8,7 +8,8 @@ ds and gathers k_j for dq. What forward hands to backward is p (``saved``); lse 
 merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
 scores as the forward writes them; the column pass writes its gradient (ds in CSR order, once per
 edge-head). Edge values' row sums (z from p forward, their score gradient from dz backward) are
-``edge_value_kernels``. The per-graph structures are the
+``edge_value_kernels``. Constant scores (q = k = None, ``ops/mean.py``) run ``mean_kernels``: one
+row pass forward, one column pass backward, no scores. The per-graph structures are the
 transpose and the CSC slot of every CSR edge (``csc.py``). Deterministic: one thread per output row
 or column, a fixed order of additions, no atomics.
 
@@ -28,10 +29,11 @@ import numpy as np
 import torch
 
 from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
-from dsgraph.ops.cpu import backward_kernels, edge_value_kernels
+from dsgraph.ops.cpu import backward_kernels, edge_value_kernels, mean_kernels
 from dsgraph.ops.cpu.arrays import as_compute_array, as_int32, bounds, compute_dtype, gather_source, set_threads
 from dsgraph.ops.cpu.forward_kernel import forward_kernel
 from dsgraph.ops.csc import csc_slots, transpose
+from dsgraph.ops.mean import inverse_degrees, mean_lse
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
@@ -56,6 +58,37 @@ class CpuBackend(FusedBackend):
     def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
         y, p, lse = forward(rowptr, col, q, k, v, scale, bias)
         return y, lse, (p,)
+
+    def mean_forward(self, rowptr, col, v):
+        set_threads(col.numel() * v.shape[1])
+        cdt = compute_dtype(v.dtype)
+        rowptr_ = rowptr.numpy()
+        y = torch.empty((rowptr.numel() - 1, *v.shape[1:]), dtype=cdt)
+        mean_kernels.mean_rows_kernel(
+            bounds(rowptr, col, rowptr_, "rows"),
+            rowptr_,
+            as_int32(col).numpy(),
+            gather_source(v, cdt),
+            inverse_degrees(rowptr, cdt).numpy(),
+            y.numpy(),
+        )
+        return y, mean_lse(rowptr, v.shape[1], cdt)
+
+    def mean_backward(self, rowptr, col, dy, n_src: int):
+        set_threads(col.numel() * dy.shape[1])
+        cdt = compute_dtype(dy.dtype)
+        csc = transpose(rowptr, col, n_src)
+        colptr_ = csc.colptr.numpy()
+        dv = torch.empty((n_src, *dy.shape[1:]), dtype=cdt)
+        mean_kernels.mean_columns_kernel(
+            bounds(rowptr, col, colptr_, "cols"),
+            colptr_,
+            csc.row.numpy(),
+            gather_source(dy, cdt),
+            inverse_degrees(rowptr, cdt).numpy(),
+            dv.numpy(),
+        )
+        return dv
 
     def probabilities(self, saved):
         """The forward's probabilities p [E, H] (CSR order, accumulation dtype)."""
