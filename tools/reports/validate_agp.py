@@ -6,8 +6,10 @@ and rank count (1, 2, 4).
     python -m tools.reports.validate_agp --out-dir docs/agp/scale --reuse   # resume, or re-evaluate
 
 The ``scale`` grid (default): R-MAT graphs rmat:16 with edge factors 8 and 16 and rmat:18 with 8
-(65k-262k nodes, 0.5M-2M edges), and (d, H) in (64, 4), (128, 8), (96, 6) (H = 6: GP-A2A is
-infeasible on 4 ranks): 9 configurations, about 25 minutes for 3 runs on 2 cores. ``--grid small`` is the 2026-11-29 grid of 512- and 2,048-node graphs (history).
+(65k-262k nodes, 0.56M-2.3M edges), and (d, H) in (64, 4), (128, 8), (96, 6) (H = 6: GP-A2A is
+infeasible on 4 ranks): 9 configurations, about 30 minutes for 3 runs on 2 cores (one run per
+``--budget-min 8`` command). ``--grid small`` is the 2026-11-29 grid of 512- and 2,048-node graphs
+(history).
 GP-AG and GP-A2A use their default row splits; GP-Halo a METIS partition, as training does.
 
 The sweep runs ``--runs`` independent runs, round robin: run 1 at p = 1, 2, 4, then run 2, ...
