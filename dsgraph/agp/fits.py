@@ -1,8 +1,8 @@
-"""Log-log least-squares lines: ``t(x) = exp(log_a) * x**slope`` fitted to (x, t) points.
-
-Used for the attention time against edge-heads, the rest of a layer against node-MACs and each
-collective's time against its message size in bytes. R^2 is computed in log space (the space the
-line is fitted in).
+"""Fits of measured times against a size: log-log least-squares lines ``t(x) = exp(log_a) * x**slope``
+(the attention time against edge-heads, the rest of a layer against node-MACs) and latency plus
+bandwidth ``t(x) = latency + x * s_per_byte`` (each collective's time against its message size in
+bytes; profiles written before it have log-log collectives, which still load). R^2 is computed in
+log space for both, so the two are comparable.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class LogLogFit:
         if x <= 0:
             return 0.0
         return math.exp(self.log_a + self.slope * math.log(x))
+
+    def describe(self) -> str:
+        return f"{math.exp(self.log_a):.3g} s * x^{self.slope:.3f}"
 
     def to_dict(self) -> dict:
         return {"log_a": self.log_a, "slope": self.slope, "r2": self.r2, "points": [list(p) for p in self.points]}
@@ -70,3 +73,89 @@ def fit_loglog(points: list[tuple[float, float]]) -> LogLogFit:
     ss_tot = sum((b - mt) ** 2 for b in lt)
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     return LogLogFit(log_a, slope, r2, tuple(pts))
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyBandwidthFit:
+    """``t(x) = latency_s + s_per_byte * x``: a fixed cost per call plus a cost per byte, the knee
+    between them at ``latency_s / s_per_byte`` bytes. The collectives' model: on loopback gloo a
+    collective costs nearly the same up to a few hundred KiB and grows with the bytes beyond, which
+    no single power of x follows (log-log R^2 0.05-0.82 on the 2-core machine)."""
+
+    latency_s: float
+    s_per_byte: float
+    r2: float
+    """Coefficient of determination in log space, comparable with ``LogLogFit.r2``."""
+    points: tuple[tuple[float, float], ...] = ()
+
+    model = "latency_bandwidth"
+
+    def __call__(self, x: float) -> float:
+        """Predicted seconds for ``x`` bytes (0 for x <= 0: nothing to send, no call)."""
+        if x <= 0:
+            return 0.0
+        return self.latency_s + self.s_per_byte * x
+
+    def describe(self) -> str:
+        bandwidth = f"{1e-9 / self.s_per_byte:.2f} GB/s" if self.s_per_byte > 0 else "no per-byte cost"
+        return f"{self.latency_s * 1e6:.0f} us + {bandwidth}"
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "latency_s": self.latency_s,
+            "s_per_byte": self.s_per_byte,
+            "r2": self.r2,
+            "points": [list(p) for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> LatencyBandwidthFit:
+        try:
+            latency, per_byte, r2 = float(d["latency_s"]), float(d["s_per_byte"]), float(d["r2"])
+            points = tuple((float(x), float(t)) for x, t in d.get("points", []))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"{where}: malformed latency-bandwidth fit ({err!r}); expected latency_s, s_per_byte, r2 and points"
+            ) from None
+        if not all(math.isfinite(v) for v in (latency, per_byte, r2)) or latency < 0 or per_byte < 0:
+            raise ValueError(f"{where}: latency_s and s_per_byte must be finite and >= 0, r2 finite")
+        return cls(latency, per_byte, r2, points)
+
+    def scaled(self, factor: float) -> LatencyBandwidthFit:
+        return LatencyBandwidthFit(self.latency_s * factor, self.s_per_byte * factor, self.r2, self.points)
+
+
+def fit_latency_bandwidth(points: list[tuple[float, float]]) -> LatencyBandwidthFit:
+    """``latency + per_byte * x`` with the least squared relative error over the points (every size
+    weighs the same, as in log space), both terms >= 0. Needs two or more distinct sizes x > 0, t > 0."""
+    pts = [(float(x), float(t)) for x, t in points if x > 0 and t > 0]
+    if len({x for x, _ in pts}) < 2:
+        raise ValueError(
+            f"a latency-bandwidth fit needs at least two points with distinct positive sizes, got {points}"
+        )
+    # minimise sum((a / t + b * x / t - 1)^2): linear least squares in (a, b)
+    u = [1.0 / t for _, t in pts]
+    v = [x / t for x, t in pts]
+    suu, svv, suv = sum(a * a for a in u), sum(b * b for b in v), sum(a * b for a, b in zip(u, v))
+    su, sv = sum(u), sum(v)
+    det = suu * svv - suv * suv
+    a, b = ((su * svv - sv * suv) / det, (sv * suu - su * suv) / det) if det > 0 else (-1.0, -1.0)
+    if a < 0 or b < 0:  # the best fit with one term at zero
+        candidates = [(su / suu, 0.0), (0.0, sv / svv)]
+        a, b = min(candidates, key=lambda c: sum((c[0] * p + c[1] * q - 1.0) ** 2 for p, q in zip(u, v)))
+    lt = [math.log(t) for _, t in pts]
+    mt = sum(lt) / len(lt)
+    ss_res = sum((math.log(a + b * x) - y) ** 2 for (x, _), y in zip(pts, lt))
+    ss_tot = sum((y - mt) ** 2 for y in lt)
+    return LatencyBandwidthFit(a, b, 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0, tuple(pts))
+
+
+def fit_from_dict(d: dict, where: str):
+    """A fit written by either class's ``to_dict`` (``model`` names it; absent: log-log, as in profiles
+    written before the latency-bandwidth model)."""
+    if isinstance(d, dict) and d.get("model", "loglog") == LatencyBandwidthFit.model:
+        return LatencyBandwidthFit.from_dict(d, where)
+    if isinstance(d, dict) and d.get("model", "loglog") != "loglog":
+        raise ValueError(f"{where}: unknown fit model '{d['model']}' (expected loglog or {LatencyBandwidthFit.model})")
+    return LogLogFit.from_dict(d, where)

@@ -7,7 +7,7 @@
   FFN, dropout) forward plus backward, on growing node counts and three hidden sizes (time against
   node-MACs);
 - collectives (p > 1): all-gather, reduce-scatter, all-to-all and an uneven all-to-all at message
-  sizes 2^10 .. max_bytes (time against bytes per rank).
+  sizes 2^10 .. max_bytes (time against bytes per rank, fitted as latency plus bandwidth).
 
 Every time is the minimum over ``reps`` round-robin repetitions of the slowest rank (a barrier
 starts each one), which is what a synchronous step waits for. Each rank runs ``threads`` threads
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dsgraph.agp.fits import fit_loglog
+from dsgraph.agp.fits import fit_latency_bandwidth, fit_loglog
 from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 from dsgraph.ops.dispatch import resolve_backend
@@ -55,9 +55,19 @@ class Sizes:
     """Largest collective message by default (memory permitting)."""
 
 
-CPU_SIZES = Sizes(
-    attention_nodes=(128, 512, 2048, 8192),
-    rest_shapes=((128, 64), (512, 64), (512, 128), (2048, 128), (8192, 128), (2048, 64), (1024, 256)),
+CPU_SIZES = Sizes(  # up to 2M edges and 131k-node blocks: the graphs full-graph training runs (rmat:16-18)
+    attention_nodes=(128, 512, 2048, 8192, 32768, 131072),
+    rest_shapes=(
+        (128, 64),
+        (512, 64),
+        (512, 128),
+        (2048, 128),
+        (8192, 128),
+        (2048, 64),
+        (1024, 256),
+        (32768, 128),
+        (131072, 64),
+    ),
     max_message_bytes=2**22,
 )
 CUDA_SIZES = Sizes(  # up to 16M edges and 1M-node blocks: past launch latency, into the bandwidth regime
@@ -350,7 +360,7 @@ def measure_profile(
         ranks[p] = RankFits(
             attention=fit_loglog(raw["attention"]),
             rest=fit_loglog(raw["rest"]),
-            collectives={c: fit_loglog(raw[c]) for c in COLLECTIVES if c in raw},
+            collectives={c: fit_latency_bandwidth(raw[c]) for c in COLLECTIVES if c in raw},
             head_dim_knee=head_dim_knee(raw, head_dim),
         )
         log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s on {comm}")

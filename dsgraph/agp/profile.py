@@ -15,7 +15,9 @@ Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
       }
     }
 
-FIT is a ``LogLogFit`` (log_a, slope, r2, points). Units of x: ``attention`` edge-heads (one
+FIT is a ``LogLogFit`` (log_a, slope, r2, points); a collective's FIT may instead be a
+``LatencyBandwidthFit`` ({"model": "latency_bandwidth", latency_s, s_per_byte, r2, points}), which
+``dsgraph profile`` writes since 2026-12-04. Units of x: ``attention`` edge-heads (one
 edge for one head of dimension ``head_dim``, forward plus backward, per rank while all p ranks
 compute at once); ``rest`` node-MACs (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the
 QKV, output and FFN projections, forward plus backward); collectives bytes sent per rank (the
@@ -48,7 +50,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import LogLogFit
+from dsgraph.agp.fits import LatencyBandwidthFit, LogLogFit, fit_from_dict
 from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, Tier, hierarchy_from_dict, node_count
 
 FORMAT = "dsgraph-agp-profile"
@@ -63,7 +65,7 @@ class RankFits:
 
     attention: LogLogFit
     rest: LogLogFit
-    collectives: dict[str, LogLogFit] = field(default_factory=dict)
+    collectives: dict[str, LogLogFit | LatencyBandwidthFit] = field(default_factory=dict)
     head_dim_knee: float = 0.0
     """delta: one (edge, head) of head dimension D costs in proportion to delta + D (0: to D)."""
 
@@ -266,9 +268,7 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
             given = entry.get("collectives")
             if not isinstance(given, dict) or any(c not in given for c in COLLECTIVES):
                 raise ValueError(f"{source}: ranks.{key}.collectives must hold fits for {', '.join(COLLECTIVES)}")
-            collectives = {
-                c: LogLogFit.from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES
-            }
+            collectives = {c: fit_from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES}
         ranks[p] = RankFits(
             attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
             rest=LogLogFit.from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),

@@ -58,13 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def format_fits(profile) -> str:
-    """The fit table: one line per (p, quantity) with slope, time at a reference size and R^2."""
-    lines = [f"{'p':>2}  {'quantity':<18} {'slope':>6} {'R^2':>6}  time at reference size"]
+    """The fit table: one line per (p, quantity) with R^2, time at a reference size and the fitted
+    model (a power of x, or latency plus bandwidth for the collectives)."""
+    lines = [f"{'p':>2}  {'quantity':<18} {'R^2':>6}  {'time at reference size':<28} model"]
     for p, fits in sorted(profile.ranks.items()):
         rows = [("attention", fits.attention, 2**20, "2^20 edge-heads"), ("rest", fits.rest, 2**30, "2^30 node-MACs")]
         rows += [(name, fit, 2**20, "1 MiB") for name, fit in fits.collectives.items()]
         for name, fit, x, unit in rows:
-            lines.append(f"{p:>2}  {name:<18} {fit.slope:6.3f} {fit.r2:6.3f}  {fit(x) * 1e3:9.3f} ms at {unit}")
+            at = f"{fit(x) * 1e3:9.3f} ms at {unit}"
+            lines.append(f"{p:>2}  {name:<18} {fit.r2:6.3f}  {at:<28} {fit.describe()}")
     knees = ", ".join(f"p={p}: {fits.head_dim_knee:.1f}" for p, fits in sorted(profile.ranks.items()))
     lines.append(f"head_dim_knee (an (edge, head) costs in proportion to knee + D): {knees}")
     source = profile.system.get("collectives_source")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import statistics
 import sys
 
-from dsgraph.agp.fits import LogLogFit
+from dsgraph.agp.fits import LatencyBandwidthFit, LogLogFit
 from dsgraph.agp.profile import RankFits, load_profile
 from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, InterTier, Tier
 
@@ -31,7 +32,10 @@ PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "
 def composed_profile(profile):
     """``profile`` with its 4-rank collectives replaced by 2 nodes of its 2-rank fits."""
     a2a = profile.ranks[2].collectives["all_to_all"]
-    link = LogLogFit(a2a.log_a + a2a.slope * math.log(2.0), a2a.slope, a2a.r2)
+    if isinstance(a2a, LatencyBandwidthFit):  # link(b) = f_a2a(2 b)
+        link = LatencyBandwidthFit(a2a.latency_s, 2.0 * a2a.s_per_byte, a2a.r2)
+    else:
+        link = LogLogFit(a2a.log_a + a2a.slope * math.log(2.0), a2a.slope, a2a.r2)
     h = Hierarchy(
         2,
         Tier("loopback gloo, 2 ranks", "measured", "docs/agp/cpu_profile.json ranks 1-2"),
@@ -67,10 +71,11 @@ def main(argv=None) -> int:
             m, c = measured_profile.ranks[4].collectives[name](size), composed.ranks[4].collectives[name](size)
             cells.append(f"{size // 1024} KiB {m * 1e3:.2f} / {c * 1e3:.2f}")
         print(f"  {name:<18} " + "; ".join(cells))
-    cfgs = validate_agp.configs(False)
-    raw, _ = validate_agp._load_raw(os.path.join(os.path.dirname(PROFILE), "sweep_raw.json"), cfgs)
+    cfgs = validate_agp.configs("small")
+    with open(os.path.join(os.path.dirname(PROFILE), "sweep_raw.json")) as f:  # the 2026-11-29 sweep: one run
+        raw = {(0, p, i, s): (t, 0.0, 0.0) for p, i, s, t in json.load(f)["measured"]}
     for label, profile in (("measured 4-rank fits", measured_profile), ("composed 2 x 2", composed)):
-        rows, _ = validate_agp.evaluate(cfgs, raw, profile)
+        rows, _ = validate_agp.evaluate(cfgs, raw, profile, runs=1)
         errors = [
             abs(v["predicted_s"] - v["measured_s"]) / v["measured_s"]
             for r in rows
