@@ -27,19 +27,7 @@ def main(argv: list[str]) -> int:
         "prints the candidates and launches the pick",
     )
     p.add_argument("--config", default="ds_configs/cpu_quickstart.json", help='DeepSpeed JSON with a "dsgraph" section')
-    auto = p.add_argument_group("--nprocs auto")
-    auto.add_argument("--max-nprocs", type=int, help="most ranks to consider (default: the GPUs, else the CPU cores)")
-    auto.add_argument(
-        "--profile",
-        help="AGP profile to plan with (default: the config's agp.profile, else this machine's, measured once "
-        "into the cache folder)",
-    )
-    auto.add_argument("--plan-out", help="where to write the launch plan (default runs/plans/CONFIG-UTC.json)")
-    auto.add_argument(
-        "--plan-only",
-        action="store_true",
-        help="print the candidates and the commands that launch the pick (deepspeed CLI too), launch nothing",
-    )
+    _add_auto_arguments(p)
     add_port_argument(p)
     p.add_argument(
         "--max-restarts",
@@ -56,18 +44,10 @@ def main(argv: list[str]) -> int:
     )
     args, rest = p.parse_known_args(argv)
     port = checked_port(p, args.master_port)
-    if args.nprocs == "auto":
-        from dsgraph.train.auto_launch import main_auto
-
-        if args.min_nprocs is not None:  # a shrunk restart would run other than the plan
-            p.error("--nprocs auto launches the plan's rank count: give --nprocs N to restart on fewer (--min-nprocs)")
-
-        decided = main_auto(args.config, rest, args)
-        if isinstance(decided, int):
-            return decided
-        args.nprocs, rest = decided
-    elif args.max_nprocs or args.profile or args.plan_out or args.plan_only:
-        p.error("--max-nprocs, --profile, --plan-out and --plan-only go with --nprocs auto")
+    decided = _plan_auto(p, args, rest)
+    if isinstance(decided, int):
+        return decided
+    args.nprocs, rest = decided
     min_nprocs = args.nprocs if args.min_nprocs is None else args.min_nprocs
     if args.max_restarts < 0 or not 1 <= min_nprocs <= args.nprocs:
         p.error(f"need --max-restarts >= 0 and 1 <= --min-nprocs <= --nprocs, got {args.max_restarts}, {min_nprocs}")
@@ -77,6 +57,36 @@ def main(argv: list[str]) -> int:
     from dsgraph.train import elastic
 
     return elastic.run_agents("dsgraph.train.main", script, args.nprocs, min_nprocs, args.max_restarts, port)
+
+
+def _add_auto_arguments(p: argparse.ArgumentParser) -> None:
+    auto = p.add_argument_group("--nprocs auto")
+    auto.add_argument("--max-nprocs", type=int, help="most ranks to consider (default: the GPUs, else the CPU cores)")
+    auto.add_argument(
+        "--profile",
+        help="AGP profile to plan with (default: the config's agp.profile, else this machine's, measured once "
+        "into the cache folder)",
+    )
+    auto.add_argument("--plan-out", help="where to write the launch plan (default runs/plans/CONFIG-UTC.json)")
+    auto.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the candidates and the commands that launch the pick (deepspeed CLI too), launch nothing",
+    )
+
+
+def _plan_auto(p: argparse.ArgumentParser, args, rest: list[str]) -> tuple[int, list[str]] | int:
+    """(ranks, the training script's arguments) to launch; with --nprocs auto, the plan's (or an exit
+    code: a refusal, or --plan-only)."""
+    if args.nprocs != "auto":
+        if args.max_nprocs or args.profile or args.plan_out or args.plan_only:
+            p.error("--max-nprocs, --profile, --plan-out and --plan-only go with --nprocs auto")
+        return args.nprocs, rest
+    if args.min_nprocs is not None:  # a shrunk restart would run other than the plan
+        p.error("--nprocs auto launches the plan's rank count: give --nprocs N to restart on fewer (--min-nprocs)")
+    from dsgraph.train.auto_launch import main_auto
+
+    return main_auto(args.config, rest, args)
 
 
 def _nprocs(value: str) -> int | str:

@@ -19,6 +19,7 @@ FLAT = [  # (older top-level key, its section, its key there, a value other than
     ("partition_method", "parallel", "partition_method", "metis"),
     ("agp_profile", "agp", "profile", "profile.json"),
     ("agp_recalibrate_after", "agp", "recalibrate_after", 0),
+    ("launch_plan", "agp", "plan", "plan.json"),
 ]
 
 
