@@ -22,7 +22,7 @@ def machine_ranks() -> int:
 
 def machine_profile(cfg, dtype: str, max_ranks: int, given: str | None, log=print) -> str:
     """The AGP profile to plan with: ``given`` (--profile), the config's ``agp.profile``, else this
-    machine's profile in the cache, measured now (about a minute on a CPU) when it is missing or
+    machine's profile in the cache, measured now (about two minutes on a 2-core CPU) when it is missing or
     covers fewer ranks."""
     path = given or cfg.agp.profile
     if path:
