@@ -19,6 +19,7 @@ import os
 import numpy as np
 import torch
 
+from dsgraph.graph.edges import destination_order
 from dsgraph.graph.encodings import as_tensors, missing_error, stored_arrays
 from dsgraph.graph.file_loading import dataset_path, from_file
 from dsgraph.graph.graph import Graph
@@ -45,7 +46,7 @@ def block_with_self_loops(rowptr: np.ndarray, col: np.ndarray, start: int, edges
     has_loop[dst[src == dst] - start] = True
     missing = np.flatnonzero(~has_loop) + start
     dst, src = np.concatenate([dst, missing]), np.concatenate([src, missing])
-    order = np.lexsort((src, dst))
+    order = destination_order(dst - start, src, int(src.max(initial=-1)) + 1)
     new_rowptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst - start, minlength=n), out=new_rowptr[1:])
     csr = (torch.from_numpy(new_rowptr), torch.from_numpy(src[order].astype(np.int32)))

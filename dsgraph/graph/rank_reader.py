@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from dsgraph.graph import encodings, layout
+from dsgraph.graph.edges import destination_order
 from dsgraph.graph.graph import Graph
 from dsgraph.graph.label_checks import (
     SplitChoice,
@@ -254,7 +255,7 @@ class DatasetFile:
             has_loop[dst[src == old_rows[dst]]] = True
             missing = np.flatnonzero(~has_loop)
             src, dst = np.concatenate([src, old_rows[missing]]), np.concatenate([dst, missing])
-            order = np.lexsort((src, dst))
+            order = destination_order(dst, src, self.num_nodes)
         else:
             order = np.argsort(dst, kind="stable")
         col = src[order] if inverse is None else inverse[src[order]]

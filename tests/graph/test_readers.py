@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dsgraph.graph.edgelist import read_edge_list, unique_ids
-from dsgraph.graph.edges import CleanupStats, csr_from_keys, edge_keys
+from dsgraph.graph.edges import CleanupStats, csr_from_keys, destination_order, edge_keys
 from dsgraph.graph.ingest import CleanupOptions, detect_format, read_graph
 from dsgraph.graph.ogb import read_ogb
 from dsgraph.graph.readers import count_lines
@@ -155,6 +155,17 @@ def test_csr_cleanup_matches_reference(symmetrize, drop_self_loops, dedup):
     assert stats.self_loops_dropped == (loops if drop_self_loops else 0)
     assert stats.reverse_edges_added == (200 - loops if symmetrize else 0)
     assert len(col) == 200 - stats.self_loops_dropped + stats.reverse_edges_added - stats.duplicates_dropped
+
+
+@pytest.mark.parametrize("num_src", [1, 13, 2**31 - 1])
+def test_destination_order_is_lexsort_by_destination_then_source(num_src):
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, num_src, size=500)
+    src[::7] = src[0]  # repeated edges: kept in input order, as lexsort keeps them
+    dst = rng.integers(0, 40, size=500).astype(np.int32)
+    dst[::7] = dst[0]
+    assert np.array_equal(destination_order(dst, src, num_src), np.lexsort((src, dst)))
+    assert destination_order(dst[:0], src[:0], num_src).size == 0
 
 
 # ---------------------------------------------------------------- OGB folders
