@@ -39,7 +39,9 @@ def test_the_fit_recovers_the_exponent_and_the_growth_of_time_per_edge():
 def test_a_failed_rung_is_recorded_with_its_output_and_the_table_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_ladder, "build", lambda rung, fresh: ("graph.npz", 1.5))
     monkeypatch.setattr(bench_ladder, "directed_edges", lambda path: (256, 3000))
-    monkeypatch.setattr(bench_ladder, "train", lambda rung, args, metrics: (3, 7.0, "rank 1 died"))
+    note = "dsgraph: predicted peak 9 MB per rank is over the limit of 8 MB: activation checkpointing turned on"
+    monkeypatch.setattr(bench_ladder, "train", lambda rung, args, metrics: (3, 7.0, f"{note}\nrank 1 died"))
     row = bench_ladder.run_rung("rmat:8", bench_ladder.parse_args(["--rungs", "rmat:8"]), tmp_path)
-    assert row["exit_code"] == 3 and row["output_tail"] == "rank 1 died" and "median_step_s" not in row
+    assert row["exit_code"] == 3 and row["output_tail"].endswith("rank 1 died") and "median_step_s" not in row
+    assert row["notes"] == [note]
     assert "| rmat:8 | 256 | 3,000 | 1.5 | failed (3) |" in bench_ladder.table([row], None)

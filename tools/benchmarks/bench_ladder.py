@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+NOTE = "dsgraph: predicted peak"  # the run's memory check changed its config (train/main.py's _fit_memory)
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,7 +77,8 @@ def train(rung: str, args: argparse.Namespace, metrics: Path) -> tuple[int, floa
         code, text = out.returncode, out.stdout + out.stderr
     except subprocess.TimeoutExpired as err:
         code, text = 124, f"timed out after {args.timeout:.0f} s\n{err.stdout or ''}"
-    return code, time.perf_counter() - began, text[-3000:]
+    notes = "\n".join(line for line in text.splitlines() if line.startswith(NOTE))
+    return code, time.perf_counter() - began, notes + "\n" + text[-3000:]
 
 
 def read_metrics(path: Path) -> dict:
@@ -99,6 +102,7 @@ def run_rung(rung: str, args: argparse.Namespace, scratch: Path) -> dict:
     metrics = scratch / f"{rung.replace(':', '_')}.jsonl"
     code, run_s, tail = train(rung, args, metrics)
     row = {"rung": rung, "nodes": nodes, "edges": edges, "build_s": build_s, "run_s": run_s, "exit_code": code}
+    row["notes"] = [line for line in tail.splitlines() if line.startswith(NOTE)]  # e.g. checkpointing turned on
     if code != 0 or not metrics.exists():
         return {**row, "output_tail": tail}
     row.update(read_metrics(metrics))
