@@ -102,7 +102,9 @@ def run_rung(rung: str, args: argparse.Namespace, scratch: Path) -> dict:
     metrics = scratch / f"{rung.replace(':', '_')}.jsonl"
     code, run_s, tail = train(rung, args, metrics)
     row = {"rung": rung, "nodes": nodes, "edges": edges, "build_s": build_s, "run_s": run_s, "exit_code": code}
-    row["notes"] = [line for line in tail.splitlines() if line.startswith(NOTE)]  # e.g. checkpointing turned on
+    row["notes"] = list(
+        dict.fromkeys(line for line in tail.splitlines() if line.startswith(NOTE))
+    )  # e.g. checkpointing on
     if code != 0 or not metrics.exists():
         return {**row, "output_tail": tail}
     row.update(read_metrics(metrics))
