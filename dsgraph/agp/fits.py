@@ -1,14 +1,19 @@
 """Fits of measured times against a size: log-log least-squares lines ``t(x) = exp(log_a) * x**slope``
-(the attention time against edge-heads, the rest of a layer against node-MACs) and latency plus
-bandwidth ``t(x) = latency + x * s_per_byte`` (each collective's time against its message size in
-bytes; profiles written before it have log-log collectives, which still load). R^2 is computed in
-log space for both, so the two are comparable.
+(the attention time against edge-heads), latency plus bandwidth ``t(x) = latency + x * s_per_byte``
+(each collective's time against its message size in bytes; profiles written before it have log-log
+collectives, which still load), and the rest of a layer ``t = a * MACs + b * values + c * layers``
+(``RestFit``: its projections' multiply-adds, its element-wise work on n x d values and a fixed
+cost per layer; profiles written before it have a log-log line of node-MACs, which still loads).
+R^2 is computed in log space for all of them, so they are comparable.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,3 +164,117 @@ def fit_from_dict(d: dict, where: str):
     if isinstance(d, dict) and d.get("model", "loglog") != "loglog":
         raise ValueError(f"{where}: unknown fit model '{d['model']}' (expected loglog or {LatencyBandwidthFit.model})")
     return LogLogFit.from_dict(d, where)
+
+
+@dataclass(frozen=True, slots=True)
+class RestFit:
+    """The rest of a layer (everything but the attention kernels: projections, FFN, norms, GELU,
+    dropout, residual sums and the copies between them, forward plus backward):
+    ``t = s_per_mac * MACs + s_per_value * values + s_per_layer * layers``, where MACs are the
+    projections' node-MACs (n d^2 (4 + 2 f) per Transformer block), values the element-wise work's
+    node-values (n d per block) and layers the blocks run. One power of node-MACs cannot follow it:
+    on the 2-core CPU a block of (131072, 64) costs 1.6x one of (32768, 128) at the same MACs, and
+    the cost per n d value grows linearly with d (element-wise work beside the products)."""
+
+    s_per_mac: float
+    s_per_value: float
+    s_per_layer: float
+    r2: float
+    """Coefficient of determination in log space, comparable with ``LogLogFit.r2``."""
+    points: tuple[tuple[float, float, float], ...] = ()
+    """The measured (node-MACs, node-values, seconds) of one block each."""
+
+    model = "macs_values"
+
+    def __call__(self, macs: float, values: float = 0.0, layers: float = 1.0) -> float:
+        """Predicted seconds of ``layers`` blocks with ``macs`` node-MACs and ``values`` node-values
+        in all (0 when there is no work)."""
+        if macs <= 0 and values <= 0:
+            return 0.0
+        return self.s_per_mac * macs + self.s_per_value * values + self.s_per_layer * layers
+
+    def describe(self) -> str:
+        return (
+            f"{self.s_per_mac * 1e12:.3g} ps/MAC + {self.s_per_value * 1e9:.3g} ns/value + "
+            f"{self.s_per_layer * 1e6:.0f} us/layer"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "s_per_mac": self.s_per_mac,
+            "s_per_value": self.s_per_value,
+            "s_per_layer": self.s_per_layer,
+            "r2": self.r2,
+            "points": [list(p) for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> RestFit:
+        try:
+            coefficients = [float(d[k]) for k in ("s_per_mac", "s_per_value", "s_per_layer")]
+            r2 = float(d["r2"])
+            points = tuple((float(m), float(v), float(t)) for m, v, t in d.get("points", []))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"{where}: malformed rest fit ({err!r}); expected s_per_mac, s_per_value, s_per_layer, r2 and "
+                "[[node-MACs, node-values, seconds], ...] points"
+            ) from None
+        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
+            raise ValueError(f"{where}: s_per_mac, s_per_value and s_per_layer must be finite and >= 0, r2 finite")
+        return cls(*coefficients, r2, points)
+
+    def scaled(self, factor: float) -> RestFit:
+        return RestFit(
+            self.s_per_mac * factor, self.s_per_value * factor, self.s_per_layer * factor, self.r2, self.points
+        )
+
+
+def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
+    """``a * macs + b * values + c`` through (macs, values, seconds) points of one block each, with
+    the least squared relative error (every size weighs the same, as in log space) and a, b, c >= 0
+    (the best of the non-negative solutions over every subset of the three terms). Needs three or
+    more points with t > 0 whose (macs, values) are not all proportional."""
+    pts = [(float(m), float(v), float(t)) for m, v, t in points if t > 0 and (m > 0 or v > 0)]
+    rows = np.array([[m, v, 1.0] for m, v, _ in pts]).reshape(-1, 3)
+    t = np.array([p[2] for p in pts])
+    if len(pts) < 3 or np.linalg.matrix_rank(rows) < 3:
+        raise ValueError(
+            "a rest fit needs at least three blocks with positive times whose node-MACs and node-values "
+            f"are not in one proportion (blocks of two or more hidden sizes), got {points}"
+        )
+    scaled = rows / t[:, None]  # minimise sum((rows @ c / t - 1)^2)
+    best, best_err = np.zeros(3), math.inf
+    for k in (3, 2, 1):
+        for terms in itertools.combinations(range(3), k):
+            sol, *_ = np.linalg.lstsq(scaled[:, terms], np.ones(len(t)), rcond=None)
+            if (sol < 0).any():
+                continue
+            c = np.zeros(3)
+            c[list(terms)] = sol
+            err = float(((scaled @ c - 1.0) ** 2).sum())
+            if err < best_err:
+                best, best_err = c, err
+    predicted = np.maximum(rows @ best, 1e-300)
+    lt = np.log(t)
+    ss_tot = float(((lt - lt.mean()) ** 2).sum())
+    r2 = 1.0 - float(((np.log(predicted) - lt) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return RestFit(float(best[0]), float(best[1]), float(best[2]), r2, tuple(pts))
+
+
+def rest_from_dict(d: dict, where: str) -> LogLogFit | RestFit:
+    """A rest fit written by ``RestFit.to_dict``, or (no ``model``) the log-log line of node-MACs
+    of profiles written before it."""
+    if isinstance(d, dict) and d.get("model", "loglog") == RestFit.model:
+        return RestFit.from_dict(d, where)
+    if isinstance(d, dict) and d.get("model", "loglog") != "loglog":
+        raise ValueError(f"{where}: unknown rest fit model '{d['model']}' (expected loglog or {RestFit.model})")
+    return LogLogFit.from_dict(d, where)
+
+
+def rest_seconds(fit: LogLogFit | RestFit, macs: float, values: float, layers: float) -> float:
+    """Seconds of the rest of ``layers`` layers with ``macs`` node-MACs and ``values`` node-values
+    in all: a ``RestFit`` reads all three, an old profile's log-log line the MACs alone."""
+    if isinstance(fit, RestFit):
+        return fit(macs, values, layers)
+    return fit(macs)

@@ -3,9 +3,11 @@
 - attention: fused sparse attention forward plus backward on random graphs of growing edge count
   (time against edge-heads), at the profile's head dimension D and at 2D (their ratio gives the
   share of the per-(edge, head) cost that does not grow with D: ``head_dim_knee``);
-- rest: one Transformer block with the attention replaced by a pass-through (projections, norms,
-  FFN, dropout) forward plus backward, on growing node counts and three hidden sizes (time against
-  node-MACs);
+- rest: one Transformer block, the layer's real code (projections, norms, FFN, GELU, dropout,
+  residual sums) with the attention kernel replaced by a stand-in that costs nothing and passes
+  gradients to q, k and v as the kernel does (``AttentionStandIn``), forward plus backward, on
+  growing node counts and three hidden sizes (``RestFit``: time against node-MACs n d^2 (4 + 2 f),
+  node-values n d and one fixed cost per block);
 - collectives (p > 1): all-gather, reduce-scatter, all-to-all and an uneven all-to-all at message
   sizes 2^10 .. max_bytes (time against bytes per rank, fitted as latency plus bandwidth).
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dsgraph.agp.fits import fit_latency_bandwidth, fit_loglog
+from dsgraph.agp.fits import fit_latency_bandwidth, fit_loglog, fit_rest
 from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 from dsgraph.ops.dispatch import resolve_backend
@@ -112,11 +114,11 @@ def _time_once(run: Callable[[], None], device: torch.device) -> float:
 
 
 def interleaved_min(
-    cases: list[tuple[str, float, Callable[[], None]]], reps: int, device: torch.device = torch.device("cpu")
-) -> dict[str, list[tuple[float, float]]]:
-    """Times every case ``(quantity, x, run)`` ``reps`` times in round-robin order (so a burst of
-    load from other processes spoils one sample of many cases rather than every sample of one) and
-    keeps the minimum. Returns quantity -> [(x, seconds), ...]."""
+    cases: list[tuple[str, float | tuple, Callable[[], None]]], reps: int, device: torch.device = torch.device("cpu")
+) -> dict[str, list[tuple[float | tuple, float]]]:
+    """Times every case ``(quantity, x, run)`` (x a size, or a tuple of sizes) ``reps`` times in
+    round-robin order (so a burst of load from other processes spoils one sample of many cases
+    rather than every sample of one) and keeps the minimum. Returns quantity -> [(x, seconds), ...]."""
     for _, _, run in cases:
         run()  # warm up: JIT compilation, cached transposes, allocator
     best = [float("inf")] * len(cases)
@@ -153,9 +155,26 @@ def _attention_cases(rank, heads, head_dim, dtype, backend, device, quantity="at
     return cases
 
 
+class AttentionStandIn(torch.autograd.Function):
+    """What the rest block runs in place of the attention kernel: y = v (a view, no work) forward,
+    and the output's gradient as the gradient of q, k and v backward, so that the q and k
+    projections' backward runs as in the real layer (a plain pass-through ``lambda q, k, v: v``
+    leaves q and k out of the graph: two of the block's eight weight products lose their backward).
+    The kernel's own work, its output and its gradients' buffers, are the attention fit's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        return v.view_as(v)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, dy, dy
+
+
 def _rest_cases(ffn_mult, dtype, device) -> list:
-    """One block with a pass-through attention at several (nodes, hidden) sizes, so the node-MAC
-    line covers the hidden sizes a plan may ask about."""
+    """One block with the attention stand-in at several (nodes, hidden) sizes, so the fit separates
+    the work per node-MAC from the work per node-value and covers the hidden sizes a plan may ask
+    about. The case's x is (node-MACs, node-values)."""
     from dsgraph.models.graph_transformer import TransformerBlock
 
     cases = []
@@ -165,9 +184,9 @@ def _rest_cases(ffn_mult, dtype, device) -> list:
         ids = torch.arange(n, device=device)
 
         def run(block=block, h=h, ids=ids):
-            block(h, lambda q, k, v: v, ids, 0, 1, 1).sum().backward()
+            block(h, AttentionStandIn.apply, ids, 0, 1, 1).sum().backward()
 
-        cases.append(("rest", float(n * hidden * hidden * (4 + 2 * ffn_mult)), run))
+        cases.append(("rest", (float(n * hidden * hidden * (4 + 2 * ffn_mult)), float(n * hidden)), run))
     return cases
 
 
@@ -359,7 +378,7 @@ def measure_profile(
         )
         ranks[p] = RankFits(
             attention=fit_loglog(raw["attention"]),
-            rest=fit_loglog(raw["rest"]),
+            rest=fit_rest([(*x, t) for x, t in raw["rest"]]),
             collectives={c: fit_latency_bandwidth(raw[c]) for c in COLLECTIVES if c in raw},
             head_dim_knee=head_dim_knee(raw, head_dim),
         )

@@ -12,8 +12,10 @@ this module is one loop over them:
   knee when the model's D differs from the profile's);
 - comm: each collective's beta fit at p ranks on its per-rank message, forward plus backward; a
   strategy whose collectives overlap its attention costs the longer of the two;
-- rest: the profile's fit for the projections and FFN (node-MACs), over all layers, the input
-  projection and the classifier;
+- rest: the profile's fit for everything of a layer but the attention kernels (``RestFit``: the
+  projections' and FFN's node-MACs, the element-wise work's node-values n d and a fixed cost per
+  layer; an old profile's log-log line reads the MACs alone), over all layers, plus the input
+  projection's and the classifier's MACs;
 - global attention (``ModelShape.global_attention``): each hidden layer's all-reduce of its per-head
   sums, forward and backward (``GlobalAttentionCost``, the same for every strategy, never
   overlapped), its projections with the rest, its activations with the layer's;
@@ -36,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dsgraph.agp.fits import rest_seconds
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
 from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
@@ -234,7 +237,8 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
     """Attention and collective seconds of all layers, each split into the layers' own and the
     forwards checkpointing recomputes; the global attention's all-reduces (``glob``, never
     overlapped); the share of the forward collectives that runs during attention (``hidden``); the
-    projections' multiply-adds; the bytes across nodes and the bytes sent."""
+    projections' multiply-adds, the node-values of their element-wise work and the layers they run
+    (a recomputed forward counts FORWARD_SHARE of a layer); the bytes across nodes and the bytes sent."""
     keys = (
         "attention",
         "attention_recompute",
@@ -244,6 +248,8 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         "glob_recompute",
         "hidden",
         "macs",
+        "values",
+        "layers",
         "inter",
         "sent",
     )
@@ -276,18 +282,23 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         out["macs"] += (
             terms.rows * FORWARD_SHARE * (kind.attention_recomputes - kind.checkpointed) * kind.attention_macs_per_node
         )
+        runs = kind.count + FORWARD_SHARE * kind.attention_recomputes  # a nested recompute: its attention sublayer
+        out["values"] += terms.rows * runs * kind.shape.hidden
+        out["layers"] += runs
     return out
 
 
-def _dense_and_sync_s(model: ModelShape, fits, rows: int, macs: float, p: int, step: bool) -> tuple[float, float]:
-    """(projections, rest): the time of the dense layers' ``macs`` (with ``step``, the input projection
-    and the classifier too, where the model has them), and that plus ZeRO's gradient sync."""
+def _dense_and_sync_s(model: ModelShape, fits, rows: int, t: dict, p: int, step: bool) -> tuple[float, float]:
+    """(projections, rest): the time of the layers' rest (``t``'s macs, values and layers; with
+    ``step``, the MACs of the input projection and the classifier too, where the model has them),
+    and that plus ZeRO's gradient sync."""
+    macs = t["macs"]
     if step:  # the input projection and the classifier, where the model has them
         projected = (model.in_dim if model.input_projection else 0) + (
             model.num_classes if model.head == "linear" else 0
         )
         macs += rows * model.hidden * projected
-    projections = rest = fits.rest(macs)
+    projections = rest = rest_seconds(fits.rest, macs, t["values"], t["layers"])
     if step and p > 1:  # ZeRO's gradient reduction: the same for every strategy, counted with the rest
         grads = 4.0 * model.num_params / p
         rest += fits.collectives["reduce_scatter"](grads) + fits.collectives["all_gather"](grads)
@@ -321,7 +332,7 @@ def predict(
     fits = profile.fits(p)
     t = _layer_times(kinds, all_terms, fits, profile, calibration.comm_scale.get(strategy, 1.0), p)
     attention, comm = t["attention"] + t["attention_recompute"], t["comm"] + t["comm_recompute"]
-    projections, rest = _dense_and_sync_s(model, fits, all_terms[0].rows, t["macs"], p, step)
+    projections, rest = _dense_and_sync_s(model, fits, all_terms[0].rows, t, p, step)
     hidden = min(t["hidden"], FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     comm -= hidden
     glob = t["glob"] + t["glob_recompute"]

@@ -17,11 +17,14 @@ Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
 
 FIT is a ``LogLogFit`` (log_a, slope, r2, points); a collective's FIT may instead be a
 ``LatencyBandwidthFit`` ({"model": "latency_bandwidth", latency_s, s_per_byte, r2, points}), which
-``dsgraph profile`` writes since 2026-12-04. Units of x: ``attention`` edge-heads (one
-edge for one head of dimension ``head_dim``, forward plus backward, per rank while all p ranks
-compute at once); ``rest`` node-MACs (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the
-QKV, output and FFN projections, forward plus backward); collectives bytes sent per rank (the
-per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatter).
+``dsgraph profile`` writes since 2026-12-04, and ``rest`` a ``RestFit`` ({"model": "macs_values",
+s_per_mac, s_per_value, s_per_layer, r2, points [[node-MACs, node-values, seconds], ...]}), which it
+writes since 2026-12-04 too (profiles with a log-log ``rest`` still load and predict as before).
+Units of x: ``attention`` edge-heads (one edge for one head of dimension ``head_dim``, forward plus
+backward, per rank while all p ranks compute at once); ``rest`` one Transformer block's node-MACs
+(a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the QKV, output and FFN projections, forward
+plus backward) and node-values (a node times d: the element-wise work); collectives bytes sent per
+rank (the per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatter).
 
 ``head_dim_knee`` (optional; 0 when absent) is delta in: one (edge, head) of head dimension D costs
 in proportion to delta + D (measured from the attention times at D and 2D).
@@ -50,7 +53,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import LatencyBandwidthFit, LogLogFit, fit_from_dict
+from dsgraph.agp.fits import LatencyBandwidthFit, LogLogFit, RestFit, fit_from_dict, rest_from_dict
 from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, Tier, hierarchy_from_dict, node_count
 
 FORMAT = "dsgraph-agp-profile"
@@ -64,7 +67,8 @@ class RankFits:
     """The fits measured with ``p`` ranks running at once."""
 
     attention: LogLogFit
-    rest: LogLogFit
+    rest: LogLogFit | RestFit
+    """The rest of a layer: ``RestFit``, or an old profile's log-log line of node-MACs."""
     collectives: dict[str, LogLogFit | LatencyBandwidthFit] = field(default_factory=dict)
     head_dim_knee: float = 0.0
     """delta: one (edge, head) of head dimension D costs in proportion to delta + D (0: to D)."""
@@ -271,7 +275,7 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
             collectives = {c: fit_from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES}
         ranks[p] = RankFits(
             attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
-            rest=LogLogFit.from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
+            rest=rest_from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
             collectives=collectives,
             head_dim_knee=_non_negative(entry.get("head_dim_knee", 0.0), f"{source}: ranks.{key}.head_dim_knee"),
         )

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from dsgraph.agp.fits import rest_seconds
 from dsgraph.ops import backend_names
 
 
@@ -14,7 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsgraph profile",
         description="Measure fused attention time per edge-head and the rest of a layer per node (alpha), and "
         "all-gather, reduce-scatter, all-to-all and uneven all-to-all time per byte (beta) on 1..MAX_RANKS local "
-        'ranks; fit log-log lines and write a profile JSON for `dsgraph plan` and "strategy": "auto". '
+        "ranks; fit them (attention: a log-log line of edge-heads; the rest of a layer: per node-MAC, per "
+        "node-value and per layer; collectives: latency plus bandwidth) and write a profile JSON for `dsgraph plan` "
+        'and "strategy": "auto". '
         "The CPU backends run gloo ranks on this machine's cores; --backend cuda runs one rank per GPU on NCCL "
         "and times with CUDA events. On fewer GPUs than MAX_RANKS, --collectives-from supplies the collective "
         "fits of the rank counts that cannot be measured here.",
@@ -57,15 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+REST_REFERENCE = (2**16, 128)
+"""(nodes, hidden) of the block whose rest time the fit table shows."""
+
+
 def format_fits(profile) -> str:
     """The fit table: one line per (p, quantity) with R^2, time at a reference size and the fitted
     model (a power of x, or latency plus bandwidth for the collectives)."""
     lines = [f"{'p':>2}  {'quantity':<18} {'R^2':>6}  {'time at reference size':<28} model"]
+    n, d = REST_REFERENCE
+    block = (n * d * d * (4 + 2 * profile.ffn_mult), n * d, 1.0)  # one block's node-MACs, node-values, layers
     for p, fits in sorted(profile.ranks.items()):
-        rows = [("attention", fits.attention, 2**20, "2^20 edge-heads"), ("rest", fits.rest, 2**30, "2^30 node-MACs")]
-        rows += [(name, fit, 2**20, "1 MiB") for name, fit in fits.collectives.items()]
-        for name, fit, x, unit in rows:
-            at = f"{fit(x) * 1e3:9.3f} ms at {unit}"
+        rows = [
+            ("attention", fits.attention, fits.attention(2**20), "2^20 edge-heads"),
+            ("rest", fits.rest, rest_seconds(fits.rest, *block), f"{n // 1024}k x d {d} block"),
+        ]
+        rows += [(name, fit, fit(2**20), "1 MiB") for name, fit in fits.collectives.items()]
+        for name, fit, seconds, unit in rows:
+            at = f"{seconds * 1e3:9.3f} ms at {unit}"
             lines.append(f"{p:>2}  {name:<18} {fit.r2:6.3f}  {at:<28} {fit.describe()}")
     knees = ", ".join(f"p={p}: {fits.head_dim_knee:.1f}" for p, fits in sorted(profile.ranks.items()))
     lines.append(f"head_dim_knee (an (edge, head) costs in proportion to knee + D): {knees}")
