@@ -102,6 +102,8 @@ class AllGather(Strategy):
         )  # per rank and group: K (and V), padded [n_max, H/g, D]
         dk = n * model.wire_bytes(model.hidden // g, dtype_bytes, gradient=True)
         regather = model.parallel.regather_kv and not model.checkpoint_every  # off under checkpointing, as in training
+        # K/V of all N rows kept for backward; one rank gathers nothing (K and V are the projection's own output)
+        replica = 0 if regather or p == 1 else n_all * 2 * model.hidden * dtype_bytes
         forward = (("all_gather", k, 2 * g),) if p > 1 else ()
         messages = (*forward, *forward[: int(regather)], ("reduce_scatter", dk, 2 * g)) if p > 1 else ()
         return CostTerms(
@@ -113,10 +115,11 @@ class AllGather(Strategy):
             messages=messages,
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,
-            activation_bytes=(0 if regather else n_all * 2 * model.hidden * dtype_bytes)
+            activation_bytes=replica
             + n * model.heads * 4
             + model.bias_bytes(e, dtype_bytes)
             + model.edge_value_bytes(n, e, dtype_bytes),
-            kv_replica_bytes=0 if regather else n_all * 2 * model.hidden * dtype_bytes,
-            transient_bytes=2 * n_all * 2 * model.hidden * dtype_bytes,
+            kv_replica_bytes=replica,
+            # backward: dK/dV of all N rows, and (P > 1) the buffer that reduce-scatters them
+            transient_bytes=(2 if p > 1 else 1) * n_all * 2 * model.hidden * dtype_bytes,
         )
