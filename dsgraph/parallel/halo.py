@@ -129,6 +129,9 @@ class Halo(Strategy):
             busiest = split.halo_sizes.index(halo)
             messages = tuple((*m, inter[busiest] * size) for m, size in zip(messages, (row, grad_row)))
         remote = n + halo
+        # K/V kept for backward: own rows and halo stacked for the boundary rows; one rank has no boundary and
+        # its kernel reads the projection's own K and V
+        kept = remote * 2 * d * b if p > 1 else 0
         return CostTerms(
             forward_messages=messages[:1],
             forward_bytes=max(split.send_sizes) * row,
@@ -137,10 +140,7 @@ class Halo(Strategy):
             messages=messages,
             bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,
-            activation_bytes=remote * 2 * d * b
-            + n * model.heads * 4
-            + model.bias_bytes(e, b)
-            + model.edge_value_bytes(n, e, b),
+            activation_bytes=kept + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
             halo_bytes=halo * 2 * d * b,
-            transient_bytes=2 * remote * 2 * d * b,
+            transient_bytes=(2 if p > 1 else 1) * remote * 2 * d * b,  # dK/dV, and (P > 1) the rows sent back
         )
