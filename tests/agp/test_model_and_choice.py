@@ -339,3 +339,28 @@ def test_gcn_and_sage_layers_cost_their_projections_and_the_same_edge_work():
     terms = {b: get_strategy("ag").cost(2, shape, m, 4) for b, m in kinds.items()}
     assert terms["gcn"].edge_heads == terms["attention"].edge_heads
     assert terms["gcn"].bytes_sent == terms["attention"].bytes_sent
+
+
+def test_one_rank_keeps_no_kv_replica_and_one_gradient_pair():
+    """At p = 1 GP-AG's gather hands back K and V themselves and GP-Halo has nothing to exchange, so
+    neither keeps a K/V copy for backward, and the backward buffer is one dK/dV pair of the N rows;
+    at p = 2 GP-AG keeps the gathered replica and its backward holds the pair twice (the gathered
+    gradient and what it reduce-scatters), GP-Halo its own rows with the halo and two pairs of them."""
+    import torch
+
+    from dsgraph.comm import GraphParallelGroup, gather_rows_padded
+    from dsgraph.parallel.shapes import GraphShape
+
+    x = torch.ones(10, 2, 4)
+    assert gather_rows_padded(x, GraphParallelGroup.single(10)) is x
+    shape, b = GraphShape.from_counts(100_000, 2_000_000, [1, 2], 0.1), 2
+    pair = 100_000 * 2 * MODEL.hidden * b
+    scores = 100_000 * MODEL.heads * 4  # lse, fp32, per row and head
+    for name in ("ag", "halo"):
+        one = get_strategy(name).cost(1, shape, MODEL, b)
+        assert (one.kv_replica_bytes, one.halo_bytes, one.transient_bytes) == (0, 0, pair), name
+        assert one.activation_bytes == scores, name
+    ag, halo = get_strategy("ag").cost(2, shape, MODEL, b), get_strategy("halo").cost(2, shape, MODEL, b)
+    assert ag.kv_replica_bytes == pair and ag.transient_bytes == 2 * pair
+    remote = (50_000 + 5_000) * 2 * MODEL.hidden * b  # own rows and the halo
+    assert halo.activation_bytes == remote + scores / 2 and halo.transient_bytes == 2 * remote
