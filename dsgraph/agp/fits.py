@@ -62,6 +62,16 @@ class LogLogFit:
         return LogLogFit(self.log_a + math.log(factor), self.slope, self.r2, self.points)
 
 
+def log_r2(times, predicted) -> float:
+    """Coefficient of determination of ``predicted`` against measured ``times``, in log space (every
+    fit's R^2, so that they are comparable); 1 when the times do not vary."""
+    lt = [math.log(t) for t in times]
+    mt = sum(lt) / len(lt)
+    ss_tot = sum((y - mt) ** 2 for y in lt)
+    ss_res = sum((math.log(f) - y) ** 2 for f, y in zip(predicted, lt))
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+
+
 def fit_loglog(points: list[tuple[float, float]]) -> LogLogFit:
     """Least-squares line through (log x, log t). Needs two or more points with distinct x > 0, t > 0."""
     pts = [(float(x), float(t)) for x, t in points if x > 0 and t > 0]
@@ -74,9 +84,7 @@ def fit_loglog(points: list[tuple[float, float]]) -> LogLogFit:
     sxt = sum((a - mx) * (b - mt) for a, b in zip(lx, lt))
     slope = sxt / sxx
     log_a = mt - slope * mx
-    ss_res = sum((b - (log_a + slope * a)) ** 2 for a, b in zip(lx, lt))
-    ss_tot = sum((b - mt) ** 2 for b in lt)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    r2 = log_r2([t for _, t in pts], [math.exp(log_a + slope * a) for a in lx])
     return LogLogFit(log_a, slope, r2, tuple(pts))
 
 
@@ -149,20 +157,23 @@ def fit_latency_bandwidth(points: list[tuple[float, float]]) -> LatencyBandwidth
     if a < 0 or b < 0:  # the best fit with one term at zero
         candidates = [(su / suu, 0.0), (0.0, sv / svv)]
         a, b = min(candidates, key=lambda c: sum((c[0] * p + c[1] * q - 1.0) ** 2 for p, q in zip(u, v)))
-    lt = [math.log(t) for _, t in pts]
-    mt = sum(lt) / len(lt)
-    ss_res = sum((math.log(a + b * x) - y) ** 2 for (x, _), y in zip(pts, lt))
-    ss_tot = sum((y - mt) ** 2 for y in lt)
-    return LatencyBandwidthFit(a, b, 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0, tuple(pts))
+    r2 = log_r2([t for _, t in pts], [a + b * x for x, _ in pts])
+    return LatencyBandwidthFit(a, b, r2, tuple(pts))
 
 
 def fit_from_dict(d: dict, where: str):
     """A fit written by either class's ``to_dict`` (``model`` names it; absent: log-log, as in profiles
     written before the latency-bandwidth model)."""
-    if isinstance(d, dict) and d.get("model", "loglog") == LatencyBandwidthFit.model:
-        return LatencyBandwidthFit.from_dict(d, where)
-    if isinstance(d, dict) and d.get("model", "loglog") != "loglog":
-        raise ValueError(f"{where}: unknown fit model '{d['model']}' (expected loglog or {LatencyBandwidthFit.model})")
+    return _loglog_or(LatencyBandwidthFit, d, where, "fit")
+
+
+def _loglog_or(other, d: dict, where: str, what: str):
+    """``other.from_dict`` when ``d``'s ``model`` names it, else (``model`` absent or "loglog") a log-log fit."""
+    model = d.get("model", "loglog") if isinstance(d, dict) else "loglog"
+    if model == other.model:
+        return other.from_dict(d, where)
+    if model != "loglog":
+        raise ValueError(f"{where}: unknown {what} model '{model}' (expected loglog or {other.model})")
     return LogLogFit.from_dict(d, where)
 
 
@@ -255,21 +266,14 @@ def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
             err = float(((scaled @ c - 1.0) ** 2).sum())
             if err < best_err:
                 best, best_err = c, err
-    predicted = np.maximum(rows @ best, 1e-300)
-    lt = np.log(t)
-    ss_tot = float(((lt - lt.mean()) ** 2).sum())
-    r2 = 1.0 - float(((np.log(predicted) - lt) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
     return RestFit(float(best[0]), float(best[1]), float(best[2]), r2, tuple(pts))
 
 
 def rest_from_dict(d: dict, where: str) -> LogLogFit | RestFit:
     """A rest fit written by ``RestFit.to_dict``, or (no ``model``) the log-log line of node-MACs
     of profiles written before it."""
-    if isinstance(d, dict) and d.get("model", "loglog") == RestFit.model:
-        return RestFit.from_dict(d, where)
-    if isinstance(d, dict) and d.get("model", "loglog") != "loglog":
-        raise ValueError(f"{where}: unknown rest fit model '{d['model']}' (expected loglog or {RestFit.model})")
-    return LogLogFit.from_dict(d, where)
+    return _loglog_or(RestFit, d, where, "rest fit")
 
 
 def rest_seconds(fit: LogLogFit | RestFit, macs: float, values: float, layers: float) -> float:

@@ -67,7 +67,7 @@ def directed_edges(path: str) -> tuple[int, int]:
 
 
 def train(rung: str, args: argparse.Namespace, metrics: Path) -> tuple[int, float, str]:
-    """Runs ``dsgraph train`` on the rung; (exit code, seconds from launch to exit, output tail)."""
+    """Runs ``dsgraph train`` on the rung; (exit code, seconds from launch to exit, its output)."""
     cmd = [sys.executable, "-m", "dsgraph", "train", "--nprocs", str(args.nprocs), "--config", args.config]
     cmd += ["--dataset", rung, "--epochs", str(args.epochs), "--eval-every", str(args.epochs)]
     cmd += ["--metrics-out", str(metrics), *args.train_args]
@@ -77,8 +77,7 @@ def train(rung: str, args: argparse.Namespace, metrics: Path) -> tuple[int, floa
         code, text = out.returncode, out.stdout + out.stderr
     except subprocess.TimeoutExpired as err:
         code, text = 124, f"timed out after {args.timeout:.0f} s\n{err.stdout or ''}"
-    notes = "\n".join(line for line in text.splitlines() if line.startswith(NOTE))
-    return code, time.perf_counter() - began, notes + "\n" + text[-3000:]
+    return code, time.perf_counter() - began, text
 
 
 def read_metrics(path: Path) -> dict:
@@ -100,13 +99,11 @@ def run_rung(rung: str, args: argparse.Namespace, scratch: Path) -> dict:
     path, build_s = build(rung, args.fresh)
     nodes, edges = directed_edges(path)
     metrics = scratch / f"{rung.replace(':', '_')}.jsonl"
-    code, run_s, tail = train(rung, args, metrics)
+    code, run_s, output = train(rung, args, metrics)
     row = {"rung": rung, "nodes": nodes, "edges": edges, "build_s": build_s, "run_s": run_s, "exit_code": code}
-    row["notes"] = list(
-        dict.fromkeys(line for line in tail.splitlines() if line.startswith(NOTE))
-    )  # e.g. checkpointing on
+    row["notes"] = [line for line in output.splitlines() if line.startswith(NOTE)]  # e.g. checkpointing turned on
     if code != 0 or not metrics.exists():
-        return {**row, "output_tail": tail}
+        return {**row, "output_tail": output[-3000:]}
     row.update(read_metrics(metrics))
     if row["median_step_s"]:
         row["ns_per_edge"] = row["median_step_s"] / edges * 1e9
