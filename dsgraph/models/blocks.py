@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dsgraph.models.checkpointing import recomputed
 from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.global_attention import GlobalAttention
 from dsgraph.models.norms import make_norm
@@ -168,15 +169,29 @@ class AttentionBlock(nn.Module):
         self.edge_value = EdgeValue(edge_dim, heads, hidden // heads) if edge_dim and edge_values else None
         self.global_attn = global_branch(global_attention, in_dim, hidden, heads, dropout, attention_dropout)
 
+    recompute = False
+    """Selective recomputation (``checkpointing.recompute_selectively``): keep the attention's own
+    tensors and the block's input, recompute the rest in backward."""
+
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        keys = (attention, node_ids, seed, step, layer)
+        q_nHD, k_nHD, v_nHD, ego_nd, global_nd = recomputed(self.recompute, self._before_attention, h_ni, *keys)
+        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
+        return recomputed(self.recompute, self._after_attention, h_ni, y_nd, ego_nd, global_nd, *keys)
+
+    def _before_attention(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        """(q, k, v, the ego projection or None, the global branch's output or None)."""
         x_ni = self.norm(h_ni, attention) if self.norm_at == "pre" else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
-        y_nd = with_ego(y_nd, self.ego, x_ni)
+        ego_nd = self.ego(x_ni) if self.ego is not None else None
+        glob = self.global_attn
+        return q_nHD, k_nHD, v_nHD, ego_nd, glob(x_ni, *(attention, node_ids, seed, step, layer)) if glob else None
+
+    def _after_attention(self, h_ni, y_nd, ego_nd, global_nd, attention, node_ids, seed: int, step: int, layer: int):
+        y_nd = y_nd if ego_nd is None else y_nd + ego_nd
         branch_nd = self.attn_dropout(y_nd, node_ids, seed, step, layer)
-        if self.global_attn is not None:
-            branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
+        branch_nd = branch_nd if global_nd is None else branch_nd + global_nd
         h_nd = self.residual(h_ni, branch_nd)
         return F.elu(self.norm(h_nd, attention) if self.norm_at == "post" else h_nd)
 
@@ -228,21 +243,43 @@ class TransformerBlock(nn.Module):
     """What activation checkpointing recomputes one at a time (``checkpointing.py``): the backward
     then holds one sublayer's activations, not the whole block's."""
 
+    recompute = False
+    """Selective recomputation (``checkpointing.recompute_selectively``): keep the attention's own
+    tensors, the block's input and the attention's output; recompute the rest in backward."""
+
     def forward(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        if self.recompute:
+            keys = (attention, node_ids, seed, step, layer)
+            q_nHD, k_nHD, v_nHD, ego_nd, global_nd = recomputed(True, self._before_attention, h_ni, *keys)
+            y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
+            return recomputed(True, self._after_attention_and_ffn, h_ni, y_nd, ego_nd, global_nd, *keys)
         h_nd = self.attention_sublayer(h_ni, attention, node_ids, seed, step, layer)
         return self.ffn_sublayer(h_nd, attention, node_ids, seed, step, layer)
 
     def attention_sublayer(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        pre, post = self.norm_at == "pre", self.norm_at == "post"
-        x_ni = self.attn_norm(h_ni, attention) if pre else h_ni
+        keys = (attention, node_ids, seed, step, layer)
+        q_nHD, k_nHD, v_nHD, ego_nd, global_nd = self._before_attention(h_ni, *keys)
+        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
+        return self._after_attention(h_ni, y_nd, ego_nd, global_nd, *keys)
+
+    def _before_attention(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+        """(q, k, v, the ego projection or None, the global branch's output or None)."""
+        x_ni = self.attn_norm(h_ni, attention) if self.norm_at == "pre" else h_ni
         q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
         v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
-        branch_nd = self.attn_dropout(with_ego(self.attn_out(y_nd), self.ego, x_ni), node_ids, seed, step, layer)
-        if self.global_attn is not None:
-            branch_nd = branch_nd + self.global_attn(x_ni, attention, node_ids, seed, step, layer)
+        ego_nd = self.ego(x_ni) if self.ego is not None else None
+        glob = self.global_attn
+        return q_nHD, k_nHD, v_nHD, ego_nd, glob(x_ni, *(attention, node_ids, seed, step, layer)) if glob else None
+
+    def _after_attention(self, h_ni, y_nd, ego_nd, global_nd, attention, node_ids, seed: int, step: int, layer: int):
+        out_nd = self.attn_out(y_nd)
+        branch_nd = self.attn_dropout(out_nd if ego_nd is None else out_nd + ego_nd, node_ids, seed, step, layer)
+        branch_nd = branch_nd if global_nd is None else branch_nd + global_nd
         h_nd = self.residual(h_ni, branch_nd)
-        return self.attn_norm(h_nd, attention) if post else h_nd
+        return self.attn_norm(h_nd, attention) if self.norm_at == "post" else h_nd
+
+    def _after_attention_and_ffn(self, h_ni, y_nd, ego_nd, global_nd, *keys):
+        return self.ffn_sublayer(self._after_attention(h_ni, y_nd, ego_nd, global_nd, *keys), *keys)
 
     def ffn_sublayer(self, h_nd, attention: Attention, node_ids, seed: int, step: int, layer: int):
         pre, post = self.norm_at == "pre", self.norm_at == "post"

@@ -46,6 +46,26 @@ def checkpoint_blocks(model: torch.nn.Module, every: int = 1, nested: bool = Fal
     return chosen
 
 
+def recompute_selectively(model: torch.nn.Module) -> list[int]:
+    """Selective recomputation in every block that offers it (``recompute`` attribute) and is not
+    checkpointed whole: the block keeps what its attention keeps (q, k, v and the kernels' own
+    tensors), its input and the attention's output, and recomputes the norms, projections, global
+    branch, FFN and dropout in backward (the "selective" recomputation of Korthikanti et al., 2022:
+    what is cheap to compute and large to keep). Returns the blocks' indices."""
+    chosen = []
+    for index, block in enumerate(model.blocks):
+        checkpointed = any(name in vars(block) for name in ("forward", *getattr(block, "sublayers", ())))
+        if hasattr(block, "recompute") and not checkpointed:
+            block.recompute = True
+            chosen.append(index)
+    return chosen
+
+
+def recomputed(enabled: bool, forward, *args):
+    """``forward(*args)``, checkpointed when ``enabled`` and gradients are on."""
+    return _recomputed(forward, *args) if enabled else forward(*args)
+
+
 def _recomputed(forward, *args, early_stop: bool = False, **kwargs):
     if not torch.is_grad_enabled():  # evaluation: nothing is kept for backward anyway
         return forward(*args, **kwargs)

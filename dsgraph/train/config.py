@@ -124,6 +124,11 @@ class DsgraphConfig:
     checkpoint_activations: bool = False
     """Activation checkpointing: a checkpointed block keeps only its input and recomputes its forward
     in backward (exact: dropout masks are hashes; the strategy's forward collectives run again)."""
+    selective_recompute: bool = True
+    """Keep what each attention keeps (q, k, v and its kernel's tensors), the block's input and the
+    attention's output, and recompute the norms, projections, global branch, FFN and dropout masks in
+    backward (exact: the same values). About a third of a Transformer block's kept bytes, for a few
+    percent more step time; blocks checkpointed whole (checkpoint_activations) recompute everything anyway."""
     checkpoint_every_layers: int = 1
     """With checkpoint_activations: checkpoint blocks 0, k, 2k, ... (1: every block)."""
     checkpoint_nested: bool = False

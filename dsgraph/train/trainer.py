@@ -20,7 +20,7 @@ import torch
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
-from dsgraph.models.checkpointing import checkpoint_blocks
+from dsgraph.models.checkpointing import checkpoint_blocks, recompute_selectively
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
 from dsgraph.tasks import get_task
@@ -132,6 +132,8 @@ class Trainer:
         model = self.task.build_model(mode.num_features, mode.num_classes, mode.encoding_widths, mode.num_edge_features)
         if cfg.checkpoint_activations:
             checkpoint_blocks(model, cfg.checkpoint_every_layers, cfg.checkpoint_nested)
+        if cfg.selective_recompute:
+            recompute_selectively(model)
         self.heartbeat("start-up: deepspeed.initialize (engine, optimizer, op builds)")
         ds_config = self.sync.engine_config(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)

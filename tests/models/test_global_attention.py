@@ -54,37 +54,40 @@ def test_an_empty_scope_gives_zeros_and_a_one_row_scope_gives_its_value():
     assert sum_values(4, 8) == 4 * 8 * 8 + 4 * 8
 
 
-def test_the_global_branch_keeps_q_k_v_alone_and_recomputes_the_same_gradients():
-    from dsgraph.models.global_attention import GlobalAttention
+def test_linear_attention_keeps_q_k_v_and_the_sums_alone():
+    """No fp32 row of the feature maps or the numerator is kept for backward (bf16 inputs): backward
+    recomputes them per row chunk; gradients as the dense formula's (first test)."""
+    n = 300
+    q, k, v = _inputs(n, torch.bfloat16)
+    kept = []
 
-    torch.manual_seed(0)
-    module, n = GlobalAttention(16, 16, 4, dropout=0.0), 50
-    x = torch.randn(n, 16, requires_grad=True)
+    def pack(t):
+        kept.append(t)
+        return t
 
-    def kept(forward) -> tuple[torch.Tensor, int]:
-        """The output of ``forward()`` and the bytes autograd keeps for its backward (each storage once)."""
-        storages = {}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = linear_attention(q, k, v, GlobalNodes(ONE))
+    assert {t.untyped_storage().data_ptr() for t in kept if t.dim() == 3} == {
+        x.untyped_storage().data_ptr() for x in (q, k, v)
+    }
+    assert [t.numel() for t in kept if t.dtype == torch.float32] == [sum_values(4, 8)]
+    y.float().sum().backward()
+    assert all(x.grad is not None and x.grad.dtype == torch.bfloat16 for x in (q, k, v))
 
-        def pack(t):
-            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = forward()
-        return out, sum(storages.values())
+def test_row_chunks_give_the_one_chunk_result(monkeypatch):
+    """Sums and gradients formed over many row chunks equal those of one chunk (fp32, 1e-6)."""
+    import dsgraph.models.global_attention as ga
 
-    def unchecked():
-        q, k, v = module.qkv(x).view(n, 3, 4, -1).unbind(1)
-        return module.out(linear_attention(q, k, v, GlobalNodes(ONE)).flatten(1))
-
-    y, checkpointed = kept(lambda: module(x, None, torch.arange(n), 0, 0, 0))
-    plain, everything = kept(unchecked)
-    row = n * 16 * 4  # one fp32 row of d per node
-    assert checkpointed <= everything - 3 * row  # phi(q), phi(k) and the numerator are not kept (fp32 here)
-    upstream = torch.randn(n, 16)
-    got = torch.autograd.grad((y * upstream).sum(), [x, *module.parameters()])
-    want = torch.autograd.grad((plain * upstream).sum(), [x, *module.parameters()])
-    assert torch.equal(y, plain) and all(torch.equal(g, w) for g, w in zip(got, want))
+    q, k, v = _inputs(101, torch.float32)
+    upstream = torch.randn(101, 4, 8)
+    results = []
+    for values in (1 << 20, 32 * 7):  # one chunk; chunks of 7 rows
+        monkeypatch.setattr(ga, "CHUNK_VALUES", values)
+        y = linear_attention(q, k, v, GlobalNodes(ONE))
+        results.append([y, *torch.autograd.grad((y * upstream).sum(), (q, k, v))])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 def _model(options, layers=2, **kw):

@@ -25,17 +25,30 @@ computes in fp64 (for gradcheck). The kernels are compiled on first use and cach
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import torch
 
 from dsgraph.ops.backend import INT32_MAX, FusedBackend, on_one_device
 from dsgraph.ops.cpu import backward_kernels, edge_value_kernels, mean_kernels
-from dsgraph.ops.cpu.arrays import as_compute_array, as_int32, bounds, compute_dtype, gather_source, set_threads
+from dsgraph.ops.cpu.arrays import (
+    BLOCKS_PER_THREAD,
+    as_compute_array,
+    as_int32,
+    bounds,
+    compute_dtype,
+    gather_source,
+    set_threads,
+    work_blocks,
+)
 from dsgraph.ops.cpu.forward_kernel import forward_kernel
 from dsgraph.ops.csc import csc_slots, transpose
 from dsgraph.ops.mean import inverse_degrees, mean_lse
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+COLUMN_CHUNK_VALUES = 1 << 23
+"""Values of v per chunk of the backward's column pass (32 MB in fp32): bounds the accumulation-dtype
+copy of v and the dk, dv it writes to a chunk, not all source rows, for bf16 inputs."""
 
 
 class CpuBackend(FusedBackend):
@@ -123,9 +136,9 @@ class CpuBackend(FusedBackend):
             need_bias=need_bias,
             dp_extra=dp_extra,
             delta_extra=delta_extra,
+            out_dtype=q.dtype,
         )
-        grads = tuple(g if g is None else g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
-        return (*grads, None if dbias is None else dbias.to(bias.dtype))
+        return dq, dk, dv, None if dbias is None else dbias.to(bias.dtype)
 
 
 def forward(rowptr, col, q, k, v, scale: float, bias=None):
@@ -187,15 +200,19 @@ def backward(
     need_bias: bool = False,
     dp_extra=None,
     delta_extra=None,
+    out_dtype=None,
 ):
-    """(dq, dk, dv, dbias) in the accumulation dtype from forward's y_acc and p; dq None unless
-    need_q, dk and dv None unless need_kv, dbias (ds [E, H] in CSR order) None unless need_bias.
-    ``dp_extra`` [E, H] (CSR order) and ``delta_extra`` [N_dst, H]: what edge values add to each
-    score's upstream gradient and to delta (``edge_values.py``). The passes: ``backward_kernels``."""
+    """(dq, dk, dv, dbias) from forward's y_acc and p: dq, dk, dv in ``out_dtype`` (default: the
+    accumulation dtype), dbias (ds [E, H] in CSR order) in the accumulation dtype; dq None unless
+    need_q, dk and dv None unless need_kv, dbias None unless need_bias. ``dp_extra`` [E, H] (CSR
+    order) and ``delta_extra`` [N_dst, H]: what edge values add to each score's upstream gradient and
+    to delta (``edge_values.py``). The passes: ``backward_kernels``. Memory: k's compute copy is made
+    only for the row pass, after the column pass's copies of q and v and its dk and dv (cast to
+    ``out_dtype`` at once) are gone."""
     set_threads(col.numel() * q.shape[1])
     cdt = y_acc.dtype
+    out_dtype = out_dtype or cdt
     dy_ = gather_source(dy, cdt)
-    k_ = gather_source(k, cdt) if need_q else as_compute_array(k, cdt)  # gathered only for dq
     scale_ = dy_.dtype.type(scale)
     rowptr_ = rowptr.numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
@@ -204,51 +221,79 @@ def backward(
     if delta_extra is not None:
         delta += delta_extra.to(cdt)
     extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else None
-    dk, dv, ds, dbias = _column_pass(rowptr, col, q, k, k_, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias)
+    dk, dv, ds, dbias = _column_pass(
+        rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype
+    )
+    dk, dv = (dk, dv) if need_kv else (None, None)
+    del dy_, delta
     dq = None
     if need_q:
-        dq = torch.empty(dy_.shape, dtype=cdt)
+        dq = torch.empty(q.shape, dtype=cdt)
         slots = csc_slots(rowptr, col, k.shape[0]).numpy()
         backward_kernels.backward_rows_kernel(
-            row_bounds, rowptr_, as_int32(col).numpy(), slots, k_, ds.numpy(), scale_, dq.numpy()
+            row_bounds, rowptr_, as_int32(col).numpy(), slots, gather_source(k, cdt), ds.numpy(), scale_, dq.numpy()
         )
-    return dq, (dk if need_kv else None), (dv if need_kv else None), (dbias if need_bias else None)
+        dq = dq.to(out_dtype)
+    return dq, dk, dv, (dbias if need_bias else None)
 
 
-def _column_pass(rowptr, col, q, k, k_, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias):
-    """``backward``'s pass over the columns (the CSC transpose): (dk, dv, ds, dbias), each empty
-    unless needed; ds [E, H] in CSC order, for the rows' dq; dbias [E, H] in CSR order. ``extra``:
-    the edge values' dp_extra, flat, or None."""
+def _column_pass(rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype):
+    """``backward``'s pass over the columns (the CSC transpose): (dk, dv in ``out_dtype``, ds, dbias),
+    each empty unless needed; ds [E, H] in CSC order, for the rows' dq; dbias [E, H] in CSR order.
+    ``extra``: the edge values' dp_extra, flat, or None. The columns go in chunks of about
+    ``COLUMN_CHUNK_VALUES`` values of v: only a chunk's compute copy of v and its dk and dv are in
+    the accumulation dtype at a time (each column reads its own v_j and writes its own dk_j, dv_j)."""
     cdt = delta.dtype
     has_extra = extra is not None
     extra = extra if has_extra else delta.numpy().reshape(-1)[:0]  # one kernel signature
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
     q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
-    # dk and dv are allocated (empty) even when not needed: one kernel signature
-    dk, dv = (torch.empty(k_.shape if need_kv else (0, *k_.shape[1:]), dtype=cdt) for _ in range(2))
     ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
     dbias = torch.empty(p.shape if need_bias else (0, p.shape[1]), dtype=cdt)  # [E, H] in CSR order
-    backward_kernels.backward_columns_kernel(
-        bounds(rowptr, col, colptr_, "cols"),
-        colptr_,
-        csc.row.numpy(),
-        csc.perm.numpy(),
-        q_,
-        dy_,
-        delta.numpy(),
-        k_,
-        as_compute_array(v, cdt),
-        p.numpy().reshape(-1),
-        scale_,
-        dk.numpy(),
-        dv.numpy(),
-        ds.numpy(),
-        need_q,
-        need_kv,
-        dbias.numpy().reshape(-1),
-        need_bias,
-        extra,
-        has_extra,
-    )
+    n_src, width = k.shape[0], k.shape[1] * k.shape[2]
+    step = max(1, COLUMN_CHUNK_VALUES // max(width, 1))
+    whole = step >= n_src  # one chunk: the kernel writes dk and dv themselves (cast after for bf16)
+    shape = k.shape if need_kv and not whole else (0, *k.shape[1:])
+    dk, dv = (torch.empty(shape, dtype=out_dtype) for _ in range(2))
+    for first in range(0, max(n_src, 1), step):
+        last = min(first + step, n_src)
+        # dk and dv are allocated (empty) even when not needed: one kernel signature; k gives only its shape
+        rows = slice(first, last) if need_kv else slice(0, 0)
+        dk_, dv_ = (torch.empty((rows.stop - rows.start, *k.shape[1:]), dtype=cdt) for _ in range(2))
+        backward_kernels.backward_columns_kernel(
+            _chunk_bounds(rowptr, col, colptr_, first, last),
+            colptr_,
+            csc.row.numpy(),
+            csc.perm.numpy(),
+            q_,
+            dy_,
+            delta.numpy(),
+            np.empty((0, *k.shape[1:]), dy_.dtype),
+            as_compute_array(v[first:last], cdt),
+            p.numpy().reshape(-1),
+            scale_,
+            dk_.numpy(),
+            dv_.numpy(),
+            ds.numpy(),
+            need_q,
+            need_kv,
+            dbias.numpy().reshape(-1),
+            need_bias,
+            extra,
+            has_extra,
+            first,
+        )
+        if need_kv and whole:
+            dk, dv = dk_.to(out_dtype), dv_.to(out_dtype)
+        elif need_kv:
+            dk[rows], dv[rows] = dk_, dv_
     return dk, dv, ds, dbias
+
+
+def _chunk_bounds(rowptr, col, colptr_: np.ndarray, first: int, last: int) -> np.ndarray:
+    """Work blocks over columns ``first..last-1`` (all of them: the graph's cached blocks)."""
+    if first == 0 and last >= colptr_.size - 1:
+        return bounds(rowptr, col, colptr_, "cols")
+    blocks = work_blocks(colptr_[first : last + 1] - colptr_[first], BLOCKS_PER_THREAD * numba.get_num_threads())
+    return blocks + first

@@ -87,10 +87,11 @@ def backward_columns_kernel(
     need_bias,
     dp_extra,
     has_extra,
+    first,
 ):
     """ds in CSC order (if keep_ds), in CSR order into dbias (flat [E * H], if need_bias) and, if
     need_kv, dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j
-    (bounds: column blocks)."""
+    (bounds: column blocks). v, dk and dv hold the columns from ``first`` on (row j - first)."""
     heads, dim = k.shape[1], k.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
@@ -107,7 +108,7 @@ def backward_columns_kernel(
                     )
                 i, at = row[e], perm[e] * heads
                 out, to = (ds, e * heads) if keep_ds else (local, 0)
-                head_dots(out, to, dy, i * width, v, j * width, heads, dim, 1.0)
+                head_dots(out, to, dy, i * width, v, (j - first) * width, heads, dim, 1.0)
                 if has_extra:
                     add(out, to, dp_extra, at, heads)
                 softmax_grad(out, to, p, at, out, to, delta, i * heads, heads)
@@ -117,8 +118,8 @@ def backward_columns_kernel(
                     head_axpy(dv_acc, 0, p, at, dy, i * width, heads, dim)
                     head_axpy(dk_acc, 0, out, to, q, i * width, heads, dim)
             if need_kv:
-                scale_into(dk, j * width, scale, dk_acc, 0, width)
-                scale_into(dv, j * width, 1.0, dv_acc, 0, width)
+                scale_into(dk, (j - first) * width, scale, dk_acc, 0, width)
+                scale_into(dv, (j - first) * width, 1.0, dv_acc, 0, width)
 
 
 @njit(**_OPTIONS)
