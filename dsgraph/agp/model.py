@@ -162,30 +162,60 @@ def ffn_sublayer_units(ffn_mult: int, dtype_bytes: int) -> float:
 def global_sublayer_units(dtype_bytes: int) -> float:
     """Values of hidden width a row keeps for backward in a block's global branch
     (``models/global_attention.py``): its q, k, v (3), the dropped-out v and the attention output (2),
-    and two bool dropout masks (2 / b). Its fp32 terms are recomputed in backward, one layer at a time
-    (``global_recompute_units``)."""
+    and two bool dropout masks (2 / b). Its fp32 terms are recomputed in backward over row chunks
+    (a few MB)."""
     return 5 + 2 / dtype_bytes
 
 
-def global_recompute_units(dtype_bytes: int) -> float:
-    """Values of hidden width a row holds while backward recomputes one global branch: q, k and v in
-    fp32, phi(q), phi(k) and the numerator (6 x 4 / b)."""
-    return 24 / dtype_bytes
+SELECTIVE_BLOCKS = ("transformer", "attention")  # the hidden blocks that recompute selectively (not GCN, SAGE)
 
 
-def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
+def selective_units(dtype_bytes: int, global_attention: bool, ego: bool = False, output_copy: bool = True) -> float:
+    """Values of hidden width a row keeps per block under selective recomputation, besides what the
+    strategy keeps: the block's input, q, k, v and the attention's output (5), its fp32 copy where
+    the op keeps one and the activations are narrower (``output_copy``: 4 / b), the global branch's
+    output (1) and the ego projection (1) where the block has them."""
+    return 5 + (4 / dtype_bytes if output_copy and dtype_bytes < 4 else 0) + global_attention + ego
+
+
+def selective_recompute_units(ffn_mult: int, dtype_bytes: int, global_attention: bool, ffn: bool = True) -> float:
+    """Values of hidden width a row holds while backward recomputes the larger region of a block
+    (selective recomputation): the post-attention region (W_o's output, its dropout and the residual
+    sum: 3, then a Transformer block's FFN sublayer, ``ffn_sublayer_units``), or the pre-attention one
+    (the norm's output, q, k, v again, and the global branch's q, k, v, output and dropout: 4 + 5 + 1 / b)."""
+    post = 3 + (ffn_sublayer_units(ffn_mult, dtype_bytes) if ffn else 0)
+    pre = 4 + (5 + 1 / dtype_bytes if global_attention else 0)
+    return max(post, pre)
+
+
+def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int, output_copy: bool = True) -> dict:
     """Bytes per rank by term (``MEMORY_TERMS``): optimizer-held parameters, features, the strategy's
     graph and activations. A checkpointed layer keeps its input (a Transformer block also its attention
     sublayer's output, unless nested); during its backward one sublayer is recomputed at a time and
-    holds its activations."""
+    holds its activations. ``output_copy``: the fused op keeps its output in fp32 besides the output
+    (the CUDA kernels); False where backward reads the output itself (the CPU kernels,
+    ``FusedBackend.delta_from_output``)."""
     b, rows = dtype_bytes, all_terms[0].rows
+    copy = 0.0 if output_copy else 4 / b - 1  # attention_sublayer_units' share of the output's fp32 copy
     block_input = rows * model.hidden * b  # a row of d values per node
     saved = checkpoints = kv = halo = 0.0
     recomputed = (0.0, 0.0, 0.0)  # the largest recomputed sublayer: (bytes, of which K/V replicas, of which halo)
+    selective_buffer = 0.0
     for kind, terms in zip(kinds, all_terms):
-        attention = rows * kind.shape.hidden * b * attention_sublayer_units(b) + terms.activation_bytes
-        attention += rows * kind.shape.hidden * b * global_sublayer_units(b) if kind.global_attention else 0.0
+        width = rows * kind.shape.hidden * b
+        attention = width * (attention_sublayer_units(b) - copy) + terms.activation_bytes
+        attention += width * global_sublayer_units(b) if kind.global_attention else 0.0
         ffn = block_input * ffn_sublayer_units(model.ffn_mult, b) if kind.ffn else 0.0
+        if (
+            model.selective
+            and kind.shape is model
+            and model.block in SELECTIVE_BLOCKS
+            and kind.count > kind.checkpointed
+        ):
+            units = selective_units(b, kind.global_attention, output_copy=output_copy)
+            attention, ffn = width * units + terms.activation_bytes, 0.0
+            units = selective_recompute_units(model.ffn_mult, b, kind.global_attention, kind.ffn)
+            selective_buffer = max(selective_buffer, width * units)
         nested = kind.ffn and model.checkpoint_nested
         kept_rows = 2 if kind.ffn and not nested else 1
         plain = kind.count - kind.checkpointed
@@ -209,9 +239,7 @@ def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int) -> dict:
         "checkpoints": checkpoints,
         "backward buffer": max(
             max(terms.transient_bytes for terms in all_terms),
-            max(
-                (rows * k.shape.hidden * b * global_recompute_units(b) for k in kinds if k.global_attention), default=0
-            ),
+            selective_buffer,
         ),
     }
 
@@ -349,7 +377,7 @@ def predict(
         "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,
     }
-    terms = memory_terms(kinds, all_terms, model, profile.dtype_bytes)
+    terms = memory_terms(kinds, all_terms, model, profile.dtype_bytes, output_copy=profile.backend != "cpu")
     memory = sum(terms.values())
     sent = t["sent"]
     extra = dict(memory_terms=terms, time_terms=time_terms, inter_node_bytes=t["inter"], nodes=nodes)

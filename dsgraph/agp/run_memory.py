@@ -10,10 +10,11 @@ holds besides them:
 
 - the process floor (``PROCESS_FLOOR_MB``): Python, torch, DeepSpeed, numba and the compiled kernels,
   measured after the process group and before the graph;
-- what the CPU kernels keep (``CPU_TERMS``): the forward's probabilities p [e, H] in fp32 per layer
-  not checkpointed (the CPU backward reads them instead of recomputing scores), ds [e, H] in fp32
-  during a layer's backward, and the cached transpose of every attention subgraph (``ops/csc.py``:
-  row, perm and slot indices, 12 bytes per edge in int32).
+- what the CPU kernels keep (``CPU_TERMS``): per layer not checkpointed, the forward's log-sum-exp
+  [n, H] in fp32, from which the CPU backward recomputes the probabilities (or p [e, H] itself where
+  ``ops.cpu.KEEP_PROBABILITIES`` says so), ds [e, H] in fp32 during a layer's backward, and the cached
+  transpose of every attention subgraph (``ops/csc.py``: row, perm and slot indices, 12 bytes per
+  edge in int32).
 
 Only full-graph runs of a named strategy are predicted (``None`` otherwise: sampled and isolated
 modes hold a batch or a chunk at a time, ``auto`` picks its strategy after loading).
@@ -118,7 +119,7 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
     all_terms = [spec.cost(world_size, shape, kind.shape, dtype_bytes) for kind in kinds]
     if any(isinstance(t, str) for t in all_terms):
         return None
-    terms = memory_terms(kinds, all_terms, model, dtype_bytes)
+    terms = memory_terms(kinds, all_terms, model, dtype_bytes, output_copy=device != "cpu")
     if device == "cpu":
         terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model)}
     return RunMemory(terms, world_size, cfg.strategy, source)
@@ -126,9 +127,15 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
 
 def cpu_terms(kinds, all_terms, model) -> dict:
     """What the CPU kernels hold besides the model's terms (see the module's docstring)."""
+    from dsgraph.ops.cpu import KEEP_PROBABILITIES
+
     edges = max(t.edge_heads for t in all_terms) / model.heads
-    kept = sum((kind.count - kind.checkpointed) * t.edge_heads * 4 for kind, t in zip(kinds, all_terms))
-    recomputed = max((t.edge_heads * 4 for kind, t in zip(kinds, all_terms) if kind.checkpointed), default=0.0)
+
+    def kept_per_layer(kind, terms) -> float:  # p [e, H] fp32, or the lse [n, H] backward recomputes it from
+        return terms.edge_heads * 4 if KEEP_PROBABILITIES else terms.rows * kind.shape.heads * 4
+
+    kept = sum((kind.count - kind.checkpointed) * kept_per_layer(kind, t) for kind, t in zip(kinds, all_terms))
+    recomputed = max((kept_per_layer(kind, t) for kind, t in zip(kinds, all_terms) if kind.checkpointed), default=0.0)
     return {
         "kept probabilities": kept + recomputed,
         "kernel transposes": 12.0 * edges,

@@ -65,9 +65,16 @@ class Backend(ABC):
 class FusedBackend(Backend):
     """A backend with forward and backward kernels of its own (run through ``FusedAttention``)."""
 
+    delta_from_output: bool = False
+    """Whether backward reads delta_i = <dy_i, y_i> from the output in the inputs' dtype (as
+    FlashAttention does) rather than from the accumulation-dtype output: ``FusedAttention`` then keeps
+    the output itself, which the next layer keeps anyway, and not an fp32 copy of it for bf16 inputs
+    (the same tensor in fp32)."""
+
     keeps_probabilities: bool = False
-    """Whether ``saved`` holds the forward's probabilities, which ``probabilities(saved)`` returns
-    (p [E, H], CSR order), and backward takes ``dp_extra`` [E, H] and ``delta_extra`` [N_dst, H]:
+    """Whether its forward can keep the probabilities (``forward(..., keep_probabilities=True)``),
+    which ``probabilities(saved)`` then returns (p [E, H], CSR order), and backward takes ``dp_extra``
+    [E, H] and ``delta_extra`` [N_dst, H]:
     edge values then ride the kernels (``FusedEdgeValues``). Without (a backend that keeps only the
     log-sum-exp), edge values recompute p from lse in torch, in edge chunks, around the backend's
     unchanged forward and backward (``RecomputedEdgeValues``)."""
@@ -83,9 +90,9 @@ class FusedBackend(Backend):
     @abstractmethod
     def backward(self, rowptr, col, q, k, v, y_acc, saved, dy, scale: float, needs: tuple[bool, bool, bool]):
         """Returns (dq, dk, dv) in the inputs' dtypes for the upstream gradient dy, given forward's y
-        (accumulation dtype) and ``saved``; an entry whose ``needs`` flag is False may be None. With
-        ``bias=`` (``supports_bias``), also dbias = ds [E, H] in the bias's dtype (``needs`` then has
-        a fourth flag, for it)."""
+        (accumulation dtype; the output itself where ``delta_from_output``) and ``saved``; an entry
+        whose ``needs`` flag is False may be None. With ``bias=`` (``supports_bias``), also dbias =
+        ds [E, H] in the bias's dtype (``needs`` then has a fourth flag, for it)."""
 
     def value_sum(self, rowptr, col, p_EH, u_EC) -> torch.Tensor:
         """z [N_dst, H, C] = sum over each row's edges of p[e, h] u[e, c] (edge values' forward), in
@@ -129,9 +136,11 @@ class FusedAttention(torch.autograd.Function):
     def forward(ctx, backend: FusedBackend, rowptr, col, q, k, v, scale, bias=None):
         bias_ = None if bias is None else bias.detach()
         y_acc, _, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **with_bias(bias_))
-        ctx.save_for_backward(q, k, v, y_acc, *(() if bias is None else (bias,)), *saved)
+        y = y_acc.to(q.dtype)
+        kept = y if backend.delta_from_output else y_acc
+        ctx.save_for_backward(q, k, v, kept, *(() if bias is None else (bias,)), *saved)
         ctx.backend, ctx.graph, ctx.scale, ctx.has_bias = backend, (rowptr, col), scale, bias is not None
-        return y_acc.to(q.dtype)
+        return y
 
     @staticmethod
     @once_differentiable

@@ -77,7 +77,10 @@ def attention_forward(
     chosen, scale = _fused_for(rowptr, col, q, k, v, scale, backend, bias, edge_values)
     bias = None if bias is None else bias.detach()
     with torch.profiler.record_function(f"dsgraph/attention/{chosen.name}_forward"):
-        y, lse, saved = chosen.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **with_bias(bias))
+        keep = {"keep_probabilities": True} if edge_values is not None and chosen.keeps_probabilities else {}
+        y, lse, saved = chosen.forward(
+            rowptr, col, q.detach(), k.detach(), v.detach(), scale, **with_bias(bias), **keep
+        )
     if edge_values is None:
         return Partial(y, lse, saved)
     if chosen.keeps_probabilities:

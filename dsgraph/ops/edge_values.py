@@ -80,7 +80,9 @@ class FusedEdgeValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, backend, rowptr, col, q, k, v, scale, bias, u_EC):
         extra = {} if bias is None else {"bias": bias.detach()}
-        y_acc, lse, saved = backend.forward(rowptr, col, q.detach(), k.detach(), v.detach(), scale, **extra)
+        y_acc, lse, saved = backend.forward(
+            rowptr, col, q.detach(), k.detach(), v.detach(), scale, keep_probabilities=True, **extra
+        )
         p_EH = backend.probabilities(saved)
         z = backend.value_sum(rowptr, col, p_EH, u_EC.to(p_EH.dtype))
         ctx.save_for_backward(q, k, v, y_acc, z, u_EC, *(() if bias is None else (bias,)), *saved)

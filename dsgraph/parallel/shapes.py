@@ -117,6 +117,10 @@ class ModelShape:
     checkpoint_nested: bool = False
     """With checkpointing: a Transformer block keeps only its input, and its backward runs the
     attention sublayer's forward twice (``checkpoint_nested`` in the config)."""
+    selective: bool = False
+    """Selective recomputation (``selective_recompute`` in the config): a block not checkpointed keeps
+    its input, q, k, v, the attention's output (and its fp32 copy) and the global branch's output,
+    and recomputes the rest in backward, one region at a time."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """The run's ``parallel`` section (``config.py``): how rows and their gradients travel, head
     groups exchanged one after another while attention runs (``comm_chunks``), GP-AG's
@@ -155,6 +159,7 @@ class ModelShape:
             num_classes=num_classes,
             checkpoint_every=cfg.checkpoint_every_layers if cfg.checkpoint_activations else 0,
             checkpoint_nested=cfg.checkpoint_nested,
+            selective=cfg.selective_recompute,
             block=cfg.model.block,
             head=cfg.model.head,
             input_projection=cfg.model.input_projection,

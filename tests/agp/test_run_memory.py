@@ -42,18 +42,20 @@ def test_an_accelerator_holds_the_model_terms_without_the_process_and_the_cpu_ke
     cpu, gpu = predict_run(_cfg(), 2, 2), predict_run(_cfg(), 2, 2, device="cuda")
     cpu_only = ("process floor", "kept probabilities", "kernel transposes", "kernel backward")
     assert set(cpu.terms) - set(gpu.terms) == set(cpu_only)
-    assert gpu.total_bytes == pytest.approx(cpu.total_bytes - sum(cpu.terms[k] for k in cpu_only))
+    for name, value in gpu.terms.items():  # the CUDA op keeps an fp32 copy of each block's output besides it
+        copies = 2 * 2**17 * 64 * 4 if name == "activations" else 0  # 2 blocks, 2^17 rows, d = 64, fp32
+        assert value == pytest.approx(cpu.terms[name] + copies), name
 
 
 def test_a_run_over_its_limit_is_refused_with_the_prediction_the_limit_and_what_fits(monkeypatch):
-    monkeypatch.setenv(LIMIT_ENV, "1400")
+    monkeypatch.setenv(LIMIT_ENV, "1000")
     cfg = _cfg(auto_checkpoint=False)
     predicted = predict_run(cfg, 2, 2).total_mb
     with pytest.raises(ValueError) as err:
         fit_run(cfg, BF16, 2)
     message = str(err.value)
     assert f"predicted to peak at {predicted:,.0f} MB per rank (halo on 2 ranks" in message
-    assert f"over the limit of 1,400 MB per rank (${LIMIT_ENV})" in message
+    assert f"over the limit of 1,000 MB per rank (${LIMIT_ENV})" in message
     assert "ranks: about" in message and "checkpointing" in message and '"mode": "isolated"' in message
 
 
@@ -61,7 +63,7 @@ def test_checkpointing_is_turned_on_when_only_it_fits(monkeypatch):
     cfg = _cfg()
     plain = predict_run(cfg, 2, 2).total_mb
     nested = predict_run(_cfg(checkpoint_activations=True, checkpoint_nested=True), 2, 2).total_mb
-    assert nested < 0.8 * plain
+    assert nested < 0.95 * plain
     monkeypatch.setenv(LIMIT_ENV, str((plain + nested) / 2))
     fitted, note = fit_run(cfg, BF16, 2)
     assert fitted.checkpoint_activations and fitted.checkpoint_nested

@@ -109,6 +109,31 @@ def test_column_chunks_give_the_one_chunk_gradients(hub_graph, monkeypatch, dtyp
         assert a.dtype == dtype and torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("with_bias", [False, True], ids=["plain", "bias"])
+def test_recomputed_probabilities_give_the_kept_ones_gradients(hub_graph, monkeypatch, with_bias):
+    """Backward recomputes p from lse (the default) or reads the forward's p: the same gradients to
+    fp32 rounding, the bias's too; only lse [N, H] is kept instead of p [E, H]."""
+    import dsgraph.ops.cpu as cpu
+
+    rowptr, col = hub_graph
+    q, k, v = qkv(rowptr.numel() - 1, N_SRC, 4, 16)
+    gen = torch.Generator().manual_seed(4)
+    bias = torch.randn(col.numel(), 4, generator=gen).requires_grad_(True) if with_bias else None
+    dy = torch.randn(q.shape, generator=gen)
+    results = {}
+    for keep in (True, False):
+        monkeypatch.setattr(cpu, "KEEP_PROBABILITIES", keep)
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, *([bias] if with_bias else []))]
+        y = sparse_attention(rowptr, col, *leaves[:3], bias=leaves[3] if with_bias else None, backend="cpu")
+        results[keep] = [y, *torch.autograd.grad((y * dy).sum(), leaves)]
+        saved = cpu.CpuBackend().forward(rowptr, col, q, k, v, 0.25)[2]
+        assert [t.shape for t in saved] == (
+            [(col.numel(), 4), (rowptr.numel() - 1, 4)] if keep else [(rowptr.numel() - 1, 4)]
+        )
+    for a, b in zip(results[False], results[True]):
+        assert_relative_close(a, b, TOLERANCE[torch.float32])
+
+
 @pytest.mark.skipif(not cpu_peak_supported(), reason="this kernel cannot reset the RSS high-water mark")
 def test_no_edge_sized_activation():
     """Peak extra memory of forward+backward stays far below one E x H x D fp32 tensor, which the

@@ -46,6 +46,11 @@ from dsgraph.ops.csc import csc_slots, transpose
 from dsgraph.ops.mean import inverse_degrees, mean_lse
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+KEEP_PROBABILITIES = False
+"""Whether the forward keeps p [E, H] (fp32) for backward by default. No: backward recomputes each
+p_ij = exp(scale <q_i, k_j> + bias_ij - lse_i) where it needs it, one dot product and one exp per
+edge-head, and a layer keeps lse [N, H] instead of E x H values (4 bytes an edge-head: at 16 edges a
+node and 8 heads, more than a bf16 row of d = 64). Edge values keep p (their forward reads it)."""
 COLUMN_CHUNK_VALUES = 1 << 23
 """Values of v per chunk of the backward's column pass (32 MB in fp32): bounds the accumulation-dtype
 copy of v and the dk, dv it writes to a chunk, not all source rows, for bf16 inputs."""
@@ -60,6 +65,7 @@ class CpuBackend(FusedBackend):
     supports_bias = True
     supports_edge_values = True
     keeps_probabilities = True
+    delta_from_output = True
 
     def unsupported(self, q, tensors) -> str:
         if q.dtype not in SUPPORTED_DTYPES:
@@ -68,9 +74,12 @@ class CpuBackend(FusedBackend):
             return "node counts must stay below 2^31 (int32 node ids)"
         return on_one_device(tensors, "cpu")
 
-    def forward(self, rowptr, col, q, k, v, scale: float, bias=None):
+    def forward(self, rowptr, col, q, k, v, scale: float, bias=None, keep_probabilities: bool | None = None):
+        """``saved``: (p, lse) when the probabilities are kept (``keep_probabilities``, default
+        ``KEEP_PROBABILITIES``; edge values need them), else (lse,): backward recomputes p."""
         y, p, lse = forward(rowptr, col, q, k, v, scale, bias)
-        return y, lse, (p,)
+        keep = KEEP_PROBABILITIES if keep_probabilities is None else keep_probabilities
+        return y, lse, ((p, lse) if keep else (lse,))
 
     def mean_forward(self, rowptr, col, v):
         set_threads(col.numel() * v.shape[1])
@@ -104,7 +113,9 @@ class CpuBackend(FusedBackend):
         return dv
 
     def probabilities(self, saved):
-        """The forward's probabilities p [E, H] (CSR order, accumulation dtype)."""
+        """The forward's probabilities p [E, H] (CSR order, accumulation dtype), when kept."""
+        if len(saved) != 2:
+            raise ValueError("the forward did not keep its probabilities (forward(..., keep_probabilities=True))")
         return saved[0]
 
     def value_sum(self, rowptr, col, p_EH, u_EC):
@@ -128,9 +139,11 @@ class CpuBackend(FusedBackend):
             k,
             v,
             y_acc,
-            saved[0],
+            saved[0] if len(saved) == 2 else None,
             dy,
             scale,
+            lse=saved[-1],
+            bias=bias,
             need_q=needs[0],
             need_kv=needs[1] or needs[2],
             need_bias=need_bias,
@@ -195,6 +208,8 @@ def backward(
     dy,
     scale: float,
     *,
+    lse=None,
+    bias=None,
     need_q: bool = True,
     need_kv: bool = True,
     need_bias: bool = False,
@@ -202,27 +217,31 @@ def backward(
     delta_extra=None,
     out_dtype=None,
 ):
-    """(dq, dk, dv, dbias) from forward's y_acc and p: dq, dk, dv in ``out_dtype`` (default: the
-    accumulation dtype), dbias (ds [E, H] in CSR order) in the accumulation dtype; dq None unless
-    need_q, dk and dv None unless need_kv, dbias None unless need_bias. ``dp_extra`` [E, H] (CSR
-    order) and ``delta_extra`` [N_dst, H]: what edge values add to each score's upstream gradient and
-    to delta (``edge_values.py``). The passes: ``backward_kernels``. Memory: k's compute copy is made
-    only for the row pass, after the column pass's copies of q and v and its dk and dv (cast to
-    ``out_dtype`` at once) are gone."""
+    """(dq, dk, dv, dbias) from forward's output (y_acc: in fp32, or the bf16 output itself) and p
+    (None: recomputed per edge from q, k, the forward's ``lse`` and the score ``bias``, if any): dq,
+    dk, dv in ``out_dtype`` (default: the accumulation dtype), dbias (ds [E, H] in CSR order) in the
+    accumulation dtype; dq None unless need_q, dk and dv None unless need_kv, dbias None unless
+    need_bias. ``dp_extra`` [E, H] (CSR order) and ``delta_extra`` [N_dst, H]: what edge values add
+    to each score's upstream gradient and to delta (``edge_values.py``). The passes:
+    ``backward_kernels``. Memory: k's compute copy is made only for the row pass, after the column
+    pass's copies of q and v (v and dk, dv a chunk of columns at a time) are gone."""
     set_threads(col.numel() * q.shape[1])
-    cdt = y_acc.dtype
+    cdt = compute_dtype(y_acc.dtype)
     out_dtype = out_dtype or cdt
     dy_ = gather_source(dy, cdt)
     scale_ = dy_.dtype.type(scale)
     rowptr_ = rowptr.numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
-    delta = torch.empty(dy_.shape[:2], dtype=cdt)
+    delta = torch.empty(
+        dy_.shape[:2], dtype=cdt
+    )  # y_acc may be the bf16 output (delta_from_output): a short-lived copy
     backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
     if delta_extra is not None:
         delta += delta_extra.to(cdt)
     extra = as_compute_array(dp_extra, cdt).reshape(-1) if dp_extra is not None else None
+    recompute = None if p is not None else (lse.to(cdt).contiguous(), bias)
     dk, dv, ds, dbias = _column_pass(
-        rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype
+        rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype
     )
     dk, dv = (dk, dv) if need_kv else (None, None)
     del dy_, delta
@@ -237,10 +256,11 @@ def backward(
     return dq, dk, dv, (dbias if need_bias else None)
 
 
-def _column_pass(rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype):
+def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype):
     """``backward``'s pass over the columns (the CSC transpose): (dk, dv in ``out_dtype``, ds, dbias),
     each empty unless needed; ds [E, H] in CSC order, for the rows' dq; dbias [E, H] in CSR order.
-    ``extra``: the edge values' dp_extra, flat, or None. The columns go in chunks of about
+    ``extra``: the edge values' dp_extra, flat, or None. ``recompute``: None (p is the forward's),
+    or (lse, bias or None) to recompute p per edge (each column reads its own k_j). The columns go in chunks of about
     ``COLUMN_CHUNK_VALUES`` values of v: only a chunk's compute copy of v and its dk and dv are in
     the accumulation dtype at a time (each column reads its own v_j and writes its own dk_j, dv_j)."""
     cdt = delta.dtype
@@ -248,9 +268,15 @@ def _column_pass(rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, nee
     extra = extra if has_extra else delta.numpy().reshape(-1)[:0]  # one kernel signature
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
-    q_ = gather_source(q, cdt) if need_kv else dy_[:0]  # q is read only for dk
-    ds = torch.empty(p.numel() if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
-    dbias = torch.empty(p.shape if need_bias else (0, p.shape[1]), dtype=cdt)  # [E, H] in CSR order
+    keep_p = recompute is None
+    q_ = gather_source(q, cdt) if need_kv or not keep_p else dy_[:0]  # q is read for dk and to recompute p
+    edge_heads = (col.numel(), k.shape[1])
+    ds = torch.empty(col.numel() * k.shape[1] if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
+    dbias = torch.empty(edge_heads if need_bias else (0, k.shape[1]), dtype=cdt)  # [E, H] in CSR order
+    p_ = p.numpy().reshape(-1) if keep_p else delta.numpy().reshape(-1)[:0]
+    lse_ = delta.numpy().reshape(-1)[:0] if keep_p else recompute[0].numpy().reshape(-1)
+    has_bias = not keep_p and recompute[1] is not None
+    bias_ = as_compute_array(recompute[1], cdt).reshape(-1) if has_bias else lse_[:0]
     n_src, width = k.shape[0], k.shape[1] * k.shape[2]
     step = max(1, COLUMN_CHUNK_VALUES // max(width, 1))
     whole = step >= n_src  # one chunk: the kernel writes dk and dv themselves (cast after for bf16)
@@ -269,9 +295,9 @@ def _column_pass(rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, nee
             q_,
             dy_,
             delta.numpy(),
-            np.empty((0, *k.shape[1:]), dy_.dtype),
+            np.empty((0, *k.shape[1:]), dy_.dtype) if keep_p else as_compute_array(k[first:last], cdt),
             as_compute_array(v[first:last], cdt),
-            p.numpy().reshape(-1),
+            p_,
             scale_,
             dk_.numpy(),
             dv_.numpy(),
@@ -283,6 +309,10 @@ def _column_pass(rowptr, col, q, k, v, p, dy_, delta, scale_, extra, need_q, nee
             extra,
             has_extra,
             first,
+            keep_p,
+            lse_,
+            bias_,
+            has_bias,
         )
         if need_kv and whole:
             dk, dv = dk_.to(out_dtype), dv_.to(out_dtype)

@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit, prange
 
 from dsgraph.ops.cpu.prefetch import prefetch_span
-from dsgraph.ops.cpu.simd import add, head_axpy, head_dots, softmax_grad
+from dsgraph.ops.cpu.simd import add, exp_diff, head_axpy, head_dots, softmax_grad
 from dsgraph.ops.cpu.simd import scale as scale_into
 
 _OPTIONS = dict(parallel=True, cache=True, error_model="numpy")
@@ -57,12 +57,28 @@ def row_deltas_kernel(bounds, dy, y, delta):
 
 
 @njit(inline="always")
-def _prefetch_edge(q, dy, delta, p, heads, width, i, slot, need_kv):
-    if need_kv:
+def _prefetch_edge(q, dy, delta, p, lse, heads, width, i, slot, need_kv, keep_p):
+    if need_kv or not keep_p:
         prefetch_span(q, i * width, width)
     prefetch_span(dy, i * width, width)
     prefetch_span(delta, i * heads, heads)
-    prefetch_span(p, slot * heads, heads)
+    if keep_p:
+        prefetch_span(p, slot * heads, heads)
+    else:
+        prefetch_span(lse, i * heads, heads)
+
+
+@njit(inline="always")
+def _edge_probabilities(p, at, keep_p, q, i, k, j, lse, bias, has_bias, scale, heads, dim, buffer):
+    """(array, offset) of p_ij's H values: the forward's p at the edge's CSR slot ``at`` when kept,
+    else recomputed into ``buffer`` as exp(scale <q_i, k_j> (+ bias) - lse_i) (k's row j)."""
+    if keep_p:
+        return p, at
+    head_dots(buffer, 0, q, i * heads * dim, k, j * heads * dim, heads, dim, scale)
+    if has_bias:
+        add(buffer, 0, bias, at, heads)
+    exp_diff(buffer, 0, lse, i * heads, heads)
+    return buffer, 0
 
 
 @njit(**_OPTIONS)
@@ -88,34 +104,43 @@ def backward_columns_kernel(
     dp_extra,
     has_extra,
     first,
+    keep_p,
+    lse,
+    bias,
+    has_bias,
 ):
     """ds in CSC order (if keep_ds), in CSR order into dbias (flat [E * H], if need_bias) and, if
     need_kv, dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j
-    (bounds: column blocks). v, dk and dv hold the columns from ``first`` on (row j - first)."""
-    heads, dim = k.shape[1], k.shape[2]
+    (bounds: column blocks). k, v, dk and dv hold the columns from ``first`` on (row j - first).
+    p_ij is the forward's p (``keep_p``) or recomputed from q, k, lse [N_dst * H] and the score bias
+    (flat [E * H], CSR order; read only when ``has_bias``); k is read only to recompute p."""
+    heads, dim = v.shape[1], v.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
-        local = np.empty(heads, k.dtype)  # ds of the edge at hand when ds is not kept
-        dk_acc, dv_acc = np.empty(width, k.dtype), np.empty(width, k.dtype)
+        local = np.empty(heads, v.dtype)  # ds of the edge at hand when ds is not kept
+        recomputed = np.empty(heads, v.dtype)  # p of the edge at hand when p is not kept
+        dk_acc, dv_acc = np.empty(width, v.dtype), np.empty(width, v.dtype)
         block_end = colptr[bounds[b + 1]]
         for j in range(bounds[b], bounds[b + 1]):
             dk_acc[:] = 0
             dv_acc[:] = 0
             for e in range(colptr[j], colptr[j + 1]):
                 if e + COLUMN_AHEAD < block_end:
-                    _prefetch_edge(
-                        q, dy, delta, p, heads, width, row[e + COLUMN_AHEAD], perm[e + COLUMN_AHEAD], need_kv
-                    )
+                    ahead = e + COLUMN_AHEAD
+                    _prefetch_edge(q, dy, delta, p, lse, heads, width, row[ahead], perm[ahead], need_kv, keep_p)
                 i, at = row[e], perm[e] * heads
+                probs, pat = _edge_probabilities(
+                    p, at, keep_p, q, i, k, j - first, lse, bias, has_bias, scale, heads, dim, recomputed
+                )
                 out, to = (ds, e * heads) if keep_ds else (local, 0)
                 head_dots(out, to, dy, i * width, v, (j - first) * width, heads, dim, 1.0)
                 if has_extra:
                     add(out, to, dp_extra, at, heads)
-                softmax_grad(out, to, p, at, out, to, delta, i * heads, heads)
+                softmax_grad(out, to, probs, pat, out, to, delta, i * heads, heads)
                 if need_bias:
                     scale_into(dbias, at, 1.0, out, to, heads)
                 if need_kv:
-                    head_axpy(dv_acc, 0, p, at, dy, i * width, heads, dim)
+                    head_axpy(dv_acc, 0, probs, pat, dy, i * width, heads, dim)
                     head_axpy(dk_acc, 0, out, to, q, i * width, heads, dim)
             if need_kv:
                 scale_into(dk, (j - first) * width, scale, dk_acc, 0, width)
