@@ -170,6 +170,13 @@ def global_sublayer_units(dtype_bytes: int) -> float:
 SELECTIVE_BLOCKS = ("transformer", "attention")  # the hidden blocks that recompute selectively (not GCN, SAGE)
 
 
+def selective_blocks(kind) -> int:
+    """Blocks of a layer kind that recompute selectively: the hidden Transformer and GAT-shaped blocks
+    not checkpointed whole, when the model does (``models/checkpointing.recompute_selectively``)."""
+    selective = kind.shape.selective and kind.shape.block in SELECTIVE_BLOCKS  # the output layer's shape says False
+    return kind.count - kind.checkpointed if selective else 0
+
+
 def selective_units(dtype_bytes: int, global_attention: bool, ego: bool = False, output_copy: bool = True) -> float:
     """Values of hidden width a row keeps per block under selective recomputation, besides what the
     strategy keeps: the block's input, q, k, v and the attention's output (5), its fp32 copy where
@@ -206,12 +213,7 @@ def memory_terms(kinds, all_terms, model: ModelShape, dtype_bytes: int, output_c
         attention = width * (attention_sublayer_units(b) - copy) + terms.activation_bytes
         attention += width * global_sublayer_units(b) if kind.global_attention else 0.0
         ffn = block_input * ffn_sublayer_units(model.ffn_mult, b) if kind.ffn else 0.0
-        if (
-            model.selective
-            and kind.shape is model
-            and model.block in SELECTIVE_BLOCKS
-            and kind.count > kind.checkpointed
-        ):
+        if selective_blocks(kind):
             units = selective_units(b, kind.global_attention, output_copy=output_copy)
             attention, ffn = width * units + terms.activation_bytes, 0.0
             units = selective_recompute_units(model.ffn_mult, b, kind.global_attention, kind.ffn)
@@ -286,13 +288,12 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         out["sent"] += terms.bytes_sent * kind.count + terms.forward_bytes * kind.attention_recomputes
         if kind.global_attention:
             g = GlobalAttentionCost.of(p, kind.shape)
+            again = kind.attention_recomputes + selective_blocks(kind)  # forwards of the branch backward adds
             out["glob"] += kind.count * sum(_message_s(fits, m) for m in g.messages) * scale
-            out["glob_recompute"] += (
-                kind.attention_recomputes * sum(_message_s(fits, m) for m in g.forward_messages) * scale
-            )
-            out["sent"] += g.bytes_sent * kind.count + g.forward_bytes * kind.attention_recomputes
+            out["glob_recompute"] += again * sum(_message_s(fits, m) for m in g.forward_messages) * scale
+            out["sent"] += g.bytes_sent * kind.count + g.forward_bytes * again
             out["inter"] += kind.count * sum(_message_inter_bytes(fits, m) for m in g.messages)
-            out["inter"] += kind.attention_recomputes * sum(_message_inter_bytes(fits, m) for m in g.forward_messages)
+            out["inter"] += again * sum(_message_inter_bytes(fits, m) for m in g.forward_messages)
         d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (
             fits.head_dim_knee + profile.head_dim
         )  # cost ~ knee + D

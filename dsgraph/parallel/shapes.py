@@ -219,7 +219,7 @@ class ModelShape:
         kinds = [LayerKind(self, hidden, checkpointed(0, hidden), macs, ffn, glob)] if hidden else []
         if self.head == "attention":
             c = padded_head_dim(self.num_classes)
-            out = dataclasses.replace(self, hidden=self.heads * c, head="linear")
+            out = dataclasses.replace(self, hidden=self.heads * c, head="linear", selective=False)  # never recomputed
             out_macs = d * self.num_classes * conv if conv else d * self.heads * (2 * c + self.num_classes)
             kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), out_macs, False))
         return kinds
@@ -286,8 +286,9 @@ def global_macs_per_node(hidden: int, head_dim: int) -> int:
 @dataclass(frozen=True, slots=True)
 class GlobalAttentionCost:
     """One layer's linear global attention on p ranks, for AGP: the all-reduce of its per-head sums
-    (fp32 S [H, D, D] and z [H, D]) forward, again when backward recomputes them (the branch keeps q,
-    k and v alone, ``models/global_attention.py``), and of their gradient backward. The same for every
+    (fp32 S [H, D, D] and z [H, D]) forward and of their gradient backward (the branch keeps its sums,
+    ``models/global_attention.py``); a block that recomputes its forward in backward (checkpointing,
+    selective recomputation) runs the forward's once more (``forward_messages``). The same for every
     strategy: it depends on the model's sizes alone, not on how the rows split. Its messages time a
     ring all-reduce as the profile's collectives do (a reduce-scatter and an all-gather of 1/P of
     the sums each), so single- and multi-tier profiles time it alike."""
@@ -306,6 +307,6 @@ class GlobalAttentionCost:
     def of(cls, p: int, model: ModelShape) -> GlobalAttentionCost:
         payload = 4 * sum_values(model.heads, model.head_dim)
         one = (("reduce_scatter", payload / p, 1), ("all_gather", payload / p, 1)) if p > 1 else ()
-        thrice = tuple((name, size, 3 * times) for name, size, times in one)  # forward, its recompute, backward
+        twice = tuple((name, size, 2 * times) for name, size, times in one)  # forward and backward
         sent = all_reduce_bytes(payload, p)
-        return cls(payload, thrice, one, 3 * sent, sent)
+        return cls(payload, twice, one, 2 * sent, sent)

@@ -93,5 +93,6 @@ def test_resume_at_another_world_size_continues_with_the_same_losses(tmp_path):
                 assert got == pytest.approx(reference[SAVED:], abs=1e-5), (stage, wrote, world, got, reference)
                 assert os.path.isdir(tmp_path / f"ck_s{stage}_w{wrote}" / "epoch000001_universal")
     # bf16 (ZeRO-2, 2 -> 1): bf16 sums differ with the rank count, so only close to the 1-rank bf16 run
+    # (within bf16's resolution, 2^-8 relative: measured up to 2.1e-3 on these losses of about 1.2)
     got, want = load(tmp_path, "s2_2to1_bf16.json"), load(tmp_path, "reference_bf16.json")
-    assert got == pytest.approx(want[SAVED:], abs=1e-3), (got, want)
+    assert got == pytest.approx(want[SAVED:], abs=4e-3), (got, want)

@@ -152,6 +152,7 @@ def test_a_stopped_rank_is_named_within_the_heartbeat_bound(stopped, tmp_path):
     survivor = ranks[1 - stopped]
     try:
         _wait_for(ranks[0], "epoch    2")
+        time.sleep(2 * bound / 6)  # two heartbeats: the stopped rank's last one names its epoch, not start-up
         began = time.monotonic()
         os.kill(ranks[stopped].pid, signal.SIGSTOP)
         rest = survivor.stdout.read()

@@ -3,9 +3,10 @@
 Forward (``forward_kernel``) computes y, the probabilities p [E, H] and the log-sum-exp lse [N, H]
 (fp32, or fp64 for fp64 inputs; never an E x H x D tensor) in one pass per row. Backward
 (``backward_kernels``) computes delta_i = <dy_i, y_i>, then a column (CSC) pass gathers q_i, dy_i
-and p_ij per in-edge for dk and dv and writes ds [E, H] in CSC order, then a row (CSR) pass reads
-ds and gathers k_j for dq. What forward hands to backward is p (``saved``); lse serves callers that
-merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
+and recomputes p_ij from lse (or reads the forward's p, when kept) per in-edge for dk and dv and
+writes ds [E, H] in CSC order, then a row (CSR) pass reads ds and gathers k_j for dq. What forward
+hands to backward (``saved``) is lse, or p and lse (``KEEP_PROBABILITIES``, edge values); lse also
+serves callers that merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
 scores as the forward writes them; the column pass writes its gradient (ds in CSR order, once per
 edge-head). Edge values' row sums (z from p forward, their score gradient from dz backward) are
 ``edge_value_kernels``. Constant scores (q = k = None, ``ops/mean.py``) run ``mean_kernels``: one
@@ -268,15 +269,11 @@ def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, 
     extra = extra if has_extra else delta.numpy().reshape(-1)[:0]  # one kernel signature
     csc = transpose(rowptr, col, k.shape[0])
     colptr_ = csc.colptr.numpy()
-    keep_p = recompute is None
+    p_, probabilities = _probability_arrays(p, recompute, delta)
+    keep_p = probabilities[0]
     q_ = gather_source(q, cdt) if need_kv or not keep_p else dy_[:0]  # q is read for dk and to recompute p
-    edge_heads = (col.numel(), k.shape[1])
     ds = torch.empty(col.numel() * k.shape[1] if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
-    dbias = torch.empty(edge_heads if need_bias else (0, k.shape[1]), dtype=cdt)  # [E, H] in CSR order
-    p_ = p.numpy().reshape(-1) if keep_p else delta.numpy().reshape(-1)[:0]
-    lse_ = delta.numpy().reshape(-1)[:0] if keep_p else recompute[0].numpy().reshape(-1)
-    has_bias = not keep_p and recompute[1] is not None
-    bias_ = as_compute_array(recompute[1], cdt).reshape(-1) if has_bias else lse_[:0]
+    dbias = torch.empty((col.numel() if need_bias else 0, k.shape[1]), dtype=cdt)  # [E, H] in CSR order
     n_src, width = k.shape[0], k.shape[1] * k.shape[2]
     step = max(1, COLUMN_CHUNK_VALUES // max(width, 1))
     whole = step >= n_src  # one chunk: the kernel writes dk and dv themselves (cast after for bf16)
@@ -309,16 +306,24 @@ def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, 
             extra,
             has_extra,
             first,
-            keep_p,
-            lse_,
-            bias_,
-            has_bias,
+            probabilities,
         )
         if need_kv and whole:
             dk, dv = dk_.to(out_dtype), dv_.to(out_dtype)
         elif need_kv:
             dk[rows], dv[rows] = dk_, dv_
     return dk, dv, ds, dbias
+
+
+def _probability_arrays(p, recompute, delta) -> tuple:
+    """(p flat or empty, (keep_p, lse flat, bias flat, has_bias)) for the column kernel: the forward's p
+    (``recompute`` None), or the lse and bias (``recompute`` = (lse, bias or None)) to recompute it."""
+    empty = delta.numpy().reshape(-1)[:0]  # one kernel signature: empty arrays of the accumulation dtype
+    if recompute is None:
+        return p.numpy().reshape(-1), (True, empty, empty, False)
+    lse, bias = recompute
+    bias_ = as_compute_array(bias, delta.dtype).reshape(-1) if bias is not None else empty
+    return empty, (False, lse.numpy().reshape(-1), bias_, bias is not None)
 
 
 def _chunk_bounds(rowptr, col, colptr_: np.ndarray, first: int, last: int) -> np.ndarray:

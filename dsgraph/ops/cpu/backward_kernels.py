@@ -1,4 +1,5 @@
-"""numba kernels of the fused CPU backward, which reads the forward's probabilities p [E, H].
+"""numba kernels of the fused CPU backward, which reads the forward's probabilities p [E, H] or
+recomputes each from the forward's lse (``keep_p``).
 
 Per edge (i, j) and head h, with p_ij the forward's probability and delta_i = <dy_i, y_i>:
 dp_ij = <dy_i, v_j>, ds_ij = p_ij (dp_ij - delta_i); then dk_j = scale * sum_i ds_ij q_i and
@@ -24,9 +25,10 @@ earlier kernels gathered k_j and v_j in a row pass and recomputed p from a packe
 fresh memory per call (rmat:18, H=8, D=16, alternating processes: backward 235-257 ms against
 188-194 ms for these, forward 123-131 ms).
 Reading p instead of recomputing it saves a dot product and an exp per edge-head (column pass
-117 against 137 ms on rmat:18). The random reads are cheap only in huge pages (``huge_pages.py``;
-the row pass read ds from 4 KiB pages in 108 ms, from huge pages in 50 ms), so ds and every
-output come from torch's allocator.
+117 against 137 ms on rmat:18), but keeping p costs 4 bytes an edge-head per layer for the whole
+backward, so by default the column pass recomputes it (``ops.cpu.KEEP_PROBABILITIES``). The
+random reads are cheap only in huge pages (``huge_pages.py``; the row pass read ds from 4 KiB
+pages in 108 ms, from huge pages in 50 ms), so ds and every output come from torch's allocator.
 
 Arrays are C-contiguous float32 or float64: q, dy, y, dq [N_dst, H, D]; delta [N_dst, H]; k, v, dk,
 dv [N_src, H, D]; p and ds flat [E * H] (p in CSR, ds in CSC edge order); rowptr/colptr and perm
@@ -57,7 +59,11 @@ def row_deltas_kernel(bounds, dy, y, delta):
 
 
 @njit(inline="always")
-def _prefetch_edge(q, dy, delta, p, lse, heads, width, i, slot, need_kv, keep_p):
+def _prefetch_edge(q, dy, delta, p, lse, row, perm, ahead, block_end, heads, width, need_kv, keep_p):
+    """Prefetches what the column pass gathers for CSC edge ``ahead`` (none past ``block_end``)."""
+    if ahead >= block_end:
+        return
+    i, slot = row[ahead], perm[ahead]
     if need_kv or not keep_p:
         prefetch_span(q, i * width, width)
     prefetch_span(dy, i * width, width)
@@ -104,16 +110,13 @@ def backward_columns_kernel(
     dp_extra,
     has_extra,
     first,
-    keep_p,
-    lse,
-    bias,
-    has_bias,
+    recompute,
 ):
     """ds in CSC order (if keep_ds), in CSR order into dbias (flat [E * H], if need_bias) and, if
     need_kv, dk_j = scale * sum_i ds_ij q_i and dv_j = sum_i p_ij dy_i over the rows i of column j
-    (bounds: column blocks). k, v, dk and dv hold the columns from ``first`` on (row j - first).
-    p_ij is the forward's p (``keep_p``) or recomputed from q, k, lse [N_dst * H] and the score bias
-    (flat [E * H], CSR order; read only when ``has_bias``); k is read only to recompute p."""
+    (bounds: column blocks). k, v, dk, dv hold the columns from ``first`` on (row j - first).
+    ``recompute`` (keep_p, lse, bias, has_bias): p_ij is p's (keep_p) or exp(q.k + bias - lse)."""
+    keep_p, lse, bias, has_bias = recompute
     heads, dim = v.shape[1], v.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
@@ -125,9 +128,9 @@ def backward_columns_kernel(
             dk_acc[:] = 0
             dv_acc[:] = 0
             for e in range(colptr[j], colptr[j + 1]):
-                if e + COLUMN_AHEAD < block_end:
-                    ahead = e + COLUMN_AHEAD
-                    _prefetch_edge(q, dy, delta, p, lse, heads, width, row[ahead], perm[ahead], need_kv, keep_p)
+                _prefetch_edge(
+                    q, dy, delta, p, lse, row, perm, e + COLUMN_AHEAD, block_end, heads, width, need_kv, keep_p
+                )
                 i, at = row[e], perm[e] * heads
                 probs, pat = _edge_probabilities(
                     p, at, keep_p, q, i, k, j - first, lse, bias, has_bias, scale, heads, dim, recomputed
