@@ -128,6 +128,18 @@ class SplitLinear(nn.Linear):
         return [F.linear(x_ni, w, b).view(n, self.heads, -1) for w, b in zip(self.weight.chunk(self.parts), biases)]
 
 
+def before_attention(block, norm, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
+    """What a block computes before its attention, from its input h: (q, k, v, the ego projection or
+    None, the global branch's output or None), with ``norm`` applied first when the block normalises
+    before ('pre'). Under selective recomputation this is one recomputed region."""
+    x_ni = norm(h_ni, attention) if block.norm_at == "pre" else h_ni
+    q_nHD, k_nHD, v_nHD = block.qkv(x_ni)
+    v_nHD = block.value_dropout(v_nHD, node_ids, seed, step, layer)
+    ego_nd = block.ego(x_ni) if block.ego is not None else None
+    glob = block.global_attn
+    return q_nHD, k_nHD, v_nHD, ego_nd, glob(x_ni, attention, node_ids, seed, step, layer) if glob else None
+
+
 def global_branch(kind: str, in_dim: int, hidden: int, heads: int, dropout: float, attention_dropout: float):
     """The block's global attention branch (``global_attention`` 'linear'), or None ('none')."""
     return GlobalAttention(in_dim, hidden, heads, dropout, attention_dropout) if kind == "linear" else None
@@ -179,14 +191,8 @@ class AttentionBlock(nn.Module):
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
         return recomputed(self.recompute, self._after_attention, h_ni, y_nd, ego_nd, global_nd, *keys)
 
-    def _before_attention(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        """(q, k, v, the ego projection or None, the global branch's output or None)."""
-        x_ni = self.norm(h_ni, attention) if self.norm_at == "pre" else h_ni
-        q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
-        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        ego_nd = self.ego(x_ni) if self.ego is not None else None
-        glob = self.global_attn
-        return q_nHD, k_nHD, v_nHD, ego_nd, glob(x_ni, *(attention, node_ids, seed, step, layer)) if glob else None
+    def _before_attention(self, h_ni, *keys):
+        return before_attention(self, self.norm, h_ni, *keys)
 
     def _after_attention(self, h_ni, y_nd, ego_nd, global_nd, attention, node_ids, seed: int, step: int, layer: int):
         y_nd = y_nd if ego_nd is None else y_nd + ego_nd
@@ -262,14 +268,8 @@ class TransformerBlock(nn.Module):
         y_nd = attend(attention, q_nHD, k_nHD, v_nHD, self.edge_bias, self.edge_value).flatten(1)
         return self._after_attention(h_ni, y_nd, ego_nd, global_nd, *keys)
 
-    def _before_attention(self, h_ni, attention: Attention, node_ids, seed: int, step: int, layer: int):
-        """(q, k, v, the ego projection or None, the global branch's output or None)."""
-        x_ni = self.attn_norm(h_ni, attention) if self.norm_at == "pre" else h_ni
-        q_nHD, k_nHD, v_nHD = self.qkv(x_ni)
-        v_nHD = self.value_dropout(v_nHD, node_ids, seed, step, layer)
-        ego_nd = self.ego(x_ni) if self.ego is not None else None
-        glob = self.global_attn
-        return q_nHD, k_nHD, v_nHD, ego_nd, glob(x_ni, *(attention, node_ids, seed, step, layer)) if glob else None
+    def _before_attention(self, h_ni, *keys):
+        return before_attention(self, self.attn_norm, h_ni, *keys)
 
     def _after_attention(self, h_ni, y_nd, ego_nd, global_nd, attention, node_ids, seed: int, step: int, layer: int):
         out_nd = self.attn_out(y_nd)

@@ -14,6 +14,12 @@ rank recomputes the same blocks in the same backward order, each in full). What 
 each checkpointed block (about a third of its forward-plus-backward time), and the bytes of the
 strategy's forward collectives again (GP-AG gathers K and V twice per layer; three times nested).
 
+Selective recomputation (``recompute_selectively``, on by default in training) is the cheap half of
+the same idea: a block not checkpointed whole keeps what its sparse attention keeps, its input and
+the attention's output, and recomputes only the regions before and after the attention (norms,
+projections, global branch, FFN, dropout), which are cheap to run again and large to keep; the
+attention and its collectives run once.
+
 The model is not changed: each checkpointed block's ``forward`` (or sublayers) is wrapped on the instance, so
 parameter names, ``state_dict`` and checkpoints stay as they are.
 """
