@@ -3,7 +3,6 @@ output, recomputes the rest in backward, and gives the same logits and gradients
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.models import GraphTransformer
@@ -12,6 +11,7 @@ from dsgraph.models.options import GAT, ModelOptions
 from dsgraph.modes.ranks import rank_attention
 from dsgraph.parallel import StrategyContext
 from tests.graphs import random_graph
+from tests.train.helpers import step_keeping
 
 HEADS = 4
 TRANSFORMER = ModelOptions(
@@ -45,17 +45,7 @@ def _run(options, selective: bool, dtype=torch.float32):
         StrategyContext(heads=HEADS, backend="cpu"),
         dtype=dtype,
     )
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    nodes = rank_graph.nodes
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(nodes.x, attention, nodes.node_ids, 1)
-    F.cross_entropy(logits[nodes.train_mask].float(), nodes.y[nodes.train_mask]).backward()
-    return logits.detach(), [p.grad for p in model.parameters()], sum(storages.values())
+    return step_keeping(model, rank_graph, attention)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

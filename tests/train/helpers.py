@@ -139,3 +139,21 @@ def assert_same_evaluation(by_world: dict[int, dict]) -> None:
     for world, got in by_world.items():
         assert abs(got["loss"] - reference["loss"]) <= 1e-5 * abs(reference["loss"]), (world, got, reference)
         assert got["val_acc"] == reference["val_acc"], (world, got, reference)
+
+
+def step_keeping(model, rank_graph, attention) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """One forward and backward of ``model`` on a rank's rows: (logits, parameter gradients, bytes
+    autograd kept for backward, each storage counted once)."""
+    import torch.nn.functional as F
+
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    nodes = rank_graph.nodes
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(nodes.x, attention, nodes.node_ids, 1)
+    F.cross_entropy(logits[nodes.train_mask].float(), nodes.y[nodes.train_mask]).backward()
+    return logits.detach(), [p.grad.clone() for p in model.parameters()], sum(storages.values())

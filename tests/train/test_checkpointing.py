@@ -4,7 +4,6 @@ recompute runs the strategy's collectives again); and it keeps less for backward
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from dsgraph.models import GraphTransformer
 from dsgraph.models.checkpointing import checkpoint_blocks
@@ -13,7 +12,7 @@ from dsgraph.modes.ranks import rank_attention
 from dsgraph.parallel import get_strategy, strategy_names
 from tests.distributed import run
 from tests.graphs import random_graph
-from tests.train.helpers import dump_losses, load, write_random_graph
+from tests.train.helpers import dump_losses, load, step_keeping, write_random_graph
 
 HEADS = 4  # make_trainer's model
 
@@ -66,17 +65,8 @@ def _saved_bytes(
     _, rank_graph, attention = rank_attention(
         graph, GraphParallelGroup.single(graph.num_nodes), "ag", StrategyContext(heads=HEADS, backend="reference")
     )
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    nodes = rank_graph.nodes
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(nodes.x, attention, nodes.node_ids, 1)
-    F.cross_entropy(logits[nodes.train_mask], nodes.y[nodes.train_mask]).backward()
-    return sum(storages.values()), [p.grad.clone() for p in model.parameters()]
+    _, grads, kept = step_keeping(model, rank_graph, attention)
+    return kept, grads
 
 
 @pytest.mark.parametrize("options", [GAT, TRANSFORMER, ModelOptions()], ids=["gat", "transformer", "default"])

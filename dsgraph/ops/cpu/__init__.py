@@ -233,9 +233,8 @@ def backward(
     scale_ = dy_.dtype.type(scale)
     rowptr_ = rowptr.numpy()
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
-    delta = torch.empty(
-        dy_.shape[:2], dtype=cdt
-    )  # y_acc may be the bf16 output (delta_from_output): a short-lived copy
+    # y_acc may be the bf16 output (delta_from_output): its fp32 copy lives only for this kernel
+    delta = torch.empty(dy_.shape[:2], dtype=cdt)
     backward_kernels.row_deltas_kernel(row_bounds, dy_, as_compute_array(y_acc, cdt), delta.numpy())
     if delta_extra is not None:
         delta += delta_extra.to(cdt)
