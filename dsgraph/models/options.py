@@ -100,8 +100,9 @@ class ModelOptions:
     propagation_steps: int = 0
     """APPNP (Klicpera et al., ICLR 2019): K steps z <- (1 - alpha) A_hat z + alpha z0 after the
     logits z0 of either head, A_hat GCN's D^-1/2 A D^-1/2 over the graph the layers attend over
-    (with the self loops the run adds); the graph-parallel aggregation of block 'gcn', on every
-    strategy and mode (``dsgraph/models/propagation.py``). 0: off; the paper uses 10."""
+    (with the self loops the run adds; in sampled mode the rank's sampled subgraph); the
+    graph-parallel aggregation of block 'gcn', on every strategy and mode
+    (``dsgraph/models/propagation.py``). 0: off; the paper uses 10."""
     propagation_alpha: float = 0.1
     """APPNP's teleport probability alpha, 0 < alpha <= 1 (1: no propagation); the paper uses 0.1."""
 
