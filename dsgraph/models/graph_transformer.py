@@ -8,6 +8,7 @@ values, averaged over the heads.
 
 Blocks 'gcn' and 'sage' (``conv.py``) run GCN's and GraphSAGE's aggregation through the same
 attention; ``options.jk`` feeds a linear head every block's output (jumping knowledge).
+``options.propagation_steps`` propagates the logits by APPNP (``propagation.py``) over the same path.
 
 Node encodings (``options.encodings``: RWSE, LapPE, degree) enter through ``encodings.NodeEncoder``,
 appended to the input features or added after the input projection. Edge features
@@ -31,6 +32,7 @@ from dsgraph.models.dropout import NodeDropout
 from dsgraph.models.encodings import NodeEncoder
 from dsgraph.models.norms import make_norm
 from dsgraph.models.options import CONV_BLOCKS, ModelOptions
+from dsgraph.models.propagation import propagate
 
 __all__ = ["Attention", "AttentionBlock", "GraphTransformer", "OutputAttention", "TransformerBlock"]
 
@@ -169,7 +171,8 @@ class GraphTransformer(nn.Module):
         enc: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [n, num_classes], embeddings [n, d]): the embeddings are the input of the output
-        layer (the output attention layer, or the classifier after its norm)."""
+        layer (the output attention layer, or the classifier after its norm); the logits are the
+        output layer's, propagated by APPNP when ``options.propagation_steps`` says so."""
         if self.options.feature_norm == "row":
             x_nf = (x_nf.float() / x_nf.float().abs().sum(1, keepdim=True).clamp_min(1e-12)).to(x_nf.dtype)
         h = self.input_dropout(x_nf, node_ids, self.seed, step, 0)
@@ -188,8 +191,11 @@ class GraphTransformer(nn.Module):
         if self.classifier is not None:
             h = _jump(self.options.jk, outputs) if self.options.jk != "none" else h
             h = self.norm(h, attention) if self.norm is not None else h
-            return self.classifier(h), h
-        return self.blocks[last](h, attention, node_ids, self.seed, step, last + 1), h
+            z = self.classifier(h)
+        else:
+            z = self.blocks[last](h, attention, node_ids, self.seed, step, last + 1)
+        o = self.options
+        return propagate(z, attention, self.heads, o.propagation_steps, o.propagation_alpha), h
 
 
 def _jump(jk: str, outputs: list[torch.Tensor]) -> torch.Tensor:

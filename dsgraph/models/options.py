@@ -97,6 +97,14 @@ class ModelOptions:
     """Jumping knowledge (Xu et al., ICML 2018), with head 'linear': the classifier reads 'cat', the
     concatenation of every block's output, or 'max', their elementwise maximum; 'none': the last
     block's output only."""
+    propagation_steps: int = 0
+    """APPNP (Klicpera et al., ICLR 2019): K steps z <- (1 - alpha) A_hat z + alpha z0 after the
+    logits z0 of either head, A_hat GCN's D^-1/2 A D^-1/2 over the graph the layers attend over
+    (with the self loops the run adds; in sampled mode the rank's sampled subgraph); the
+    graph-parallel aggregation of block 'gcn', on every strategy and mode
+    (``dsgraph/models/propagation.py``). 0: off; the paper uses 10."""
+    propagation_alpha: float = 0.1
+    """APPNP's teleport probability alpha, 0 < alpha <= 1 (1: no propagation); the paper uses 0.1."""
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -125,6 +133,10 @@ class ModelOptions:
         for name in ("max_degree", "degree_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"'model.{name}' must be >= 1, got {getattr(self, name)}")
+        if self.propagation_steps < 0:
+            raise ValueError(f"'model.propagation_steps' must be >= 0 (0: off), got {self.propagation_steps}")
+        if not 0 < self.propagation_alpha <= 1:
+            raise ValueError(f"'model.propagation_alpha' must be in (0, 1], got {self.propagation_alpha}")
         if self.encodings and self.encoding_input == "add" and not self.input_projection:
             raise ValueError(
                 "'model.encoding_input' 'add' adds the encodings after the input projection; set "
@@ -149,7 +161,8 @@ class ModelOptions:
                 continue
             value, want = section[f.name], _TYPES[f.type]
             listed = isinstance(value, (list, tuple)) and all(type(v) is str for v in value)
-            if not (listed if want is list else type(value) is want):
+            number = want is float and type(value) is int  # JSON's 1 for 1.0
+            if not (listed if want is list else type(value) is want or number):
                 raise ValueError(
                     f"'model.{f.name}' must be {'a list of strings' if want is list else want.__name__}, got {value!r}"
                 )
@@ -179,7 +192,7 @@ def _check_combinations(o: ModelOptions) -> None:
         raise ValueError(f"'model.jk' '{o.jk}' feeds the classifier; it needs 'model.head': 'linear'")
 
 
-_TYPES = {"bool": bool, "str": str, "int": int, "tuple[str, ...]": list}
+_TYPES = {"bool": bool, "str": str, "int": int, "float": float, "tuple[str, ...]": list}
 
 
 def option_names() -> list[str]:

@@ -146,6 +146,10 @@ class ModelShape:
     'bias_value': u [E, C], the F_e edge features and the added-loop flag, C = F_e + 1); 0: none.
     Their z [N, H, C] travels beside y where a strategy splits heads (GP-A2A)."""
 
+    propagation_steps: int = 0
+    """APPNP's K (``model.propagation_steps``): K aggregations of the class logits after the output
+    layer, each a 'gcn' layer H x pad(ceil(C / H)) wide without weights or checkpointing."""
+
     @classmethod
     def of_config(cls, cfg, in_dim: int, num_classes: int, edge_dim: int = 0) -> ModelShape:
         """The model's shape for AGP's cost model, from a run's config (``DsgraphConfig``; ``edge_dim``:
@@ -167,6 +171,7 @@ class ModelShape:
             parallel=cfg.parallel,
             edge_bias=cfg.model.reads_edges,
             edge_values=edge_dim + 1 if cfg.model.edge_features == "bias_value" else 0,
+            propagation_steps=cfg.model.propagation_steps,
         )
 
     def edge_value_bytes(self, rows: float, edges: float, dtype_bytes: int) -> float:
@@ -197,6 +202,8 @@ class ModelShape:
             )
         if self.head == "attention" and self.num_classes < 1:
             raise ValueError("model shape: an attention head needs num_classes (its values are class logits)")
+        if self.propagation_steps and self.num_classes < 1:
+            raise ValueError("model shape: propagation needs num_classes (it aggregates class logits)")
 
     @property
     def head_dim(self) -> int:
@@ -222,13 +229,23 @@ class ModelShape:
             out = dataclasses.replace(self, hidden=self.heads * c, head="linear", selective=False)  # never recomputed
             out_macs = d * self.num_classes * conv if conv else d * self.heads * (2 * c + self.num_classes)
             kinds.append(LayerKind(out, 1, checkpointed(hidden, self.layers), out_macs, False))
+        if self.propagation_steps:
+            kinds.append(self._propagation_kind())
         return kinds
+
+    def _propagation_kind(self) -> LayerKind:
+        """APPNP's K aggregations of the logits (``models/propagation.py``): 'gcn' layers of the
+        padded class width, no projections (their axpy, 2 values a logit, counted as multiply-adds)."""
+        width = self.heads * padded_head_dim(-(-self.num_classes // self.heads))
+        kw = dict(block="gcn", head="linear", selective=False, global_attention="none", edge_bias=False, edge_values=0)
+        prop = dataclasses.replace(self, hidden=width, checkpoint_every=0, propagation_steps=0, **kw)
+        return LayerKind(prop, self.propagation_steps, 0, 2 * width, False, weights=False)
 
     @property
     def num_params(self) -> int:
         d, f, c = self.hidden, self.ffn_mult, self.num_classes
         total = 2 * d  # a final norm
-        for kind in self.layer_kinds():
+        for kind in filter(lambda kind: kind.weights, self.layer_kinds()):
             local = kind.macs_per_node - kind.global_macs_per_node  # the global branch's sums hold no weights
             per_layer = local + (9 * d + f * d if kind.ffn else kind.shape.hidden * 3)  # weights + biases, norms
             per_layer += 4 * d * d + 4 * d if kind.global_attention else 0  # W_q, W_k, W_v, W_g and their biases
@@ -256,6 +273,8 @@ class LayerKind:
     """A Transformer block: an FFN sublayer after the attention (checkpointed per sublayer, or nested)."""
     global_attention: bool = False
     """Each of these layers also runs linear global attention (``GlobalAttentionCost``)."""
+    weights: bool = True
+    """The layers hold parameters (APPNP's propagation steps hold none)."""
 
     @property
     def global_macs_per_node(self) -> int:

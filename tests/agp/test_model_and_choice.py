@@ -369,3 +369,30 @@ def test_one_rank_keeps_no_kv_replica_and_one_gradient_pair():
     assert ag.kv_replica_bytes == pair and ag.transient_bytes == 2 * pair
     remote = (50_000 + 5_000) * 2 * MODEL.hidden * b  # own rows and the halo
     assert halo.activation_bytes == remote + scores / 2 and halo.transient_bytes == 2 * remote
+
+
+def test_propagation_adds_k_weightless_gcn_layers_of_the_class_width():
+    """APPNP's K steps (``model.propagation_steps``): K 'gcn' layers H x pad(ceil(C / H)) wide after
+    the output layer, never checkpointed, with no parameters; their bytes and activations add to the
+    model's; they add no parameters."""
+    gat = ModelShape(layers=2, hidden=64, heads=8, in_dim=30, num_classes=7, block="attention", head="attention")
+    appnp = dataclasses.replace(gat, propagation_steps=10, checkpoint_every=1)
+    *_, prop = appnp.layer_kinds()
+    assert (prop.count, prop.checkpointed, prop.weights, prop.shape.hidden, prop.shape.head_dim) == (
+        10,
+        0,
+        False,
+        64,
+        8,
+    )
+    assert (prop.shape.block, prop.shape.global_attention, prop.macs_per_node) == ("gcn", "none", 2 * 64)
+    assert appnp.num_params == gat.num_params
+    profile, shape = _profile(), GraphShape(1000, 20000)
+    plain, more = (
+        predict("ag", 2, shape, m, profile, step=False) for m in (gat, dataclasses.replace(gat, propagation_steps=10))
+    )
+    one = get_strategy("ag").cost(2, shape, prop.shape, 4)
+    assert more.comm_bytes == pytest.approx(plain.comm_bytes + 10 * one.bytes_sent)
+    assert more.memory_bytes > plain.memory_bytes
+    with pytest.raises(ValueError, match="propagation needs num_classes"):
+        ModelShape(layers=2, hidden=64, heads=8, propagation_steps=2)

@@ -138,6 +138,7 @@ RANK_OPTIONS = [
     dataclasses.replace(GAT, norm="post", residual="linear", feature_norm="row"),
     dataclasses.replace(GAT, block="transformer"),
     ModelOptions(),
+    dataclasses.replace(TRANSFORMER, propagation_steps=3, propagation_alpha=0.2),
 ]
 
 
@@ -204,14 +205,15 @@ def test_shipped_models_keep_the_heads_and_head_dims_the_strategies_and_kernels_
 
     class Attention:
         edges = EdgeData.of(torch.rand(10, edge_dim), None) if edge_dim else None
+        degrees = torch.ones(6, dtype=torch.int64)  # block 'gcn' and APPNP's propagation read them
 
         def __call__(self, q, k, v, bias=None, edge_values=None):
-            calls.append((q.shape[1:], k.shape[1:], v.shape[1:]))
+            calls.append((v.shape[1:],) * 3 if q is None else (q.shape[1:], k.shape[1:], v.shape[1:]))
             return v if edge_values is None else (v, v.new_zeros((*v.shape[:2], edge_values.shape[1])))
 
     logits = model(torch.rand(6, 100), Attention(), torch.arange(6), enc=enc)
     outputs = cfg.link.embedding_dim if cfg.task == "link" else num_classes
-    assert logits.shape == (6, outputs) and len(calls) == cfg.layers
-    for q, k, v in calls:
+    assert logits.shape == (6, outputs) and len(calls) == cfg.layers + cfg.model.propagation_steps
+    for q, k, v in calls:  # constant scores (q = k = None) count as v's shape
         assert q == k == v and q[0] == cfg.heads and q[1] in HEAD_DIMS, (config, calls)
     assert cfg.heads % 2 == 0 and cfg.heads % 4 == 0, "the shipped head counts split over 2 and 4 ranks"

@@ -1,8 +1,8 @@
 """The model options of issue 41 on every strategy: ego 'sep', blocks 'gcn' and 'sage' (the
-attention with constant scores), BatchNorm with statistics over every rank's rows and jumping
-knowledge give, on 2 and 4 gloo processes with uneven row splits and rows without in-edges, the
-single-process run's block outputs, logits and parameter gradients (fp32, dropout on), also with
-every block checkpointed."""
+attention with constant scores), BatchNorm with statistics over every rank's rows, jumping
+knowledge and APPNP's propagation of the logits give, on 2 and 4 gloo processes with uneven row
+splits and rows without in-edges, the single-process run's block outputs, logits and parameter
+gradients (fp32, dropout on), also with every block checkpointed."""
 
 import dataclasses
 import itertools
@@ -25,6 +25,7 @@ OPTIONS = {
     "gcn-sep-bn-jk": dataclasses.replace(
         TRANSFORMER, block="gcn", ego="sep", norm_type="batch", jk="max", global_attention="linear"
     ),
+    "gat-appnp": dataclasses.replace(GAT, global_attention="linear", propagation_steps=3, propagation_alpha=0.2),
 }
 
 

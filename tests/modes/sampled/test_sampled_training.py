@@ -71,6 +71,24 @@ def test_sampled_training_on_one_and_two_ranks_takes_the_same_steps(tmp_path, mo
     assert load(tmp_path, "result_2.json")["last"]["test_acc"] == evals[-1]["test_acc"]
 
 
+APPNP_MODEL = dict(propagation_steps=3, propagation_alpha=0.2)
+
+
+@pytest.mark.slow
+def test_sampled_training_with_appnp_propagation(tmp_path):
+    """``model.propagation_steps`` propagates the logits over the rank's sampled subgraph (as APPNP on
+    a NeighborLoader batch; like block 'gcn', its degrees there depend on how the seeds split over the
+    ranks, so 2 ranks are not compared with 1): 2 ranks train with finite losses, and evaluate."""
+    write_random_graph(str(tmp_path))
+    run(_fit, 2, tmp_path, APPNP_MODEL)
+    with open(tmp_path / "metrics_2.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    losses = [r["loss"] for r in rows if r["kind"] == "step"]
+    assert len(losses) == 4 * 4 and all(math.isfinite(x) for x in losses)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert [r["epoch"] for r in evals] == [1, 3] and all(0.0 <= r["test_acc"] <= 1.0 for r in evals)
+
+
 def test_sampled_config_is_checked():
     DsgraphConfig.from_dict({"strategy": "sampled", "layers": 3, "fanouts": [5, 5, 5]})  # the older top-level spelling
     assert DsgraphConfig.from_dict({"sampled": {"fanouts": [4, 4]}}).sampled.fanouts == [4, 4]
