@@ -94,9 +94,10 @@ def test_backward_is_bit_identical(hub_graph):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_column_chunks_give_the_one_chunk_gradients(hub_graph, monkeypatch, dtype):
-    """The backward's column pass over chunks of 37 source rows (the hub column inside one) writes
-    the same dq, dk, dv as one chunk, bit for bit (each column is computed alone either way)."""
+def test_column_and_row_chunks_give_the_one_chunk_gradients(hub_graph, monkeypatch, dtype):
+    """The backward's column pass over chunks of 37 source rows (the hub column inside one) and its
+    row pass over chunks of 29 rows (bf16: fp32 chunks cast into dq) write the same dq, dk, dv as
+    one chunk, bit for bit (each column and row is computed alone either way)."""
     import dsgraph.ops.cpu as cpu
 
     rowptr, col = hub_graph
@@ -104,9 +105,33 @@ def test_column_chunks_give_the_one_chunk_gradients(hub_graph, monkeypatch, dtyp
     dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
     whole = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
     monkeypatch.setattr(cpu, "COLUMN_CHUNK_VALUES", 37 * 4 * 16)
+    monkeypatch.setattr(cpu, "ROW_CHUNK_VALUES", 29 * 4 * 16)
     chunked = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
     for name, a, b in zip(("y", "dq", "dk", "dv"), chunked, whole):
         assert a.dtype == dtype and torch.equal(a, b), name
+
+
+def test_bf16_score_gradients_move_dq_within_bf16_rounding(hub_graph, monkeypatch):
+    """A bf16 backward keeps ds in bfloat16 between its passes (``DS_IN_BF16``): dk and dv do not read
+    the kept ds and stay bit for bit; dq moves by bf16 roundings only, well inside the reference's
+    bf16 tolerance; the exact fp32 path is untouched."""
+    import dsgraph.ops.cpu as cpu
+
+    rowptr, col = hub_graph
+    results = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        q, k, v = qkv(rowptr.numel() - 1, N_SRC, 4, 16, dtype)
+        dy = torch.randn(q.shape, generator=torch.Generator().manual_seed(6)).to(dtype)
+        for half in (False, True):
+            monkeypatch.setattr(cpu, "DS_IN_BF16", half)
+            results[dtype, half] = run(sparse_attention_cpu, rowptr, col, q, k, v, dy)
+    for name, i in (("y", 0), ("dk", 2), ("dv", 3)):
+        assert torch.equal(results[torch.bfloat16, True][i], results[torch.bfloat16, False][i]), name
+    assert all(torch.equal(a, b) for a, b in zip(results[torch.float32, True], results[torch.float32, False]))
+    dq_half, dq_full = (results[torch.bfloat16, half][1].float() for half in (True, False))
+    assert not torch.equal(dq_half, dq_full)  # the rounding is real ...
+    assert_relative_close(dq_half, dq_full, 1e-2)  # ... and small
+    assert_relative_close(dq_half, results[torch.float32, True][1], 2e-2)
 
 
 @pytest.mark.parametrize("with_bias", [False, True], ids=["plain", "bias"])

@@ -1,10 +1,12 @@
 """The fused CPU backend of ``sparse_attention``: numba kernels, parallel over rows.
 
-Forward (``forward_kernel``) computes y, the probabilities p [E, H] and the log-sum-exp lse [N, H]
-(fp32, or fp64 for fp64 inputs; never an E x H x D tensor) in one pass per row. Backward
+Forward (``forward_kernel``) computes y and the log-sum-exp lse [N, H] (fp32, or fp64 for fp64
+inputs; never an E x H x D tensor), and the probabilities p [E, H] only when they are kept, in one
+pass per row. Backward
 (``backward_kernels``) computes delta_i = <dy_i, y_i>, then a column (CSC) pass gathers q_i, dy_i
 and recomputes p_ij from lse (or reads the forward's p, when kept) per in-edge for dk and dv and
-writes ds [E, H] in CSC order, then a row (CSR) pass reads ds and gathers k_j for dq. What forward
+writes ds [E, H] in CSC order (bfloat16 in a bf16 backward, ``DS_IN_BF16``), then a row (CSR) pass
+reads ds and gathers k_j for dq (in chunks of rows for bf16, each cast into dq). What forward
 hands to backward (``saved``) is lse, or p and lse (``KEEP_PROBABILITIES``, edge values); lse also
 serves callers that merge blocks of sources (``dispatch.attention_forward``). A score bias [E, H] is added to the
 scores as the forward writes them; the column pass writes its gradient (ds in CSR order, once per
@@ -52,6 +54,12 @@ KEEP_PROBABILITIES = False
 p_ij = exp(scale <q_i, k_j> + bias_ij - lse_i) where it needs it, one dot product and one exp per
 edge-head, and a layer keeps lse [N, H] instead of E x H values (4 bytes an edge-head: at 16 edges a
 node and 8 heads, more than a bf16 row of d = 64). Edge values keep p (their forward reads it)."""
+ROW_CHUNK_VALUES = 1 << 23
+"""Values of dq per chunk of the backward's row pass for bf16 inputs (32 MB in fp32): the
+accumulation-dtype dq exists a chunk at a time, each chunk cast into the bf16 dq before the next."""
+DS_IN_BF16 = True
+"""Whether a bf16 backward keeps ds [E, H] between its column and row passes as bfloat16 (2 bytes an
+edge-head) instead of fp32; dq sums those rounded values in fp32 (``_score_gradients``)."""
 COLUMN_CHUNK_VALUES = 1 << 23
 """Values of v per chunk of the backward's column pass (32 MB in fp32): bounds the accumulation-dtype
 copy of v and the dk, dv it writes to a chunk, not all source rows, for bf16 inputs."""
@@ -78,8 +86,8 @@ class CpuBackend(FusedBackend):
     def forward(self, rowptr, col, q, k, v, scale: float, bias=None, keep_probabilities: bool | None = None):
         """``saved``: (p, lse) when the probabilities are kept (``keep_probabilities``, default
         ``KEEP_PROBABILITIES``; edge values need them), else (lse,): backward recomputes p."""
-        y, p, lse = forward(rowptr, col, q, k, v, scale, bias)
         keep = KEEP_PROBABILITIES if keep_probabilities is None else keep_probabilities
+        y, p, lse = forward(rowptr, col, q, k, v, scale, bias, keep_p=keep)
         return y, lse, ((p, lse) if keep else (lse,))
 
     def mean_forward(self, rowptr, col, v):
@@ -155,15 +163,16 @@ class CpuBackend(FusedBackend):
         return dq, dk, dv, None if dbias is None else dbias.to(bias.dtype)
 
 
-def forward(rowptr, col, q, k, v, scale: float, bias=None):
+def forward(rowptr, col, q, k, v, scale: float, bias=None, keep_p: bool = True):
     """(y [N_dst, H, D], p [E, H] in CSR edge order, lse [N_dst, H]), all in the accumulation dtype;
-    ``bias`` [E, H] (CSR order) is added to the scores."""
+    ``bias`` [E, H] (CSR order) is added to the scores. Without ``keep_p`` p is empty [0, H] and
+    never written (the kernel keeps each row's scores in a work array)."""
     set_threads(col.numel() * q.shape[1])
     cdt = compute_dtype(q.dtype)
     q_ = as_compute_array(q, cdt)
     k_, v_ = gather_source(k, cdt), gather_source(v, cdt)
     rowptr_, col_ = rowptr.numpy(), as_int32(col).numpy()
-    y, p = torch.empty(q_.shape, dtype=cdt), torch.empty((col_.size, q_.shape[1]), dtype=cdt)
+    y, p = torch.empty(q_.shape, dtype=cdt), torch.empty((col_.size if keep_p else 0, q_.shape[1]), dtype=cdt)
     lse = torch.empty(q_.shape[:2], dtype=cdt)
     bias_ = as_compute_array(bias, cdt) if bias is not None else np.empty((0, q_.shape[1]), q_.dtype)
     row_bounds = bounds(rowptr, col, rowptr_, "rows")
@@ -178,7 +187,8 @@ def forward(rowptr, col, q, k, v, scale: float, bias=None):
         bias_,
         bias is not None,
         y.numpy(),
-        p.numpy(),
+        p.numpy().reshape(-1),
+        keep_p,
         lse.numpy(),
     )
     return y, p, lse
@@ -245,15 +255,30 @@ def backward(
     )
     dk, dv = (dk, dv) if need_kv else (None, None)
     del dy_, delta
-    dq = None
-    if need_q:
-        dq = torch.empty(q.shape, dtype=cdt)
-        slots = csc_slots(rowptr, col, k.shape[0]).numpy()
-        backward_kernels.backward_rows_kernel(
-            row_bounds, rowptr_, as_int32(col).numpy(), slots, gather_source(k, cdt), ds.numpy(), scale_, dq.numpy()
-        )
-        dq = dq.to(out_dtype)
+    dq = _row_pass(rowptr, col, k, ds, scale_, q.shape, out_dtype) if need_q else None
     return dq, dk, dv, (dbias if need_bias else None)
+
+
+def _row_pass(rowptr, col, k, ds, scale_, shape, out_dtype):
+    """``backward``'s pass over the rows: dq [N_dst, H, D] in ``out_dtype`` from ds (CSC order). In
+    the accumulation dtype the kernel writes dq itself; otherwise it writes chunks of about
+    ``ROW_CHUNK_VALUES`` values, each cast into dq before the next, so no full-size copy exists."""
+    half = ds.dtype == torch.uint16  # bfloat16 bits (``_score_gradients``)
+    cdt = torch.float32 if half else ds.dtype
+    kernel = backward_kernels.backward_rows_bf16_kernel if half else backward_kernels.backward_rows_kernel
+    rowptr_, col_, ds_ = rowptr.numpy(), as_int32(col).numpy(), ds.numpy()
+    slots, k_ = csc_slots(rowptr, col, k.shape[0]).numpy(), gather_source(k, cdt)
+    dq = torch.empty(shape, dtype=out_dtype)
+    n_dst, width = shape[0], shape[1] * shape[2]
+    step = max(n_dst, 1) if out_dtype == cdt else max(1, ROW_CHUNK_VALUES // max(width, 1))
+    for first in range(0, n_dst, step):
+        last = min(first + step, n_dst)
+        part = dq[first:last] if out_dtype == cdt else torch.empty((last - first, *shape[1:]), dtype=cdt)
+        blocks = _chunk_bounds(rowptr, col, rowptr_, first, last, "rows")
+        kernel(blocks, rowptr_, col_, slots, k_, ds_, scale_, part.numpy(), first)
+        if out_dtype != cdt:
+            dq[first:last] = part
+    return dq
 
 
 def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, need_q, need_kv, need_bias, out_dtype):
@@ -271,7 +296,7 @@ def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, 
     p_, probabilities = _probability_arrays(p, recompute, delta)
     keep_p = probabilities[0]
     q_ = gather_source(q, cdt) if need_kv or not keep_p else dy_[:0]  # q is read for dk and to recompute p
-    ds = torch.empty(col.numel() * k.shape[1] if need_q else 0, dtype=cdt)  # [E, H] in CSC order, for dq
+    ds = _score_gradients(col.numel() * k.shape[1] if need_q else 0, cdt, out_dtype)  # [E, H] in CSC order, for dq
     dbias = torch.empty((col.numel() if need_bias else 0, k.shape[1]), dtype=cdt)  # [E, H] in CSR order
     n_src, width = k.shape[0], k.shape[1] * k.shape[2]
     step = max(1, COLUMN_CHUNK_VALUES // max(width, 1))
@@ -314,6 +339,15 @@ def _column_pass(rowptr, col, q, k, v, p, recompute, dy_, delta, scale_, extra, 
     return dk, dv, ds, dbias
 
 
+def _score_gradients(size: int, cdt, out_dtype) -> torch.Tensor:
+    """The column pass's ds for the row pass, flat [E * H]: in the accumulation dtype, or as
+    bfloat16 bits (uint16) when dq is bf16 anyway (``DS_IN_BF16``; FlashAttention-2 also rounds dS
+    to the inputs' dtype before its dQ product), half the bytes."""
+    if DS_IN_BF16 and out_dtype == torch.bfloat16 and cdt == torch.float32:
+        return torch.empty(size, dtype=torch.uint16)
+    return torch.empty(size, dtype=cdt)
+
+
 def _probability_arrays(p, recompute, delta) -> tuple:
     """(p flat or empty, (keep_p, lse flat, bias flat, has_bias)) for the column kernel: the forward's p
     (``recompute`` None), or the lse and bias (``recompute`` = (lse, bias or None)) to recompute it."""
@@ -325,9 +359,10 @@ def _probability_arrays(p, recompute, delta) -> tuple:
     return empty, (False, lse.numpy().reshape(-1), bias_, bias is not None)
 
 
-def _chunk_bounds(rowptr, col, colptr_: np.ndarray, first: int, last: int) -> np.ndarray:
-    """Work blocks over columns ``first..last-1`` (all of them: the graph's cached blocks)."""
-    if first == 0 and last >= colptr_.size - 1:
-        return bounds(rowptr, col, colptr_, "cols")
-    blocks = work_blocks(colptr_[first : last + 1] - colptr_[first], BLOCKS_PER_THREAD * numba.get_num_threads())
+def _chunk_bounds(rowptr, col, ptr_: np.ndarray, first: int, last: int, kind: str = "cols") -> np.ndarray:
+    """Work blocks over columns (``kind`` 'cols', ``ptr_`` the colptr) or rows ('rows', the rowptr)
+    ``first..last-1`` (all of them: the graph's cached blocks)."""
+    if first == 0 and last >= ptr_.size - 1:
+        return bounds(rowptr, col, ptr_, kind)
+    blocks = work_blocks(ptr_[first : last + 1] - ptr_[first], BLOCKS_PER_THREAD * numba.get_num_threads())
     return blocks + first

@@ -11,7 +11,8 @@ one thread per output row or column, a fixed order of additions, no atomics:
   where they are and p_ij from the forward's p (its CSR slot, ``Transpose.perm``), forms ds_ij
   (v_j is the column's own, so dp costs no gather) and writes it in CSC order, ds [E, H];
 - ``backward_rows_kernel`` (CSR order): dq_i from ds (each edge's CSC slot, ``csc.csc_slots``)
-  and k_j gathered where it is.
+  and k_j gathered where it is; ``backward_rows_bf16_kernel`` when a bf16 backward kept ds as
+  bfloat16 bits (``_store_ds`` rounds them; ``ops.cpu.DS_IN_BF16``).
 
 With a score bias, the column pass also writes each ds_ij to dbias at the edge's CSR slot (the
 bias's gradient, once per edge-head); p already holds the bias's effect, so backward never reads it.
@@ -87,6 +88,23 @@ def _edge_probabilities(p, at, keep_p, q, i, k, j, lse, bias, has_bias, scale, h
     return buffer, 0
 
 
+@njit(inline="always")
+def _store_ds(ds, at, values, heads):
+    """ds[at : at + heads] = values: as they are into a float array, or rounded to bfloat16 (to
+    nearest, ties to even; NaN stays NaN) into a uint16 array of bfloat16 bits."""
+    if ds.itemsize == 2:
+        bits = values.view(np.uint32)
+        for h in range(heads):
+            b = bits[h]
+            if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                ds[at + h] = np.uint16((b >> np.uint32(16)) | np.uint32(0x40))
+            else:
+                ds[at + h] = np.uint16((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+    else:
+        for h in range(heads):
+            ds[at + h] = values[h]
+
+
 @njit(**_OPTIONS)
 def backward_columns_kernel(
     bounds,
@@ -120,7 +138,7 @@ def backward_columns_kernel(
     heads, dim = v.shape[1], v.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
-        local = np.empty(heads, v.dtype)  # ds of the edge at hand when ds is not kept
+        local = np.empty(heads, v.dtype)  # ds of the edge at hand
         recomputed = np.empty(heads, v.dtype)  # p of the edge at hand when p is not kept
         dk_acc, dv_acc = np.empty(width, v.dtype), np.empty(width, v.dtype)
         block_end = colptr[bounds[b + 1]]
@@ -135,11 +153,13 @@ def backward_columns_kernel(
                 probs, pat = _edge_probabilities(
                     p, at, keep_p, q, i, k, j - first, lse, bias, has_bias, scale, heads, dim, recomputed
                 )
-                out, to = (ds, e * heads) if keep_ds else (local, 0)
+                out, to = local, 0
                 head_dots(out, to, dy, i * width, v, (j - first) * width, heads, dim, 1.0)
                 if has_extra:
                     add(out, to, dp_extra, at, heads)
                 softmax_grad(out, to, probs, pat, out, to, delta, i * heads, heads)
+                if keep_ds:
+                    _store_ds(ds, e * heads, local, heads)
                 if need_bias:
                     scale_into(dbias, at, 1.0, out, to, heads)
                 if need_kv:
@@ -151,9 +171,10 @@ def backward_columns_kernel(
 
 
 @njit(**_OPTIONS)
-def backward_rows_kernel(bounds, rowptr, col, slots, k, ds, scale, dq):
+def backward_rows_kernel(bounds, rowptr, col, slots, k, ds, scale, dq, first):
     """dq_i = scale * sum_j ds_ij k_j over the edges of row i, ds_ij at CSC slot slots[e]
-    (bounds: row blocks). Rows without edges get dq = 0."""
+    (bounds: row blocks), into dq's row i - first (dq holds the rows from ``first`` on). Rows
+    without edges get dq = 0."""
     heads, dim = k.shape[1], k.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
@@ -166,4 +187,26 @@ def backward_rows_kernel(bounds, rowptr, col, slots, k, ds, scale, dq):
                     prefetch_span(k, col[e + ROW_AHEAD] * width, width)
                     prefetch_span(ds, slots[e + ROW_AHEAD] * heads, heads)
                 head_axpy(acc, 0, ds, slots[e] * heads, k, col[e] * width, heads, dim)
-            scale_into(dq, i * width, scale, acc, 0, width)
+            scale_into(dq, (i - first) * width, scale, acc, 0, width)
+
+
+@njit(**_OPTIONS)
+def backward_rows_bf16_kernel(bounds, rowptr, col, slots, k, ds, scale, dq, first):
+    """``backward_rows_kernel`` with ds as bfloat16 bits (uint16), widened to fp32 per edge."""
+    heads, dim = k.shape[1], k.shape[2]
+    width = heads * dim
+    for b in prange(bounds.size - 1):
+        acc, w = np.empty(width, k.dtype), np.empty(heads, np.float32)
+        bits = w.view(np.uint32)
+        block_end = rowptr[bounds[b + 1]]
+        for i in range(bounds[b], bounds[b + 1]):
+            acc[:] = 0
+            for e in range(rowptr[i], rowptr[i + 1]):
+                if e + ROW_AHEAD < block_end:
+                    prefetch_span(k, col[e + ROW_AHEAD] * width, width)
+                    prefetch_span(ds, slots[e + ROW_AHEAD] * heads, heads)
+                at = slots[e] * heads
+                for h in range(heads):
+                    bits[h] = np.uint32(ds[at + h]) << np.uint32(16)
+                head_axpy(acc, 0, w, 0, k, col[e] * width, heads, dim)
+            scale_into(dq, (i - first) * width, scale, acc, 0, width)
