@@ -12,9 +12,9 @@ holds besides them:
   measured after the process group and before the graph;
 - what the CPU kernels keep (``CPU_TERMS``): per layer not checkpointed, the forward's log-sum-exp
   [n, H] in fp32, from which the CPU backward recomputes the probabilities (or p [e, H] itself where
-  ``ops.cpu.KEEP_PROBABILITIES`` says so), ds [e, H] in fp32 during a layer's backward, and the cached
-  transpose of every attention subgraph (``ops/csc.py``: row, perm and slot indices, 12 bytes per
-  edge in int32).
+  ``ops.cpu.KEEP_PROBABILITIES`` says so), ds [e, H] during a layer's backward (bfloat16 in a bf16
+  run, ``ops.cpu.DS_IN_BF16``, else fp32), and the cached transpose of every attention subgraph
+  (``ops/csc.py``: row, perm and slot indices, 12 bytes per edge in int32).
 
 Only full-graph runs of a named strategy are predicted (``None`` otherwise: sampled and isolated
 modes hold a batch or a chunk at a time, ``auto`` picks its strategy after loading).
@@ -121,14 +121,15 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
         return None
     terms = memory_terms(kinds, all_terms, model, dtype_bytes, output_copy=device != "cpu")
     if device == "cpu":
-        terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model)}
+        terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model, dtype_bytes)}
     return RunMemory(terms, world_size, cfg.strategy, source)
 
 
-def cpu_terms(kinds, all_terms, model) -> dict:
+def cpu_terms(kinds, all_terms, model, dtype_bytes: int = 4) -> dict:
     """What the CPU kernels hold besides the model's terms (see the module's docstring)."""
-    from dsgraph.ops.cpu import KEEP_PROBABILITIES
+    from dsgraph.ops.cpu import DS_IN_BF16, KEEP_PROBABILITIES
 
+    ds_bytes = 2 if DS_IN_BF16 and dtype_bytes == 2 else 4
     edges = max(t.edge_heads for t in all_terms) / model.heads
 
     def kept_per_layer(kind, terms) -> float:  # p [e, H] fp32, or the lse [n, H] backward recomputes it from
@@ -139,7 +140,7 @@ def cpu_terms(kinds, all_terms, model) -> dict:
     return {
         "kept probabilities": kept + recomputed,
         "kernel transposes": 12.0 * edges,
-        "kernel backward": 4.0 * max(t.edge_heads for t in all_terms),
+        "kernel backward": ds_bytes * max(t.edge_heads for t in all_terms),
     }
 
 

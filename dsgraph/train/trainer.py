@@ -18,11 +18,13 @@ import deepspeed
 import deepspeed.comm as dist
 import torch
 
+from dsgraph.agp.run_memory import dtype_bytes_of
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models.checkpointing import checkpoint_blocks, recompute_selectively
 from dsgraph.modes.base import EvalBatch, Step
 from dsgraph.modes.registry import make_mode
+from dsgraph.ops.cpu.warm_up import compile_kernels
 from dsgraph.tasks import get_task
 from dsgraph.tasks.base import metric_key
 from dsgraph.train import checkpoint, forecast, nonfinite, run_name
@@ -120,6 +122,9 @@ class Trainer:
         self.cfg, self.device, self.control = _named(cfg, control, ds_config), device, control
         cfg = self.cfg
         self.task = get_task(cfg.task)(cfg)
+        if device.type == "cpu" and cfg.backend in ("auto", "cpu"):
+            self.heartbeat("start-up: compiling the CPU kernels (cached on disk after the first run)")
+            compile_kernels(torch.bfloat16 if dtype_bytes_of(ds_config) == 2 else torch.float32)
         self.mode = make_mode(cfg, pg, control, rank_log, self.heartbeat, self.task)
         self.task.set_data(self.mode.num_classes, self.mode.multilabel)
         self.pg = self.mode.pg
