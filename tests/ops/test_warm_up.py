@@ -15,6 +15,7 @@ KERNELS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "dtype, rows_kernel", [("float32", "backward_rows_kernel"), ("bfloat16", "backward_rows_bf16_kernel")]
 )

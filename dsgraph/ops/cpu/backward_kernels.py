@@ -143,8 +143,7 @@ def backward_columns_kernel(
         dk_acc, dv_acc = np.empty(width, v.dtype), np.empty(width, v.dtype)
         block_end = colptr[bounds[b + 1]]
         for j in range(bounds[b], bounds[b + 1]):
-            dk_acc[:] = 0
-            dv_acc[:] = 0
+            dk_acc[:], dv_acc[:] = 0, 0
             for e in range(colptr[j], colptr[j + 1]):
                 _prefetch_edge(
                     q, dy, delta, p, lse, row, perm, e + COLUMN_AHEAD, block_end, heads, width, need_kv, keep_p
@@ -153,18 +152,17 @@ def backward_columns_kernel(
                 probs, pat = _edge_probabilities(
                     p, at, keep_p, q, i, k, j - first, lse, bias, has_bias, scale, heads, dim, recomputed
                 )
-                out, to = local, 0
-                head_dots(out, to, dy, i * width, v, (j - first) * width, heads, dim, 1.0)
+                head_dots(local, 0, dy, i * width, v, (j - first) * width, heads, dim, 1.0)
                 if has_extra:
-                    add(out, to, dp_extra, at, heads)
-                softmax_grad(out, to, probs, pat, out, to, delta, i * heads, heads)
+                    add(local, 0, dp_extra, at, heads)
+                softmax_grad(local, 0, probs, pat, local, 0, delta, i * heads, heads)
                 if keep_ds:
                     _store_ds(ds, e * heads, local, heads)
                 if need_bias:
-                    scale_into(dbias, at, 1.0, out, to, heads)
+                    scale_into(dbias, at, 1.0, local, 0, heads)
                 if need_kv:
                     head_axpy(dv_acc, 0, probs, pat, dy, i * width, heads, dim)
-                    head_axpy(dk_acc, 0, out, to, q, i * width, heads, dim)
+                    head_axpy(dk_acc, 0, local, 0, q, i * width, heads, dim)
             if need_kv:
                 scale_into(dk, (j - first) * width, scale, dk_acc, 0, width)
                 scale_into(dv, (j - first) * width, 1.0, dv_acc, 0, width)
