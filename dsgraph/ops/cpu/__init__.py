@@ -265,7 +265,6 @@ def _row_pass(rowptr, col, k, ds, scale_, shape, out_dtype):
     ``ROW_CHUNK_VALUES`` values, each cast into dq before the next, so no full-size copy exists."""
     half = ds.dtype == torch.uint16  # bfloat16 bits (``_score_gradients``)
     cdt = torch.float32 if half else ds.dtype
-    kernel = backward_kernels.backward_rows_bf16_kernel if half else backward_kernels.backward_rows_kernel
     rowptr_, col_, ds_ = rowptr.numpy(), as_int32(col).numpy(), ds.numpy()
     slots, k_ = csc_slots(rowptr, col, k.shape[0]).numpy(), gather_source(k, cdt)
     dq = torch.empty(shape, dtype=out_dtype)
@@ -275,7 +274,7 @@ def _row_pass(rowptr, col, k, ds, scale_, shape, out_dtype):
         last = min(first + step, n_dst)
         part = dq[first:last] if out_dtype == cdt else torch.empty((last - first, *shape[1:]), dtype=cdt)
         blocks = _chunk_bounds(rowptr, col, rowptr_, first, last, "rows")
-        kernel(blocks, rowptr_, col_, slots, k_, ds_, scale_, part.numpy(), first)
+        backward_kernels.backward_rows_kernel(blocks, rowptr_, col_, slots, k_, ds_, scale_, part.numpy(), first)
         if out_dtype != cdt:
             dq[first:last] = part
     return dq

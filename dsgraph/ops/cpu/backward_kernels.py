@@ -11,8 +11,8 @@ one thread per output row or column, a fixed order of additions, no atomics:
   where they are and p_ij from the forward's p (its CSR slot, ``Transpose.perm``), forms ds_ij
   (v_j is the column's own, so dp costs no gather) and writes it in CSC order, ds [E, H];
 - ``backward_rows_kernel`` (CSR order): dq_i from ds (each edge's CSC slot, ``csc.csc_slots``)
-  and k_j gathered where it is; ``backward_rows_bf16_kernel`` when a bf16 backward kept ds as
-  bfloat16 bits (``_store_ds`` rounds them; ``ops.cpu.DS_IN_BF16``).
+  and k_j gathered where it is; a bf16 backward keeps ds as bfloat16 bits (``_store_ds`` rounds
+  them; ``ops.cpu.DS_IN_BF16``), which the row pass widens.
 
 With a score bias, the column pass also writes each ds_ij to dbias at the edge's CSR slot (the
 bias's gradient, once per edge-head); p already holds the bias's effect, so backward never reads it.
@@ -171,31 +171,13 @@ def backward_columns_kernel(
 @njit(**_OPTIONS)
 def backward_rows_kernel(bounds, rowptr, col, slots, k, ds, scale, dq, first):
     """dq_i = scale * sum_j ds_ij k_j over the edges of row i, ds_ij at CSC slot slots[e]
-    (bounds: row blocks), into dq's row i - first (dq holds the rows from ``first`` on). Rows
-    without edges get dq = 0."""
+    (bounds: row blocks), into dq's row i - first (dq holds the rows from ``first`` on). ds is
+    float, or bfloat16 bits (uint16) widened to fp32 per edge. Rows without edges get dq = 0."""
     heads, dim = k.shape[1], k.shape[2]
     width = heads * dim
     for b in prange(bounds.size - 1):
-        acc = np.empty(width, k.dtype)
-        block_end = rowptr[bounds[b + 1]]
-        for i in range(bounds[b], bounds[b + 1]):
-            acc[:] = 0
-            for e in range(rowptr[i], rowptr[i + 1]):
-                if e + ROW_AHEAD < block_end:
-                    prefetch_span(k, col[e + ROW_AHEAD] * width, width)
-                    prefetch_span(ds, slots[e + ROW_AHEAD] * heads, heads)
-                head_axpy(acc, 0, ds, slots[e] * heads, k, col[e] * width, heads, dim)
-            scale_into(dq, (i - first) * width, scale, acc, 0, width)
-
-
-@njit(**_OPTIONS)
-def backward_rows_bf16_kernel(bounds, rowptr, col, slots, k, ds, scale, dq, first):
-    """``backward_rows_kernel`` with ds as bfloat16 bits (uint16), widened to fp32 per edge."""
-    heads, dim = k.shape[1], k.shape[2]
-    width = heads * dim
-    for b in prange(bounds.size - 1):
-        acc, w = np.empty(width, k.dtype), np.empty(heads, np.float32)
-        bits = w.view(np.uint32)
+        acc, w = np.empty(width, k.dtype), np.empty(heads, k.dtype)  # w: ds of the edge at hand
+        bits = w.view(np.uint32)  # used for bfloat16 ds only (k is then fp32)
         block_end = rowptr[bounds[b + 1]]
         for i in range(bounds[b], bounds[b + 1]):
             acc[:] = 0
@@ -205,6 +187,9 @@ def backward_rows_bf16_kernel(bounds, rowptr, col, slots, k, ds, scale, dq, firs
                     prefetch_span(ds, slots[e + ROW_AHEAD] * heads, heads)
                 at = slots[e] * heads
                 for h in range(heads):
-                    bits[h] = np.uint32(ds[at + h]) << np.uint32(16)
+                    if ds.itemsize == 2:
+                        bits[h] = np.uint32(ds[at + h]) << np.uint32(16)
+                    else:
+                        w[h] = ds[at + h]
                 head_axpy(acc, 0, w, 0, k, col[e] * width, heads, dim)
             scale_into(dq, (i - first) * width, scale, acc, 0, width)
