@@ -118,13 +118,16 @@ class Heartbeats:
                 self._seen[peer] = (count, now, phase)
 
     def verdict(self, now: float) -> str | None:
-        """The message about the store or the first peer silent for over ``timeout_s``, else None."""
+        """The message about the store or the first peer silent for over ``timeout_s``, else None.
+        A peer is judged only on reads that succeeded: while the store is silent, its beats cannot
+        arrive, so the store (rank 0 stopped, say) is named, not the peers it cut off."""
         if now - self._store_ok > self.timeout_s:
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
             return store_silent_message(self.rank, now - self._store_ok, self.timeout_s, where)
+        read_until = min(now, self._store_ok)
         for peer in range(self.world):
             count, since, phase = self._seen.get(peer, (0, self._started, "start-up (no beat yet)"))
-            if peer != self.rank and now - since > self.timeout_s:
+            if peer != self.rank and read_until - since > self.timeout_s:
                 return silent_message(self.rank, peer, now - since, self.timeout_s, phase)
         return None
 

@@ -81,6 +81,25 @@ def test_a_store_that_stops_answering_is_reported(monkeypatch):
     assert "the job's store at 10.0.0.1:1234 did not answer" in hb.verdict(hb._store_ok + 6.5)
 
 
+def test_a_stopped_store_host_is_named_not_the_peer_whose_beats_it_held(monkeypatch):
+    """Rank 0 hosts the store and stops just after a beat that rank 1 read twice (a late beat on busy
+    cores): rank 0's beat is older than the store's last answer, and the store must still be named."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    store = DictStore()
+    rank0, rank1 = _ranks(2, store)
+    start = rank1._started
+    rank0.exchange(start)
+    rank1.exchange(start + 0.5)  # sees rank 0's beat 1
+    rank1.exchange(start + 1.5)  # rank 0 was late: beat 1 again; the store answered at 1.5
+    store.down = True  # rank 0 stops: no more beats, no more answers
+    for t in (2.5, 3.5, 4.5, 5.5, 6.5, 7.0):
+        rank1.exchange(start + t)
+        assert rank1.verdict(start + t) is None, t  # rank 0's beat is 6.5 s old at t=7, the store's answer 5.5 s
+    message = rank1.verdict(start + 7.6)
+    assert "the job's store at 127.0.0.1:29500 did not answer for 6 s" in message, message
+
+
 def test_a_rank_that_never_beats_is_reported_as_in_start_up():
     store = DictStore()
     hb = _ranks(2, store)[0]
