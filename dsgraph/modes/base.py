@@ -74,6 +74,24 @@ class EvalBatch:
     enc: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+def joined(parts: list[tuple[torch.Tensor, EvalBatch]]) -> tuple[torch.Tensor, EvalBatch]:
+    """One node-task evaluation from several forwards: (outputs, batch) pairs whose batches keep
+    labels and masks only (``labels_of``), their rows stacked."""
+    if len(parts) == 1:
+        return parts[0]
+    outputs, batches = zip(*parts)
+    first = batches[0]
+    masks = tuple(torch.cat([b.masks[i] for b in batches]) for i in range(3))
+    return torch.cat(outputs), EvalBatch(
+        x=None, attention=None, node_ids=None, y=torch.cat([b.y for b in batches]), masks=masks, reduce=first.reduce
+    )
+
+
+def labels_of(batch: EvalBatch) -> EvalBatch:
+    """What evaluation keeps of a batch once its forward ran: its labels and split masks."""
+    return EvalBatch(x=None, attention=None, node_ids=None, y=batch.y, masks=batch.masks, reduce=batch.reduce)
+
+
 class Mode(ABC):
     """How a run makes its steps. Built on the CPU (data loaded, ``pg`` with its row split), then
     ``attach``-ed to the device once the engine exists (the model's dtype is known then)."""
@@ -117,6 +135,11 @@ class Mode(ABC):
     @abstractmethod
     def eval_batch(self) -> EvalBatch:
         """The evaluation input (the whole graph, split as the mode evaluates it)."""
+
+    def eval_batches(self) -> Iterator[EvalBatch]:
+        """Evaluation's inputs, one forward each, their rows together this rank's share of the
+        evaluation (default: ``eval_batch()`` alone; a mode out of core yields one per subgraph)."""
+        yield self.eval_batch()
 
     @property
     def strategy_label(self) -> str:

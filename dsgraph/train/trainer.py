@@ -22,7 +22,7 @@ from dsgraph.agp.run_memory import dtype_bytes_of
 from dsgraph.comm import GraphParallelGroup
 from dsgraph.comm.control import make_control_plane
 from dsgraph.models.checkpointing import checkpoint_blocks, recompute_selectively
-from dsgraph.modes.base import EvalBatch, Step
+from dsgraph.modes.base import EvalBatch, Step, joined, labels_of
 from dsgraph.modes.registry import make_mode
 from dsgraph.ops.cpu.warm_up import compile_kernels
 from dsgraph.tasks import get_task
@@ -212,10 +212,8 @@ class Trainer:
         engine = self.engine
         engine.eval()
         self.pg.stats.reset()
-        batch: EvalBatch = self.mode.eval_batch()
         start = time.perf_counter()
-        dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
-        outputs = self.task.outputs(engine, batch, dropout_step)
+        outputs, batch = self._eval_outputs(engine)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         eval_time = time.perf_counter() - start
@@ -243,6 +241,18 @@ class Trainer:
             **self._system(eval_time, {**extra, **best}),
         )
         return row.as_dict()
+
+    def _eval_outputs(self, engine) -> tuple[torch.Tensor, EvalBatch]:
+        """The model's outputs over this rank's evaluation rows, and their batch: one forward, or one
+        per batch of a mode that evaluates out of core. A node task's batch keeps its labels and
+        masks only, so each subgraph goes as soon as its forward has run."""
+        parts = []
+        for batch in self.mode.eval_batches():
+            dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
+            outputs = self.task.outputs(engine, batch, dropout_step)
+            parts.append((outputs, batch if batch.pairs is not None else labels_of(batch)))
+            del batch  # before the next subgraph loads
+        return joined(parts)
 
     def _system(self, seconds: float, extra: dict, input_bytes: int = 0, sync_bytes: int = 0) -> dict:
         """The columns every row has, and ``extra`` with the strategy's own (AGP's decision)."""

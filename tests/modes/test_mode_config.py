@@ -22,7 +22,10 @@ def test_the_config_takes_every_mode_section_from_the_registry():
             r"'fanouts' needs one entry per layer \(3\)",
         ),
         ({"mode": "sampled", "partitions": "store"}, r"mode 'sampled' samples from the whole graph; drop 'partitions'"),
-        ({"mode": "isolated", "partitions": "store"}, r"mode 'isolated' writes its own chunk store; drop 'partitions'"),
+        (
+            {"mode": "isolated", "partitions": "store", "isolated": {"sync": "step"}},
+            r"mode 'isolated' from a partition store \('partitions'\) trains one chunk pair at a time",
+        ),
         ({"mode": "isolated", "eval_every": 3}, r"'eval_every' \(3\) must be a multiple of 'repart_every' \(5\)"),
     ],
 )

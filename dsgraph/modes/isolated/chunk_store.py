@@ -67,6 +67,20 @@ class HaloExchange:
     reuse_dst: torch.Tensor  # int64 [u]: ... copied into these halo rows
     any_rank: bool  # whether any rank caches anything this super-epoch (then every rank takes part)
 
+    @classmethod
+    def none(cls) -> HaloExchange:
+        """No traffic: the halo rows were filled when the data was loaded (``store_pairs``)."""
+        empty, zeros = torch.zeros(0, dtype=torch.int64), []
+        return cls(
+            send_rows=empty,
+            send_counts=zeros,
+            recv_rows=empty,
+            recv_counts=zeros,
+            reuse_src=empty,
+            reuse_dst=empty,
+            any_rank=False,
+        )
+
     def to(self, device: torch.device) -> HaloExchange:
         return dataclasses.replace(
             self,
@@ -91,10 +105,12 @@ class SuperEpochData:
     halo_hits: int  # in-edges of own rows served by the halo cache
     halo_misses: int  # cross-chunk in-edges of own rows left out
     load_time_s: float
+    halo_read: int = 0
+    """Halo rows whose features were read from the store at load (none arrive by exchange then)."""
 
     @property
     def halo_nodes(self) -> int:
-        return sum(self.halo.recv_counts) + self.halo.reuse_dst.numel()
+        return sum(self.halo.recv_counts) + self.halo.reuse_dst.numel() + self.halo_read
 
     def to(self, device: torch.device, dtype: torch.dtype) -> SuperEpochData:
         return dataclasses.replace(
@@ -294,8 +310,9 @@ def exchange_halo(data: SuperEpochData, previous: SuperEpochData | None, pg, dty
 class ChunkPrefetcher:
     """Hands out super-epochs' data; with ``enabled`` the next one is loaded in a background thread.
 
-    ``get(s, reuse)`` returns ``(data, stall_s)``: the seconds training waited for the switch (the whole
-    load without prefetch; only what the background load had not finished yet with it).
+    ``get(s, key)`` returns ``(data, stall_s)``: the seconds training waited for the switch (the whole
+    load without prefetch; only what the background load had not finished yet with it). ``key`` is
+    the loader's second argument: ``reuse`` for a ``ChunkLoader``, a pair's index for ``StorePairs``.
     """
 
     def __init__(self, loader: ChunkLoader, enabled: bool):
@@ -303,17 +320,17 @@ class ChunkPrefetcher:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsgraph-chunks") if enabled else None
         self.pending: dict[tuple[int, bool], Future] = {}
 
-    def get(self, super_epoch: int, reuse: bool) -> tuple[SuperEpochData, float]:
+    def get(self, super_epoch: int, key) -> tuple[SuperEpochData, float]:
         start = time.perf_counter()
-        future = self.pending.pop((super_epoch, reuse), None)
-        for key in [k for k in self.pending if k[0] <= super_epoch]:  # loads the run no longer needs
-            self.pending.pop(key).cancel()
-        data = future.result() if future is not None else self.loader.load(super_epoch, reuse)
+        future = self.pending.pop((super_epoch, key), None)
+        for old in [k for k in self.pending if k[0] <= super_epoch]:  # loads the run no longer needs
+            self.pending.pop(old).cancel()
+        data = future.result() if future is not None else self.loader.load(super_epoch, key)
         return data, time.perf_counter() - start
 
-    def prefetch(self, super_epoch: int, reuse: bool) -> None:
-        if self.pool is not None and (super_epoch, reuse) not in self.pending:
-            self.pending[(super_epoch, reuse)] = self.pool.submit(self.loader.load, super_epoch, reuse)
+    def prefetch(self, super_epoch: int, key) -> None:
+        if self.pool is not None and (super_epoch, key) not in self.pending:
+            self.pending[(super_epoch, key)] = self.pool.submit(self.loader.load, super_epoch, key)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -242,10 +242,11 @@ def halo_budget(num_rows: int, fraction: float) -> int:
 def select_halo(blocks: Sequence[RowBlock], budget: int) -> np.ndarray:
     """The halo cache of a rank holding ``blocks``: up to ``budget`` source ids outside the blocks,
     those with the most in-edges into the blocks' rows (ties: the smaller id). Sorted int64."""
-    return _halo_of(BlockRows(blocks), budget)
+    return halo_of_rows(BlockRows(blocks), budget)
 
 
-def _halo_of(rows: BlockRows, budget: int) -> np.ndarray:
+def halo_of_rows(rows: BlockRows, budget: int) -> np.ndarray:
+    """``select_halo`` of blocks whose ``BlockRows`` the caller has built already."""
     outside = rows.src[rows.local_src < 0]
     ids, counts = np.unique(outside, return_counts=True)
     if budget <= 0:
@@ -410,7 +411,7 @@ def cycle_plan(parts: Sequence[RowBlock], schedule: RotationSchedule, halo_fract
         for g in range(schedule.world_size):
             blocks = [parts[c] for c in schedule.group_chunks(g, t)]
             rows = BlockRows(blocks)
-            ids = _halo_of(rows, halo_budget(rows.num_rows, halo_fraction))
+            ids = halo_of_rows(rows, halo_budget(rows.num_rows, halo_fraction))
             dst, _, kept_edge, _ = _edges(rows, ids)
             expected[rows.node_ids()] += np.bincount(dst[kept_edge], minlength=rows.num_rows)
             halo[-1].append(ids)

@@ -13,7 +13,8 @@ COMM_DTYPE_NAMES = ("bfloat16", "float32")
 @dataclass(kw_only=True, slots=True)
 class IsolatedConfig:
     chunks: int = 0
-    """Chunks C the graph is split into, a multiple of 2 x ranks (0: 2 x ranks)."""
+    """Chunks C the graph is split into, a multiple of 2 x ranks (0: 2 x ranks; with 'partitions':
+    the store's part count)."""
     repart_every: int = 5
     """Epochs per super-epoch; the chunks rotate (round-robin) after each one."""
     sync: str = "super_epoch"
@@ -34,7 +35,8 @@ class IsolatedConfig:
     """Load the next super-epoch's chunks in a background thread."""
     store: str | None = None
     """Folder for the chunk store (rank 0 writes it; must be shared by all ranks); null: every rank
-    writes its own in a temporary folder."""
+    writes its own in a temporary folder. Not with 'partitions', whose parts are then the chunks
+    (trained one pair at a time, out of core)."""
 
     FLAT_KEYS = {
         "isolated_chunks": "chunks",
@@ -66,8 +68,15 @@ class IsolatedConfig:
 
     def check_run(self, *, partitions: str | None, eval_every: int, checkpoint_every: int) -> None:
         """The checks that need the rest of the run's settings (made when the mode is 'isolated')."""
-        if partitions is not None:
-            raise ValueError("mode 'isolated' writes its own chunk store; drop 'partitions'")
+        if partitions is not None and self.store is not None:
+            raise ValueError(
+                "mode 'isolated' with 'partitions' trains on that store's parts as its chunks; drop isolated 'store'"
+            )
+        if partitions is not None and self.sync != "super_epoch":
+            raise ValueError(
+                "mode 'isolated' from a partition store ('partitions') trains one chunk pair at a time, so the ranks' "
+                "step counts differ: use isolated 'sync' 'super_epoch', or drop 'partitions'"
+            )
         if self.sync != "super_epoch":
             return
         for name, value in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):

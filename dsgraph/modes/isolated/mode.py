@@ -27,6 +27,11 @@ Evaluation is the normal full-graph path (the configured strategy over all ranks
 dataset), so accuracy compares directly with the other modes; with local steps it runs only at
 super-epoch boundaries, where the ranks' parameters agree. A step row's ``loss`` and ``train_acc``
 cover this rank's batch only (a global value would need a collective in the step).
+
+With ``partitions`` (a partition store) nothing is loaded whole: the store's parts are the chunks,
+and each rank trains on one chunk pair at a time, read from the store (``store_pairs.py``, out of
+core). Evaluation then runs pair by pair too, over the pairs of super-epoch 0 (every node once, in
+its pair's subgraph with its halo): the local view's accuracy, the same at every evaluation.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from dataclasses import dataclass
 
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.loading import raise_if_any_rank_failed
-from dsgraph.modes.base import Mode, Step
+from dsgraph.graph.store import read_meta
+from dsgraph.modes.base import EvalBatch, Mode, Step
 from dsgraph.modes.isolated.chunk_store import (
     COMM_DTYPES,
     ChunkLoader,
@@ -58,6 +64,7 @@ from dsgraph.modes.isolated.chunks import (
 )
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.isolated.local_steps import LocalSteps
+from dsgraph.modes.isolated.store_pairs import StorePairs, store_chunk_count
 from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
 from dsgraph.modes.sync import EveryStep
 
@@ -74,6 +81,7 @@ class _EpochPlan:
     halo_time_s: float  # the switch's halo exchange
     halo_bytes: int  # what the halo exchange sent
     global_counts: list[int]  # loss rows of each mini-batch over all ranks (cut as tensor_split does)
+    last_unit: bool = True  # the steps are the epoch's last subgraph's (a pair's, from a store)
 
 
 class Isolated(Mode):
@@ -86,6 +94,11 @@ class Isolated(Mode):
     def check_config(cls, cfg) -> None:
         isolated = cfg.isolated
         isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
+        if cfg.partitions is not None and (cfg.model.encodings or cfg.model.reads_edges):
+            raise ValueError(
+                "mode 'isolated' from a partition store ('partitions') reads node features only: set model.encodings "
+                "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
+            )
 
     @classmethod
     def can_checkpoint(cls, cfg, epoch: int) -> bool:
@@ -95,7 +108,37 @@ class Isolated(Mode):
     def __init__(self, cfg, pg, control, log, heartbeat, task=None):
         """``task`` is not read: the isolated mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.control, self.heartbeat = cfg, control, heartbeat
-        self.schedule = RotationSchedule(default_num_chunks(cfg.isolated.chunks, pg.world_size), pg.world_size)
+        self.from_store = cfg.partitions is not None
+        if self.from_store:
+            chunks = store_chunk_count(cfg.partitions, cfg.isolated.chunks, pg.world_size)
+        else:
+            chunks = default_num_chunks(cfg.isolated.chunks, pg.world_size)
+        self.schedule = RotationSchedule(chunks, pg.world_size)
+        self.data: SuperEpochData | None = None
+        self.switch_times: list[tuple[int, float, float]] = []
+        self.local = cfg.isolated.sync == "super_epoch"
+        self._open_store(pg) if self.from_store else self._load_whole(pg, control, log, heartbeat)
+        s = self.schedule
+        unit = "one pair at a time" if self.from_store else "all at once"
+        log(
+            f"isolated: {s.num_chunks} {'store' if self.from_store else cfg.isolated.chunk_method} chunks, "
+            f"{s.chunks_per_rank} per rank ({unit}), rotating round-robin "
+            f"every {cfg.isolated.repart_every} epochs (cycle {s.cycle_length} super-epochs), sync every "
+            f"{'super-epoch' if self.local else 'step'}, batches of {cfg.isolated.batch_size or 'all'}, "
+            f"halo cache {cfg.isolated.halo_fraction:.0%}, correction '{cfg.isolated.correction}', "
+            f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}"
+        )
+
+    def _open_store(self, pg) -> None:
+        """The sizes of a partition store's graph; nothing of it is loaded yet."""
+        meta = read_meta(self.cfg.partitions)
+        self.pg, self.eval_ranks, self.store_dir = pg, None, self.cfg.partitions
+        self.num_features, self.num_classes = int(meta["num_features"]), int(meta["num_classes"])
+        self.num_edge_features, self.encoding_widths = 0, {}
+
+    def _load_whole(self, pg, control, log, heartbeat) -> None:
+        """The dataset loaded whole, split for full-graph evaluation, and written as a chunk store."""
+        cfg = self.cfg
         heartbeat("start-up: loading the graph")
         graph = edge_features(
             load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset
@@ -117,18 +160,6 @@ class Isolated(Mode):
         )
         heartbeat("start-up: writing the chunk store")
         self.store_dir = self._write_store(graph)
-        self.data: SuperEpochData | None = None
-        self.switch_times: list[tuple[int, float, float]] = []
-        self.local = cfg.isolated.sync == "super_epoch"
-        s = self.schedule
-        log(
-            f"isolated: {s.num_chunks} {cfg.isolated.chunk_method} chunks, {s.chunks_per_rank} per rank, rotating "
-            "round-robin "
-            f"every {cfg.isolated.repart_every} epochs (cycle {s.cycle_length} super-epochs), sync every "
-            f"{'super-epoch' if self.local else 'step'}, batches of {cfg.isolated.batch_size or 'all'}, "
-            f"halo cache {cfg.isolated.halo_fraction:.0%}, correction '{cfg.isolated.correction}', "
-            f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}"
-        )
 
     def _write_store(self, graph) -> str:
         """Rank 0 chooses the chunks; with ``isolated.store`` rank 0 writes the store there, otherwise
@@ -164,7 +195,8 @@ class Isolated(Mode):
 
     def attach(self, device, dtype):
         cfg = self.cfg
-        self.eval_ranks.attach(device, dtype)
+        if self.eval_ranks is not None:
+            self.eval_ranks.attach(device, dtype)
         settings = LoadSettings(
             correction=cfg.isolated.correction,
             layers=cfg.layers,
@@ -174,7 +206,8 @@ class Isolated(Mode):
             epochs=cfg.epochs,
             seed=cfg.seed,
         )
-        self.loader = ChunkLoader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
+        loader = StorePairs if self.from_store else ChunkLoader
+        self.loader = loader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
         self.chunks = ChunkPrefetcher(self.loader, cfg.isolated.prefetch)
 
     def _switch(self, super_epoch: int) -> tuple[float, float, int]:
@@ -185,7 +218,7 @@ class Isolated(Mode):
         reuse = previous is not None and previous.super_epoch == super_epoch - 1
         self.data, stall = self.chunks.get(super_epoch, reuse)
         if (super_epoch + 1) * self.cfg.isolated.repart_every < self.cfg.epochs:
-            self.chunks.prefetch(super_epoch + 1, reuse=True)
+            self.chunks.prefetch(super_epoch + 1, True)
         start = time.perf_counter()
         halo_bytes = exchange_halo(self.data, previous, self.pg, COMM_DTYPES[self.cfg.isolated.comm_dtype])
         halo_time = time.perf_counter() - start
@@ -198,18 +231,48 @@ class Isolated(Mode):
         counts = self.loader.rank_train_counts(super_epoch)
         return num_batches(counts, self.cfg.isolated.batch_size), counts
 
+    def _steps_per_epoch(self, super_epoch: int) -> int:
+        """This rank's steps in an epoch of ``super_epoch`` (from a store: the sum over its pairs)."""
+        if not self.from_store:
+            return self._batches(super_epoch)[0]
+        size = self.cfg.isolated.batch_size
+        return sum(num_batches([count], size) for count in self.loader.pair_train_counts(super_epoch))
+
     def _first_step(self, epoch: int) -> int:
-        """Steps before ``epoch`` (the same on every rank): the dropout masks' step key."""
+        """Steps of this rank before ``epoch`` (the same on every rank without a store): the dropout
+        masks' step key."""
         r = self.cfg.isolated.repart_every
-        before = sum(self._batches(s)[0] * r for s in range(super_epoch_of(epoch, r)))
-        return before + (epoch % r) * self._batches(super_epoch_of(epoch, r))[0]
+        before = sum(self._steps_per_epoch(s) * r for s in range(super_epoch_of(epoch, r)))
+        return before + (epoch % r) * self._steps_per_epoch(super_epoch_of(epoch, r))
 
     def steps(self, start_epoch, end_epoch=None):
-        first = self._first_step(start_epoch)
         for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
-            steps = self.epoch_steps(epoch, first)
-            first += len(steps)
-            yield from steps
+            first = self._first_step(epoch)
+            yield from self.pair_steps(epoch, first) if self.from_store else self.epoch_steps(epoch, first)
+
+    def pair_steps(self, epoch: int, first_step: int):
+        """The epoch's steps from a store: each of the rank's pairs in turn (the next one read ahead),
+        its mini-batches, then the pair is dropped."""
+        cfg, r = self.cfg, self.cfg.isolated.repart_every
+        s = super_epoch_of(epoch, r)
+        counts, pairs = self.loader.rank_train_counts(s), self.loader.pairs(s)
+        boundary = epoch == min((s + 1) * r, cfg.epochs) - 1
+        for i in range(len(pairs)):
+            self.data, stall = self.chunks.get(s, i)
+            if i + 1 < len(pairs) or epoch + 1 < cfg.epochs:
+                after = (s, i + 1) if i + 1 < len(pairs) else (super_epoch_of(epoch + 1, r), 0)
+                self.chunks.prefetch(*after)
+            self.attention = local_attention(self.data.graph, cfg.backend)
+            self.switch_times.append((s, stall, self.data.load_time_s))
+            loss_rows = self.data.orders[epoch - s * r]
+            batches = num_batches([loss_rows.numel()], cfg.isolated.batch_size)
+            plan = _EpochPlan(
+                epoch, batches, counts, boundary and i + 1 == len(pairs), stall, 0.0, 0, [], i + 1 == len(pairs)
+            )
+            for j, rows in enumerate(loss_rows.tensor_split(batches)):
+                yield self._step(plan, j, rows, first_step)
+                first_step += 1
+        self.data = self.attention = None  # the last pair's memory goes before evaluation
 
     def epoch_steps(self, epoch: int, first_step: int) -> list[Step]:
         """The epoch's mini-batch steps; the first one after a switch carries the halo bytes."""
@@ -235,6 +298,7 @@ class Isolated(Mode):
     def _step(self, plan: _EpochPlan, j: int, rows, dropout_step: int) -> Step:
         data, last, first = self.data, j == plan.batches - 1, j == 0
         graph, nodes, halo = data.graph, data.graph.nodes, data.halo
+        last = last and plan.last_unit
         fields = {
             "super_epoch": data.super_epoch,
             "chunks": list(data.chunks),
@@ -275,7 +339,31 @@ class Isolated(Mode):
         )
 
     def eval_batch(self):
+        if self.from_store:
+            raise ValueError(
+                "mode 'isolated' from a partition store evaluates one chunk pair at a time (eval_batches); "
+                "a whole-graph forward needs mode 'full' on a store with one part per rank"
+            )
         return self.eval_ranks.eval_batch()
+
+    def eval_batches(self):
+        """From a store: one batch per pair of super-epoch 0 this rank holds, loaded in turn (the
+        same pairs at every evaluation, every node in exactly one of them over the ranks)."""
+        if not self.from_store:
+            yield self.eval_batch()
+            return
+        for i in range(len(self.loader.pairs(0))):
+            yield self._pair_batch(self.loader.load(0, i))  # held by no local here while the next one loads
+
+    def _pair_batch(self, data: SuperEpochData) -> EvalBatch:
+        nodes = data.graph.nodes
+        return EvalBatch(
+            x=nodes.x,
+            attention=local_attention(data.graph, self.cfg.backend),
+            node_ids=nodes.node_ids,
+            y=nodes.y,
+            masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask),
+        )
 
     def close(self):
         if getattr(self, "chunks", None) is not None:

@@ -277,7 +277,10 @@ def test_sync_bytes_are_what_deepspeed_reduces(tmp_path):
         ({"chunk_method": "balanced"}, r"'chunk_method' must be one of random, metis"),
         ({"repart_every": 0}, r"'repart_every' >= 1"),
         ({"isolated_chunks": -2}, r"'chunks' must be >= 0"),
-        ({"strategy": "isolated", "partitions": "some/dir"}, r"mode 'isolated' writes its own chunk store"),
+        (
+            {"strategy": "isolated", "partitions": "some/dir", "isolated_store": "other/dir"},
+            r"with 'partitions' trains on that store's parts as its chunks; drop isolated 'store'",
+        ),
         ({"isolated_sync": "epoch"}, r"'sync' must be one of super_epoch, step"),
         ({"isolated_batch_size": -1}, r"'batch_size' must be >= 0"),
         ({"isolated_halo_fraction": 1.5}, r"'halo_fraction' in \[0, 1\]"),
