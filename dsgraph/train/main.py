@@ -89,7 +89,8 @@ def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--partitions",
         metavar="DIR",
-        help="partition store with one part per rank (`dsgraph partition`); each rank memory-maps only its own part",
+        help="partition store with one part per rank (`dsgraph partition`); each rank memory-maps only its own part. "
+        "Mode isolated: any part count, the parts are its chunks, trained one pair at a time",
     )
     p.add_argument(
         "--partition-method",

@@ -170,6 +170,7 @@ class StorePairs:
         rows = BlockRows(blocks)
         halo_ids = halo_of_rows(rows, halo_budget(rows.num_rows, cfg.halo_fraction))
         sub = local_subgraph(blocks, halo_ids, halo_self_loops=cfg.halo_self_loops, chunks=chunks, rows=rows)
+        del blocks, rows  # their copies of the rows' edges and features: the subgraph has its own
         graph = sub.graph
         graph.x[sub.num_own :] = torch.from_numpy(self._features(halo_ids))
         loss = graph.train_mask[: sub.num_own].numpy()
