@@ -15,6 +15,11 @@ of a rank's subgraph attends to them. Evaluation runs it over all nodes.
 Evaluation runs the model on the whole graph on every rank (all ranks must run the forward under
 ZeRO-3), so it needs the graph to fit one rank, as Cora and rmat graphs up to a few million edges do.
 With edge features, a batch's edges take theirs by the whole graph's edge ids the sampler reports.
+
+With ``partitions`` (a store with one part per rank) nothing is loaded whole: each rank maps its own
+part, the owners of a batch's rows draw their neighbours and send their features over all_to_all
+(``remote.py``), so the batches are the whole-graph run's, and evaluation runs in sampled chunks of
+each rank's own rows (``store_batches.py``). The model then reads node features only.
 """
 
 from __future__ import annotations
@@ -202,7 +207,9 @@ class Sampled(Mode):
         end = self.cfg.epochs if end_epoch is None else end_epoch
         nb = self.batches_per_epoch
         produce = lambda i: self.prepare(start_epoch + i // nb, i % nb)  # noqa: E731
-        with Prefetcher(produce, (end - start_epoch) * nb, self.cfg.sampled.prefetch_depth) as batches:
+        count, depth = (end - start_epoch) * nb, self.cfg.sampled.prefetch_depth
+        # from a store a batch joins exchanges: a loop ended early (early stop) must not leave one half-joined
+        with Prefetcher(produce, count, depth, finish_on_close=self.view is not None) as batches:
             for batch in batches:
                 yield self._step(batch, batches.last_wait)
 
