@@ -142,7 +142,9 @@ class DsgraphConfig:
     partitions: str | None = None
     """A partition store (`dsgraph partition`) with one part per rank: each rank memory-maps only its
     part. null: load the whole dataset on every rank. Not with strategies that need the whole graph.
-    Mode 'isolated' takes any part count: the parts are its chunks, trained one pair at a time."""
+    Mode 'isolated' takes any part count: the parts are its chunks, trained one pair at a time.
+    Mode 'sampled': each rank's sampled neighbours and their features are fetched from the ranks
+    that own them (the whole-graph run's batches), and evaluation runs in sampled chunks."""
     timeout_s: float = 300.0
     """If another rank dies or stops answering for this many seconds, every rank exits with a message
     (never a silent hang). Must exceed the longest epoch, evaluation or checkpoint save."""

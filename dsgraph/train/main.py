@@ -90,7 +90,8 @@ def _add_execution_arguments(p: argparse.ArgumentParser) -> None:
         "--partitions",
         metavar="DIR",
         help="partition store with one part per rank (`dsgraph partition`); each rank memory-maps only its own part. "
-        "Mode isolated: any part count, the parts are its chunks, trained one pair at a time",
+        "Mode isolated: any part count, the parts are its chunks, trained one pair at a time. Mode sampled: "
+        "neighbours and features are fetched from the parts that own them, evaluation runs in sampled chunks",
     )
     p.add_argument(
         "--partition-method",

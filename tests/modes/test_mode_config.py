@@ -21,7 +21,6 @@ def test_the_config_takes_every_mode_section_from_the_registry():
             {"mode": "sampled", "layers": 3, "sampled": {"fanouts": [5, 5]}},
             r"'fanouts' needs one entry per layer \(3\)",
         ),
-        ({"mode": "sampled", "partitions": "store"}, r"mode 'sampled' samples from the whole graph; drop 'partitions'"),
         (
             {"mode": "isolated", "partitions": "store", "isolated": {"sync": "step"}},
             r"mode 'isolated' from a partition store \('partitions'\) trains one chunk pair at a time",
@@ -37,6 +36,16 @@ def test_a_mode_checks_the_rest_of_the_run(section, message):
         setattr(cfg, key, SECTIONS[key](**value) if key in SECTIONS else value)
     with pytest.raises(ValueError, match=message):
         MODES[cfg.mode].check_config(cfg)
+
+
+def test_sampled_mode_takes_a_partition_store_but_reads_node_features_only_from_it():
+    """It samples across the store's parts (``sampled/remote.py``); encodings and edge features are not fetched."""
+    assert DsgraphConfig.from_dict({"mode": "sampled", "partitions": "store"}).partitions == "store"
+    for model in ({"encodings": ["degree"]}, {"edge_features": "bias"}):
+        with pytest.raises(
+            ValueError, match=r"mode 'sampled' from a partition store \('partitions'\) reads node features"
+        ):
+            DsgraphConfig.from_dict({"mode": "sampled", "partitions": "store", "model": model})
 
 
 def test_a_mode_checks_only_when_it_runs():

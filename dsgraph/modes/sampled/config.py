@@ -17,7 +17,8 @@ class SampledConfig:
     prefetch_depth: int = 4
     """Mini-batches prepared ahead by a background thread (0: prepare in the loop)."""
     cache_fraction: float = 0.1
-    """Share of nodes (the most often sampled) whose features are cached on the device."""
+    """Share of nodes (the most often sampled) whose features are cached on the device. Not used from
+    a partition store ('partitions'), where features are fetched from their owners' parts."""
     feature_dtype: str = "float32"
     """Storage dtype of node features, 'float32' or 'bfloat16' (attention sums in fp32)."""
 
@@ -40,9 +41,7 @@ class SampledConfig:
         if self.feature_dtype not in FEATURE_DTYPE_NAMES:
             raise ValueError(f"'feature_dtype' must be 'float32' or 'bfloat16', got '{self.feature_dtype}'")
 
-    def check_run(self, *, layers: int, partitions: str | None) -> None:
+    def check_run(self, *, layers: int) -> None:
         """The checks that need the rest of the run's settings (made when the mode is 'sampled')."""
         if len(self.fanouts) != layers:
             raise ValueError(f"'fanouts' needs one entry per layer ({layers}), got {self.fanouts}")
-        if partitions is not None:
-            raise ValueError("mode 'sampled' samples from the whole graph; drop 'partitions'")

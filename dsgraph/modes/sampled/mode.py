@@ -15,6 +15,11 @@ of a rank's subgraph attends to them. Evaluation runs it over all nodes.
 Evaluation runs the model on the whole graph on every rank (all ranks must run the forward under
 ZeRO-3), so it needs the graph to fit one rank, as Cora and rmat graphs up to a few million edges do.
 With edge features, a batch's edges take theirs by the whole graph's edge ids the sampler reports.
+
+With ``partitions`` (a store with one part per rank) nothing is loaded whole: each rank maps its own
+part, the owners of a batch's rows draw their neighbours and send their features over all_to_all
+(``remote.py``), so the batches are the whole-graph run's, and evaluation runs in sampled chunks of
+each rank's own rows (``store_batches.py``). The model then reads node features only.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from dsgraph.modes.sampled import (
     sampling_frequency_scores,
 )
 from dsgraph.modes.sampled.config import SampledConfig
+from dsgraph.modes.sampled.exchange import Exchange
+from dsgraph.modes.sampled.remote import RemoteSampler
+from dsgraph.modes.sampled.store_batches import StoreBatchBuilder
+from dsgraph.modes.sampled.store_source import StoreView
 
 
 def batch_edges(sub, edge_attr: torch.Tensor | None) -> EdgeData | None:
@@ -85,11 +94,27 @@ class Sampled(Mode):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        cfg.sampled.check_run(layers=cfg.layers, partitions=cfg.partitions)
+        cfg.sampled.check_run(layers=cfg.layers)
+        if cfg.partitions is not None and (cfg.model.encodings or cfg.model.reads_edges):
+            raise ValueError(
+                "mode 'sampled' from a partition store ('partitions') reads node features only: set model.encodings "
+                "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
+            )
 
     def __init__(self, cfg, pg, control, log, heartbeat, task=None):
         """``task`` is not read: the sampled mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.pg, self.log = cfg, pg, log
+        self.view = None
+        if cfg.partitions is not None:
+            self._open_store(control, heartbeat)
+        else:
+            self._load_whole(heartbeat)
+        if self.train_ids.size == 0:
+            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
+        self.batches_per_epoch = len(epoch_batches(self.train_ids, cfg.sampled.batch_size, cfg.seed, 0, pg.world_size))
+
+    def _load_whole(self, heartbeat) -> None:
+        cfg = self.cfg
         heartbeat("start-up: loading the graph")
         graph = edge_features(
             load_dataset(cfg.dataset, seed=cfg.seed, choice=cfg.split_choice()), cfg.model.reads_edges, cfg.dataset
@@ -103,14 +128,25 @@ class Sampled(Mode):
             graph.num_edge_features,
         )
         self.train_ids = graph.train_mask.nonzero().squeeze(1).numpy()
-        if self.train_ids.size == 0:
-            raise ValueError(f"dataset '{cfg.dataset}' has no training nodes (train_mask is empty)")
-        self.batches_per_epoch = len(epoch_batches(self.train_ids, cfg.sampled.batch_size, cfg.seed, 0, pg.world_size))
         self.graph = graph
 
+    def _open_store(self, control, heartbeat) -> None:
+        """This rank's part of the store memory-mapped, every rank's training ids, and the
+        exchanges of the prefetch thread (training) and of the main thread (evaluation)."""
+        cfg, pg = self.cfg, self.pg
+        heartbeat("start-up: opening the partition store")
+        self.view = StoreView(cfg.partitions, pg.rank, pg.world_size, control)
+        self.num_features, self.num_classes = self.view.num_features, self.view.num_classes
+        self.train_ids, self.train_new = self.view.train_ids(control)
+        self.eval_chunks = self.view.eval_chunks(-(-cfg.sampled.batch_size // pg.world_size), control)
+        self.exchanges = [Exchange(pg.rank, pg.world_size, cfg.timeout_s) for _ in ("train", "eval")]
+
     def attach(self, device, dtype):
-        cfg, graph = self.cfg, self.graph
         self.device, self.dtype = device, dtype
+        if self.view is not None:
+            self._attach_store()
+            return
+        cfg, graph = self.cfg, self.graph
         hot = (
             sampling_frequency_scores(graph.rowptr, graph.col, cfg.sampled.fanouts[-1])
             if cfg.sampled.cache_fraction
@@ -137,6 +173,29 @@ class Sampled(Mode):
             f"nodes ({self.store.cache_bytes / 2**20:.1f} MB)"
         )
 
+    def _attach_store(self) -> None:
+        cfg = self.cfg
+        dtype = FEATURE_DTYPES[cfg.sampled.feature_dtype]
+        sampler = RemoteSampler(self.view, self.exchanges[0], cfg.sampled.fanouts, self_loops=cfg.adds_self_loops)
+        self.builder = StoreBatchBuilder(sampler, self.train_ids, self.train_new, cfg.seed, dtype, self.device)
+        self.eval_builder = StoreBatchBuilder(
+            RemoteSampler(self.view, self.exchanges[1], cfg.sampled.fanouts, self_loops=cfg.adds_self_loops),
+            self.train_ids,
+            self.train_new,
+            cfg.seed,
+            dtype,
+            self.device,
+        )
+        self.edge_attr = None
+        part = self.view.part
+        self.log(
+            f"sampled from partition store {cfg.partitions}: part {self.pg.rank} of {self.pg.world_size} "
+            f"(rows {part.start}..{part.end}, {part.num_local_edges} in-edges, memory-mapped); fanouts "
+            f"{cfg.sampled.fanouts}, batch {cfg.sampled.batch_size}, {self.batches_per_epoch} steps/epoch, prefetch "
+            f"depth {cfg.sampled.prefetch_depth}; neighbours drawn and features ({cfg.sampled.feature_dtype}) "
+            f"fetched from their owners' parts (no feature cache); evaluation in {len(self.eval_chunks)} chunk(s)"
+        )
+
     def prepare(self, epoch: int, index: int) -> MiniBatch:
         """Batch ``index`` of ``epoch`` for this rank."""
         batches = epoch_batches(self.train_ids, self.cfg.sampled.batch_size, self.cfg.seed, epoch, self.pg.world_size)
@@ -148,7 +207,9 @@ class Sampled(Mode):
         end = self.cfg.epochs if end_epoch is None else end_epoch
         nb = self.batches_per_epoch
         produce = lambda i: self.prepare(start_epoch + i // nb, i % nb)  # noqa: E731
-        with Prefetcher(produce, (end - start_epoch) * nb, self.cfg.sampled.prefetch_depth) as batches:
+        count, depth = (end - start_epoch) * nb, self.cfg.sampled.prefetch_depth
+        # from a store a batch joins exchanges: a loop ended early (early stop) must not leave one half-joined
+        with Prefetcher(produce, count, depth, finish_on_close=self.view is not None) as batches:
             for batch in batches:
                 yield self._step(batch, batches.last_wait)
 
@@ -188,9 +249,49 @@ class Sampled(Mode):
             "prepare_time_s": summed["prepare_time_s"] / world,
         }
 
+    def eval_batches(self):
+        """From a store: one forward per chunk of this rank's rows in a split (``store_batches.py``),
+        the counts summed over the ranks; otherwise the whole graph (``eval_batch``)."""
+        if self.view is None:
+            yield self.eval_batch()
+            return
+        part = self.view.part
+        fallback = part.start if part.end > part.start else 0
+        for chunk in self.eval_chunks:
+            sub, x, y, masks = self.eval_builder.eval_chunk(chunk, fallback)
+            yield self._store_eval_batch(sub, x, y, masks, sub.num_seeds if chunk.size else 0)
+
+    def _store_eval_batch(self, sub, x, y, masks, seeds: int) -> EvalBatch:
+        """A chunk's forward; global attention spans the chunk's seeds over all ranks, as a training
+        step's spans the global batch's."""
+        csr = Csr(sub.rowptr, sub.col)
+        nodes = NodeData(node_ids=sub.node_ids, x=x, y=y, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+        graph = RankGraph(
+            num_nodes=sub.num_nodes,
+            block=csr,
+            whole=csr,
+            nodes=nodes,
+            num_features=self.num_features,
+            num_classes=self.num_classes,
+        ).to(self.device, self.dtype)
+        nodes = graph.nodes
+        return EvalBatch(
+            x=nodes.x,
+            attention=local_attention(graph, self.cfg.backend, GlobalNodes(self.pg, rows=slice(0, seeds))),
+            node_ids=nodes.node_ids,
+            y=nodes.y,
+            masks=(nodes.train_mask, nodes.val_mask, nodes.test_mask),
+            reduce=True,
+        )
+
     def eval_batch(self):
         """The whole graph on every rank (so every rank counts every node: no reduction), moved to
         the device for this evaluation only."""
+        if self.view is not None:
+            raise ValueError(
+                "mode 'sampled' from a partition store evaluates in chunks (eval_batches); a whole-graph forward "
+                "needs the dataset loaded whole: drop 'partitions'"
+            )
         graph = whole_graph(self.eval_source, edge_features=self.edge_attr is not None).to(self.device, self.dtype)
         nodes = graph.nodes
         return EvalBatch(

@@ -29,13 +29,18 @@ class Prefetcher:
 
     Use as a context manager (or call ``close``) so the worker stops if the loop ends early.
     ``waits`` holds the seconds the loop waited for each item; an exception in ``produce`` is
-    raised in the loop at the item that failed.
+    raised in the loop at the item that failed. ``finish_on_close``: a loop that ends early lets
+    the worker produce (and drop) every item it could have started by then, the ones taken plus
+    ``depth + 1``: a ``produce`` that joins collectives then runs as often on every rank, wherever
+    each rank's worker was when its loop ended at the same item.
     """
 
-    def __init__(self, produce: Callable[[int], Any], count: int, depth: int):
+    def __init__(self, produce: Callable[[int], Any], count: int, depth: int, *, finish_on_close: bool = False):
         if depth < 0:
             raise ValueError(f"prefetch depth must be >= 0, got {depth}")
         self.produce, self.count, self.depth = produce, count, depth
+        self.finish_on_close = finish_on_close
+        self._limit = count  # items the worker produces (lowered by close with finish_on_close)
         self.waits: list[float] = []
         self._stop = threading.Event()
         self._queue: queue.Queue | None = None
@@ -46,16 +51,18 @@ class Prefetcher:
             self._thread.start()
 
     def _put(self, item) -> bool:
+        """Queues ``item``; after close, whether the worker goes on (it drops the item then)."""
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
-        return False
+        return self.finish_on_close
 
     def _work(self) -> None:
-        for i in range(self.count):
+        i = 0
+        while i < self._limit:
             try:
                 item = self.produce(i)
             except BaseException as err:  # handed to the consumer, raised there
@@ -63,6 +70,7 @@ class Prefetcher:
                 return
             if not self._put(item):
                 return
+            i += 1
         self._put(_DONE)
 
     def __iter__(self) -> Iterator[Any]:
@@ -79,7 +87,10 @@ class Prefetcher:
         return self.waits[-1] if self.waits else 0.0
 
     def close(self) -> None:
-        """Stops the worker (it finishes the item in hand) and waits for it."""
+        """Stops the worker (it finishes the item in hand, or with ``finish_on_close`` the items it
+        could have started) and waits for it."""
+        if self.finish_on_close:
+            self._limit = min(self.count, len(self.waits) + self.depth + 1)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

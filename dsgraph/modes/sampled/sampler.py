@@ -172,49 +172,64 @@ class NeighborSampler:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Up to ``fanout`` distinct in-neighbours of each node: (source ids, index into ``nodes``,
         the CSR edge of each)."""
-        small = np.nonzero(degrees <= fanout)[0]  # take every in-edge
-        counts = degrees[small]
-        owner_small = np.repeat(small, counts)
-        first = np.cumsum(counts) - counts
-        offset_small = np.arange(owner_small.size) - np.repeat(first, counts)
-        big = np.nonzero(degrees > fanout)[0]
-        offset_big = permutation_prefix(key, nodes[big], degrees[big], fanout)
-        owner = np.concatenate([owner_small, np.repeat(big, fanout)])
-        offset = np.concatenate([offset_small, offset_big.reshape(-1)])
+        owner, offset = draw_offsets(nodes, degrees, fanout, key)
         edge = self.rowptr[nodes[owner]] + offset
         return self.col[edge].astype(np.int64), owner, edge
 
     def _compact(
         self, seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, edges: np.ndarray, before: int
     ) -> SampledSubgraph:
-        uniq = sorted_unique(np.concatenate([seeds, src]))  # the dedup, once per batch
-        n = uniq.size
-        seed_pos = np.searchsorted(uniq, seeds)
-        is_seed = np.zeros(n, dtype=bool)
-        is_seed[seed_pos] = True
-        order_nodes = np.concatenate([seed_pos, np.nonzero(~is_seed)[0]])  # compact id -> position in uniq
-        compact_of = np.empty(n, dtype=np.int64)
-        compact_of[order_nodes] = np.arange(n)
-        dst_c = compact_of[np.searchsorted(uniq, dst)]
-        src_c = compact_of[np.searchsorted(uniq, src)]
-        keys = dst_c * n + src_c
-        if self.self_loops:  # after the drawn edges: a loop the graph has is kept, with its edge id
-            keys, edges = (
-                np.concatenate([keys, np.arange(n) * (n + 1)]),
-                np.concatenate([edges, np.full(n, -1, np.int64)]),
-            )
-        order = np.argsort(keys, kind="stable")
-        keys, edges = keys[order], edges[order]
-        first = np.ones(keys.size, dtype=bool)
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        keys, edges = keys[first], edges[first]  # sorted by (dst, src): CSR order, each edge once
-        rowptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys // n, minlength=n), out=rowptr[1:])
-        return SampledSubgraph(
-            node_ids=torch.from_numpy(uniq[order_nodes]),
-            num_seeds=seeds.size,
-            rowptr=torch.from_numpy(rowptr),
-            col=torch.from_numpy((keys % n).astype(np.int32)),
-            nodes_before_dedup=before,
-            edge_ids=torch.from_numpy(edges.astype(np.int64)),
+        return compact(seeds, dst, src, edges, before, self.self_loops)
+
+
+def draw_offsets(nodes: np.ndarray, degrees: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which in-edges of each node (``nodes``: the ids that key the draw, ``degrees``: their
+    in-degrees) a hop draws: (index into ``nodes``, offset within that node's row) of every drawn
+    edge; every in-edge of a node with at most ``fanout``, else a keyed permutation's prefix."""
+    small = np.nonzero(degrees <= fanout)[0]  # take every in-edge
+    counts = degrees[small]
+    owner_small = np.repeat(small, counts)
+    first = np.cumsum(counts) - counts
+    offset_small = np.arange(owner_small.size) - np.repeat(first, counts)
+    big = np.nonzero(degrees > fanout)[0]
+    offset_big = permutation_prefix(key, nodes[big], degrees[big], fanout)
+    owner = np.concatenate([owner_small, np.repeat(big, fanout)])
+    return owner, np.concatenate([offset_small, offset_big.reshape(-1)])
+
+
+def compact(
+    seeds: np.ndarray, dst: np.ndarray, src: np.ndarray, edges: np.ndarray, before: int, self_loops: bool
+) -> SampledSubgraph:
+    """The batch's compact subgraph from its drawn edges (dst <- src, global ids; ``edges``: the
+    whole graph's edge of each): the node set deduplicated, seeds first, each edge once."""
+    uniq = sorted_unique(np.concatenate([seeds, src]))  # the dedup, once per batch
+    n = uniq.size
+    seed_pos = np.searchsorted(uniq, seeds)
+    is_seed = np.zeros(n, dtype=bool)
+    is_seed[seed_pos] = True
+    order_nodes = np.concatenate([seed_pos, np.nonzero(~is_seed)[0]])  # compact id -> position in uniq
+    compact_of = np.empty(n, dtype=np.int64)
+    compact_of[order_nodes] = np.arange(n)
+    dst_c = compact_of[np.searchsorted(uniq, dst)]
+    src_c = compact_of[np.searchsorted(uniq, src)]
+    keys = dst_c * n + src_c
+    if self_loops:  # after the drawn edges: a loop the graph has is kept, with its edge id
+        keys, edges = (
+            np.concatenate([keys, np.arange(n) * (n + 1)]),
+            np.concatenate([edges, np.full(n, -1, np.int64)]),
         )
+    order = np.argsort(keys, kind="stable")
+    keys, edges = keys[order], edges[order]
+    first = np.ones(keys.size, dtype=bool)
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    keys, edges = keys[first], edges[first]  # sorted by (dst, src): CSR order, each edge once
+    rowptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // n, minlength=n), out=rowptr[1:])
+    return SampledSubgraph(
+        node_ids=torch.from_numpy(uniq[order_nodes]),
+        num_seeds=seeds.size,
+        rowptr=torch.from_numpy(rowptr),
+        col=torch.from_numpy((keys % n).astype(np.int32)),
+        nodes_before_dedup=before,
+        edge_ids=torch.from_numpy(edges.astype(np.int64)),
+    )

@@ -68,3 +68,24 @@ def test_closing_early_stops_the_worker():
     assert not items._thread.is_alive()
     with pytest.raises(ValueError, match="depth"):
         Prefetcher(lambda i: i, 1, depth=-1)
+
+
+def test_closing_early_with_finish_on_close_produces_what_the_worker_could_have_started():
+    """Every rank's worker then runs ``produce`` as often (a produce that joins collectives)."""
+    for stall in (False, True):
+        produced = []
+
+        def produce(i, stall=stall, produced=produced):
+            produced.append(i)
+            if stall:
+                time.sleep(0.01)
+            return i
+
+        items = Prefetcher(produce, 1000, depth=3, finish_on_close=True)
+        it = iter(items)
+        assert [next(it), next(it)] == [0, 1]
+        items.close()
+        assert not items._thread.is_alive() and produced == list(range(2 + 3 + 1))
+    items = Prefetcher(lambda i: i, 4, depth=3, finish_on_close=True)  # never past the count
+    assert next(iter(items)) == 0
+    items.close()
