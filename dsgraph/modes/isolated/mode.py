@@ -117,7 +117,7 @@ class Isolated(Mode):
         self.data: SuperEpochData | None = None
         self.switch_times: list[tuple[int, float, float]] = []
         self.local = cfg.isolated.sync == "super_epoch"
-        self._open_store(pg) if self.from_store else self._load_whole(pg, control, log, heartbeat)
+        self._open_store(pg, log) if self.from_store else self._load_whole(pg, control, log, heartbeat)
         s = self.schedule
         unit = "one pair at a time" if self.from_store else "all at once"
         log(
@@ -129,12 +129,20 @@ class Isolated(Mode):
             f"prefetch {'on' if cfg.isolated.prefetch else 'off'}, store {self.store_dir}"
         )
 
-    def _open_store(self, pg) -> None:
+    def _open_store(self, pg, log) -> None:
         """The sizes of a partition store's graph; nothing of it is loaded yet."""
-        meta = read_meta(self.cfg.partitions)
-        self.pg, self.eval_ranks, self.store_dir = pg, None, self.cfg.partitions
+        cfg = self.cfg
+        meta = read_meta(cfg.partitions)
+        self.pg, self.eval_ranks, self.store_dir = pg, None, cfg.partitions
         self.num_features, self.num_classes = int(meta["num_features"]), int(meta["num_classes"])
         self.num_edge_features, self.encoding_widths = 0, {}
+        bound = (self.schedule.num_chunks - 1) ** cfg.layers
+        if cfg.isolated.correction in ("resample", "coverage") and bound > 100:
+            log(
+                f"isolated: warning: correction '{cfg.isolated.correction}' weighs a node by how little of its "
+                f"neighbourhood its pair keeps, up to (C - 1)^L = {bound:,} with {self.schedule.num_chunks} chunks: "
+                "a few nodes then dominate the loss; 'uniform' or 'none' keep the weights even"
+            )
 
     def _load_whole(self, pg, control, log, heartbeat) -> None:
         """The dataset loaded whole, split for full-graph evaluation, and written as a chunk store."""
