@@ -1,7 +1,9 @@
 """The run's predictions against what it measured: AGP's step time (a launch plan, a profile, or the
 ``auto`` strategy's decision) and the memory model's peak per rank, beside the median measured step
 and the largest peak over the ranks. The trainer writes the comparison as a ``kind: "forecast"``
-metrics row at the end of the run and rank 0 logs it; every step row already carries both figures."""
+metrics row at the end of the run and rank 0 logs it; every step row already carries both figures.
+A run that predicted nothing (sampled and isolated modes) still gets the row, with its measured
+figures (every rank's peak) and null predictions."""
 
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ class Forecast:
         self.predicted_peak = row.get("predicted_peak_mem_mb", self.predicted_peak)
 
     def row(self, peaks_mb: list[float]) -> dict | None:
-        """The ``forecast`` metrics row (errors signed: predicted / measured - 1), or None when the run
-        predicted nothing or took no step."""
-        if not self.steps or (self.predicted_step is None and self.predicted_peak is None):
+        """The ``forecast`` metrics row (errors signed: predicted / measured - 1; null where nothing was
+        predicted), or None when the run took no step."""
+        if not self.steps:
             return None
         steady = self.steps[WARM_UP_STEPS:] or self.steps
         measured_step = statistics.median(steady)
@@ -67,5 +69,11 @@ def describe(row: dict) -> str:
         parts.append(
             f"peak memory predicted {row['predicted_peak_mem_mb']:,.0f} MB per rank, measured "
             f"{row['measured_peak_mem_mb']:,.0f} MB (largest rank; {row['peak_mem_error'] * 100:+.0f}%)"
+        )
+    if not parts:
+        peaks = " / ".join(f"{mb:,.0f}" for mb in row["measured_peak_mem_mb_per_rank"])
+        return (
+            f"measured: step time {row['measured_step_time_s'] * 1e3:.1f} ms (median of {row['measured_steps']}), "
+            f"peak memory per rank {peaks} MB (nothing predicted for this run)"
         )
     return "predicted vs measured: " + "; ".join(parts)

@@ -1,34 +1,30 @@
-"""The run's predicted against measured step time and peak memory (``dsgraph/train/forecast.py``)."""
+"""The ``forecast`` row: predicted against measured, and the measured figures alone when nothing was
+predicted (sampled and isolated runs still record every rank's peak)."""
 
 import pytest
 
 from dsgraph.train.forecast import Forecast, describe
 
 
-def _row(epoch, seconds, **predicted):
-    return {"epoch": epoch, "step_time_s": seconds, **predicted}
+def test_nothing_predicted_still_gives_every_ranks_peak():
+    forecast = Forecast()
+    assert forecast.row([100.0]) is None  # no step taken
+    for seconds in (9.0, 2.0, 4.0):
+        forecast.add({"epoch": 0, "step_time_s": seconds})
+    row = forecast.row([6214.6, 6054.0])
+    assert row["measured_step_time_s"] == 3.0 and row["measured_steps"] == 2  # the first step left out
+    assert row["measured_peak_mem_mb"] == 6214.6 and row["measured_peak_mem_mb_per_rank"] == [6214.6, 6054.0]
+    assert row["predicted_peak_mem_mb"] is None and row["peak_mem_error"] is None and row["step_time_error"] is None
+    assert describe(row) == (
+        "measured: step time 3000.0 ms (median of 2), peak memory per rank 6,215 / 6,054 MB (nothing predicted for "
+        "this run)"
+    )
 
 
-def test_median_after_the_warm_up_step_and_signed_errors():
-    f = Forecast()
-    for epoch, seconds in enumerate([9.0, 0.10, 0.30, 0.20]):  # the first step compiles
-        f.add(_row(epoch, seconds, predicted_step_time_s=0.25, predicted_peak_mem_mb=900.0))
-    row = f.row([1000.0, 1200.0])
-    assert row["kind"] == "forecast" and row["epoch"] == 3
-    assert row["measured_step_time_s"] == pytest.approx(0.20) and row["measured_steps"] == 3
-    assert row["step_time_error"] == pytest.approx(0.25)
-    assert row["measured_peak_mem_mb"] == 1200.0 and row["peak_mem_error"] == pytest.approx(-0.25)
-    line = describe(row)
-    assert "step time predicted 250.0 ms, measured 200.0 ms (median of 3; +25%)" in line
-    assert "peak memory predicted 900 MB per rank, measured 1,200 MB (largest rank; -25%)" in line
-
-
-def test_nothing_predicted_or_no_step_gives_no_row_and_one_side_alone_is_reported():
-    f = Forecast()
-    assert f.row([1.0]) is None
-    f.add(_row(0, 0.5))
-    assert f.row([1.0]) is None
-    f.add(_row(1, 0.5, predicted_peak_mem_mb=2.0))
-    row = f.row([1.0])
-    assert row["step_time_error"] is None and row["peak_mem_error"] == pytest.approx(1.0)
-    assert "step time" not in describe(row)
+def test_predicted_peak_gives_its_signed_error():
+    forecast = Forecast()
+    for seconds in (1.0, 2.0):
+        forecast.add({"epoch": 1, "step_time_s": seconds, "predicted_peak_mem_mb": 110.0})
+    row = forecast.row([100.0, 90.0])
+    assert row["peak_mem_error"] == pytest.approx(0.1) and row["step_time_error"] is None
+    assert describe(row).startswith("predicted vs measured: peak memory predicted 110 MB per rank, measured 100 MB")
