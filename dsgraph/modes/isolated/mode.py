@@ -117,7 +117,10 @@ class Isolated(Mode):
         self.data: SuperEpochData | None = None
         self.switch_times: list[tuple[int, float, float]] = []
         self.local = cfg.isolated.sync == "super_epoch"
-        self._open_store(pg, log) if self.from_store else self._load_whole(pg, control, log, heartbeat)
+        if self.from_store:
+            self._open_store(pg, log)
+        else:
+            self._load_whole(pg, control, log, heartbeat)
         s = self.schedule
         unit = "one pair at a time" if self.from_store else "all at once"
         log(
@@ -274,8 +277,17 @@ class Isolated(Mode):
             self.switch_times.append((s, stall, self.data.load_time_s))
             loss_rows = self.data.orders[epoch - s * r]
             batches = num_batches([loss_rows.numel()], cfg.isolated.batch_size)
+            last = i + 1 == len(pairs)
             plan = _EpochPlan(
-                epoch, batches, counts, boundary and i + 1 == len(pairs), stall, 0.0, 0, [], i + 1 == len(pairs)
+                epoch=epoch,
+                batches=batches,
+                counts=counts,
+                boundary=boundary and last,
+                stall_s=stall,
+                halo_time_s=0.0,
+                halo_bytes=0,
+                global_counts=[],  # local steps: each rank's own count
+                last_unit=last,
             )
             for j, rows in enumerate(loss_rows.tensor_split(batches)):
                 yield self._step(plan, j, rows, first_step)

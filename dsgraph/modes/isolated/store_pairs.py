@@ -49,6 +49,11 @@ from dsgraph.modes.isolated.chunks import (
 def store_chunk_count(store_dir: str, chunks: int, world_size: int) -> int:
     """The store's part count, the run's chunk count C; ``chunks`` (the config's) must be 0 or C."""
     parts = int(read_meta(store_dir)["num_parts"])
+    if parts % 2:
+        raise ValueError(
+            f"the partition store {store_dir} has {parts} parts; isolated mode trains its chunks in pairs, so it "
+            "needs an even part count: repartition with `dsgraph partition --parts C` for an even C"
+        )
     if chunks not in (0, parts):
         raise ValueError(
             f"isolated 'chunks' is {chunks}, but the partition store {store_dir} has {parts} parts (its chunks); "
@@ -104,7 +109,7 @@ class StorePairs:
     def pairs(self, super_epoch: int) -> list[tuple[int, int]]:
         """The chunk pairs (each sorted) this rank trains on, in order, in ``super_epoch``."""
         s = self.schedule
-        half = s.chunks_per_rank // 2 if s.world_size > 1 else s.num_chunks // 2
+        half = s.chunks_per_rank // 2
         group = s.group(self.rank, super_epoch)
         return [tuple(sorted(pair)) for pair in s.pairs(super_epoch)[group * half : (group + 1) * half]]
 

@@ -105,6 +105,10 @@ def test_store_chunk_count_and_config_errors(tmp_path):
     assert store_chunk_count(plain, 0, 2) == 4 and store_chunk_count(plain, 4, 2) == 4
     with pytest.raises(ValueError, match=r"'chunks' is 6, but the partition store .* has 4 parts"):
         store_chunk_count(plain, 6, 2)
+    odd = os.path.join(str(tmp_path), "odd")
+    write_chunk_store(graph, assign_chunks(graph, 3, "random", SEED), 3, odd, method="random", seed=SEED, dataset="t")
+    with pytest.raises(ValueError, match=r"has 3 parts; isolated mode trains its chunks in pairs"):
+        store_chunk_count(odd, 0, 1)
     base = {"mode": "isolated", "partitions": plain, "eval_every": 5, "checkpoint_every": 0}
     with pytest.raises(ValueError, match=r"trains one chunk pair at a time, so the ranks' step counts differ"):
         DsgraphConfig.from_dict({**base, "isolated": {"sync": "step"}})
