@@ -9,15 +9,21 @@ the strategy's graph arrays and activations, checkpoints, the backward buffer) p
 holds besides them:
 
 - the process floor (``PROCESS_FLOOR_MB``): Python, torch, DeepSpeed, numba and the compiled kernels,
-  measured after the process group and before the graph;
+  the process group and DeepSpeed's engine: a rank's peak when its graph is tiny;
 - what the CPU kernels keep (``CPU_TERMS``): per layer not checkpointed, the forward's log-sum-exp
   [n, H] in fp32, from which the CPU backward recomputes the probabilities (or p [e, H] itself where
   ``ops.cpu.KEEP_PROBABILITIES`` says so), ds [e, H] during a layer's backward (bfloat16 in a bf16
   run, ``ops.cpu.DS_IN_BF16``, else fp32), and the cached transpose of every attention subgraph
-  (``ops/csc.py``: row, perm and slot indices, 12 bytes per edge in int32).
+  (``ops/csc.py``: row, perm and slot indices, 12 bytes per edge in int32);
+- what glibc's heap keeps (``allocator_heap``): while a rank's row tensors are smaller than
+  ``HEAP_CEILING``, malloc serves them from its heap, and what a step frees there stays resident
+  (fragmented, so not trimmed), so the peak is above the live bytes by ``HEAP_RETAINED`` times the
+  step's terms. Larger blocks are mapped and unmapped one by one and leave nothing behind.
 
-Only full-graph runs of a named strategy are predicted (``None`` otherwise: sampled and isolated
-modes hold a batch or a chunk at a time, ``auto`` picks its strategy after loading).
+Full-graph runs of a named strategy are predicted here (``None`` otherwise: ``auto`` picks its
+strategy after loading); ``predict_subgraph`` predicts a mode that trains one subgraph at a time
+from that subgraph's sizes (isolated mode from a store: ``dsgraph/modes/isolated/pair_memory.py``).
+Sampled runs are not predicted.
 """
 
 from __future__ import annotations
@@ -29,9 +35,23 @@ from dataclasses import dataclass
 from dsgraph.parallel.shapes import ModelShape
 
 MB = 2**20
-PROCESS_FLOOR_MB = 450.0
-"""A CPU rank before its graph: Python, torch, DeepSpeed and numba imported, the process group joined
-and the kernels compiled (measured: 400-450 MB at rmat:17-19, 2 ranks)."""
+PROCESS_FLOOR_MB = 550.0
+"""A CPU rank's peak with a tiny graph: Python, torch, DeepSpeed and numba imported, the process group
+joined, the engine built and the kernels compiled (measured on 2 ranks of ``cpu_general.json``: Cora
+556 / 547 MB; rmat:16-18 with glibc's heap kept small, ``MALLOC_MMAP_THRESHOLD_=131072``, within 3% of
+this floor plus the terms)."""
+HEAP_CEILING = 32 * MB
+"""glibc's largest dynamic mmap threshold on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``): once a mapped
+block is freed, malloc serves every block up to this size from its heap."""
+HEAP_RETAINED = 1.15
+"""What glibc's heap holds beyond the live tensors, as a share of a step's terms, when a rank's row
+tensors are under ``HEAP_CEILING``: the peak with the default allocator less the peak with
+``MALLOC_MMAP_THRESHOLD_=131072`` (which maps every block), over the step's terms, was 1.41, 1.33
+and 1.22 on 2 ranks of ``cpu_general.json`` at rmat:16, 17 and 18, and 0.69 for isolated training of
+rmat:20 from a 32-part store (``cpu_isolated.json``); nothing at rmat:19, whose bf16 rows are over
+the ceiling. The middle of that spread keeps every one of those runs within 15%."""
+LOADED_TERMS = ("process floor", "optimizer states", "features", "graph")
+"""Terms allocated once, before the first step (the rest are a step's allocations)."""
 RMAT_KEPT = 0.94
 """Share of an R-MAT graph's generated edges left after removing duplicates and self loops
 (0.926 at rmat:17, 0.950 at rmat:19; edge factor 16)."""
@@ -122,7 +142,29 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
     terms = memory_terms(kinds, all_terms, model, dtype_bytes, output_copy=device != "cpu")
     if device == "cpu":
         terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model, dtype_bytes)}
+        row_bytes = max(t.rows for t in all_terms) * model.hidden * dtype_bytes
+        terms["allocator heap"] = allocator_heap(terms, row_bytes)
     return RunMemory(terms, world_size, cfg.strategy, source)
+
+
+def predict_subgraph(
+    cfg, dtype_bytes: int, nodes: int, edges: int, in_dim: int, classes: int, source: str, *, read_ahead: bool
+) -> RunMemory:
+    """The peak per rank of training one subgraph of ``nodes`` rows (halo rows included) and ``edges``
+    in-edges at a time, as isolated mode does with a chunk pair: a one-rank full-graph step on it
+    (the strategies agree at one rank; GP-AG's terms), plus, with ``read_ahead``, the next
+    subgraph's features and graph arrays, read while this one trains."""
+    from dsgraph.parallel.shapes import GraphShape, SplitShape
+
+    split = SplitShape([nodes], [edges], [0], [0])
+    shape = GraphShape(nodes, edges, rows={1: split})
+    shape.partitions[1] = split
+    one_rank = dataclasses.replace(cfg, mode="full", strategy="ag")
+    memory = predict_run(one_rank, dtype_bytes, 1, sizes=(shape, in_dim, classes, source))
+    terms = dict(memory.terms)
+    if read_ahead:
+        terms["read-ahead subgraph"] = terms["features"] + terms["graph"]
+    return RunMemory(terms, 1, cfg.mode, source)
 
 
 def cpu_terms(kinds, all_terms, model, dtype_bytes: int = 4) -> dict:
@@ -142,6 +184,15 @@ def cpu_terms(kinds, all_terms, model, dtype_bytes: int = 4) -> dict:
         "kernel transposes": 12.0 * edges,
         "kernel backward": ds_bytes * max(t.edge_heads for t in all_terms),
     }
+
+
+def allocator_heap(terms: dict, row_bytes: float) -> float:
+    """Bytes glibc's heap keeps beyond the live tensors (see the module's docstring): ``HEAP_RETAINED``
+    times the step's terms when a row tensor (``row_bytes``: rows x hidden in the run's dtype) is
+    smaller than ``HEAP_CEILING``, else nothing."""
+    if row_bytes >= HEAP_CEILING:  # malloc maps a block of the threshold and more (its header included)
+        return 0.0
+    return HEAP_RETAINED * sum(value for name, value in terms.items() if name not in LOADED_TERMS)
 
 
 def memory_limit_mb(cfg, local_ranks: int) -> tuple[float, str]:
@@ -211,12 +262,16 @@ def refusal(cfg, dtype_bytes: int, world_size: int, local_ranks: int) -> str | N
     limit, source = memory_limit_mb(cfg, local_ranks)
     if predicted.total_mb <= limit:
         return None
-    fits = "; ".join(alternatives(cfg, dtype_bytes, world_size, limit))
+    fits = alternatives(cfg, dtype_bytes, world_size, limit)
+    return over_limit_message(predicted, f"{predicted.strategy} on {world_size} ranks", limit, source, fits)
+
+
+def over_limit_message(predicted: RunMemory, run: str, limit: float, source: str, fits: list[str]) -> str:
+    """A refusal: the prediction, the limit and where it comes from, and what is predicted to fit."""
     return (
-        f"this run is predicted to peak at {predicted.total_mb:,.0f} MB per rank ({predicted.strategy} on "
-        f"{world_size} ranks, {predicted.source}), over the limit of {limit:,.0f} MB per rank ({source}); "
-        f"predicted to fit: {fits}. `dsgraph plan` shows the terms; set memory_limit_mb (or ${LIMIT_ENV}) "
-        "to run anyway"
+        f"this run is predicted to peak at {predicted.total_mb:,.0f} MB per rank ({run}, {predicted.source}), "
+        f"over the limit of {limit:,.0f} MB per rank ({source}); predicted to fit: {'; '.join(fits)}. "
+        f"`dsgraph plan` shows the terms; set memory_limit_mb (or ${LIMIT_ENV}) to run anyway"
     )
 
 

@@ -124,6 +124,30 @@ class Mode(ABC):
         """Whether a checkpoint after ``epoch`` resumes exactly (the ranks hold one model there)."""
         return True
 
+    @classmethod
+    def predict_memory(cls, cfg, dtype_bytes: int, world_size: int):
+        """The run's peak per rank predicted before anything is loaded (``agp.run_memory.RunMemory``),
+        or None where this mode is not predicted; full-graph's model by default."""
+        from dsgraph.agp.run_memory import predict_run
+
+        return predict_run(cfg, dtype_bytes, world_size)
+
+    @classmethod
+    def memory_alternatives(cls, cfg, predicted, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
+        """Settings predicted to fit under ``limit_mb`` per rank, for ``dsgraph plan``."""
+        from dsgraph.agp.run_memory import alternatives
+
+        return alternatives(cfg, dtype_bytes, world_size, limit_mb)
+
+    @classmethod
+    def fit_memory(cls, cfg, ds_config: dict, world_size: int):
+        """(the config to run, a note for the log or ""): raises ValueError naming the prediction, the
+        limit and what fits when the run is predicted not to fit; called on every CPU rank before
+        its graph is loaded. Full-graph's check by default (it may turn checkpointing on)."""
+        from dsgraph.agp.run_memory import fit_run
+
+        return fit_run(cfg, ds_config, world_size)
+
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:
         """Moves this rank's data to ``device`` (features in ``dtype``) and builds its attention."""

@@ -395,17 +395,18 @@ def _follow_plan(cfg: DsgraphConfig) -> DsgraphConfig:
 
 
 def _fit_memory(cfg: DsgraphConfig, ds_config: dict) -> DsgraphConfig:
-    """The run's config after its memory prediction (``agp/run_memory.py``): refused (ValueError) when
-    it is predicted not to fit, with checkpointing turned on when only that makes it fit. A CPU run's
+    """The run's config after its mode's memory prediction (``Mode.fit_memory``: ``agp/run_memory.py``,
+    isolated mode's ``pair_memory.py``): refused (ValueError) when it is predicted not to fit, with
+    checkpointing turned on when only that makes a full-graph run fit. A CPU run's
     check, made on every rank before the process group exists and before any graph is built or loaded,
     with the world size the launcher set (``WORLD_SIZE``; a run without it is not checked)."""
     import deepspeed
 
-    from dsgraph.agp.run_memory import fit_run
+    from dsgraph.modes.registry import MODES
 
     if deepspeed.get_accelerator().device_name() == "cuda" or "WORLD_SIZE" not in os.environ:
         return cfg
-    cfg, note = fit_run(cfg, ds_config, int(os.environ["WORLD_SIZE"]))
+    cfg, note = MODES[cfg.mode].fit_memory(cfg, ds_config, int(os.environ["WORLD_SIZE"]))
     if note and os.environ.get("RANK", "0") == "0":
         print(f"dsgraph: {note}", flush=True)
     return cfg

@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dsgraph.agp.run_memory import alternatives, dtype_bytes_of, memory_limit_mb, predict_run
+from dsgraph.agp.run_memory import dtype_bytes_of, memory_limit_mb
+from dsgraph.modes.registry import MODES
 from dsgraph.train.config import load_ds_config, with_overrides
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dsgraph plan --config",
-        description="Predict a full-graph CPU run's peak memory per rank (process floor, graph, activations, "
-        "optimizer states, what the kernels keep) from its config and its graph's sizes, before loading it.",
+        description="Predict a CPU run's peak memory per rank (process floor, graph, activations, optimizer "
+        "states, what the kernels keep) from its config and its graph's sizes, before loading it: full-graph "
+        "runs, and isolated runs from a partition store (their largest chunk pair, read from the store).",
     )
     p.add_argument("--config", required=True, help='DeepSpeed JSON with a "dsgraph" section')
     p.add_argument("--world-size", type=int, required=True, help="ranks of the run")
@@ -36,19 +38,20 @@ def main(argv: list[str] | None = None) -> int:
         ds_config, cfg = load_ds_config(args.config)
         cfg = with_overrides(cfg, {k: getattr(args, k) for k in keys if getattr(args, k) is not None})
         b = dtype_bytes_of(ds_config)
-        predicted = predict_run(cfg, b, args.world_size)
+        mode = MODES[cfg.mode]
+        predicted = mode.predict_memory(cfg, b, args.world_size)
         if predicted is None:
             raise ValueError(
-                "only full-graph runs of a named strategy on a partition store or an rmat:SCALE dataset are "
-                f"predicted (mode {cfg.mode}, strategy {cfg.strategy}, dataset {cfg.dataset})"
+                "only full-graph runs of a named strategy on a partition store or an rmat:SCALE dataset, and "
+                f"isolated runs from a partition store, are predicted (mode {cfg.mode}, strategy {cfg.strategy}, "
+                f"dataset {cfg.dataset}, partitions {cfg.partitions})"
             )
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph plan: error: {err}", file=sys.stderr)
         return 2
     dtype = "bf16" if b == 2 else "fp32"
-    print(
-        f"memory per rank of {cfg.strategy} on {args.world_size} ranks ({dtype}, {cfg.layers} layers, d={cfg.hidden}):"
-    )
+    run = "isolated" if cfg.mode == "isolated" else cfg.strategy
+    print(f"memory per rank of {run} on {args.world_size} ranks ({dtype}, {cfg.layers} layers, d={cfg.hidden}):")
     for line in predicted.lines():
         print("  " + line)
     limit, source = memory_limit_mb(cfg, args.ranks_per_node or args.world_size)
@@ -56,6 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fits the limit of {limit:,.0f} MB per rank ({source})")
         return 0
     print(f"over the limit of {limit:,.0f} MB per rank ({source}); predicted to fit:")
-    for line in alternatives(cfg, b, args.world_size, limit):
+    for line in mode.memory_alternatives(cfg, predicted, b, args.world_size, limit):
         print("  " + line)
     return 0

@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from dsgraph.agp.run_memory import dtype_bytes_of, local_ranks
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.graph.store import read_meta
@@ -64,6 +65,8 @@ from dsgraph.modes.isolated.chunks import (
 )
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.isolated.local_steps import LocalSteps
+from dsgraph.modes.isolated.pair_memory import alternatives as pair_alternatives
+from dsgraph.modes.isolated.pair_memory import check_memory, predict_isolated
 from dsgraph.modes.isolated.store_pairs import StorePairs, store_chunk_count
 from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
 from dsgraph.modes.sync import EveryStep
@@ -99,6 +102,19 @@ class Isolated(Mode):
                 "mode 'isolated' from a partition store ('partitions') reads node features only: set model.encodings "
                 "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
             )
+
+    @classmethod
+    def predict_memory(cls, cfg, dtype_bytes, world_size):
+        return predict_isolated(cfg, dtype_bytes)
+
+    @classmethod
+    def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
+        return pair_alternatives(cfg, predicted, limit_mb)
+
+    @classmethod
+    def fit_memory(cls, cfg, ds_config, world_size):
+        check_memory(cfg, dtype_bytes_of(ds_config), world_size, local_ranks(world_size))
+        return cfg, ""
 
     @classmethod
     def can_checkpoint(cls, cfg, epoch: int) -> bool:
@@ -201,6 +217,12 @@ class Isolated(Mode):
         raise_if_any_rank_failed(self.control, error)  # also makes the other ranks wait for rank 0's store
         return store_dir
 
+    def step_fields(self, step, summed):
+        fields = dict(summed)
+        if self.predicted_mb is not None:
+            fields["predicted_peak_mem_mb"] = self.predicted_mb
+        return fields
+
     def sync(self):
         return LocalSteps(COMM_DTYPES[self.cfg.isolated.comm_dtype]) if self.local else EveryStep()
 
@@ -217,6 +239,9 @@ class Isolated(Mode):
             epochs=cfg.epochs,
             seed=cfg.seed,
         )
+        self.predicted_mb = None  # a CPU rank's predicted peak, from a store only (``pair_memory.py``)
+        if self.from_store and device.type == "cpu":
+            self.predicted_mb = round(predict_isolated(cfg, dtype.itemsize).total_mb, 1)
         loader = StorePairs if self.from_store else ChunkLoader
         self.loader = loader(self.store_dir, self.schedule, self.pg.rank, settings, device=device, dtype=dtype)
         self.chunks = ChunkPrefetcher(self.loader, cfg.isolated.prefetch)
