@@ -364,7 +364,7 @@ class Trainer:
                 f"done: test_{key} {last[f'test_{key}']:.4f} (last epoch); best val_{key} {self.best['val']:.4f} "
                 f"at epoch {self.best['epoch']} with test_{key} {self.best['test']:.4f}"
             )
-            published = self.task.published(cfg.dataset)
+            published = self.task.published(_trained_dataset(cfg))
             if published is not None:
                 log(published)
         return {"last": last, "best": self.best, "stopped_early_at": self.stopped_early_at}
@@ -460,3 +460,12 @@ class _RollBack(Exception):
     def __init__(self, fault: nonfinite.Fault):
         super().__init__(fault.message(0))
         self.fault = fault
+
+
+def _trained_dataset(cfg) -> str:
+    """The dataset the run trained on: the partition store's (its META.json names it), else the config's."""
+    if cfg.partitions:
+        from dsgraph.graph.store import read_meta
+
+        return str(read_meta(cfg.partitions).get("dataset", cfg.dataset))
+    return cfg.dataset
