@@ -12,6 +12,7 @@ meets that pair; other pairs differ by how many of their in-edges stay inside.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,8 +55,10 @@ def _rows(store_dir: str, chunk: int, num_chunks: int, self_loops: bool) -> _Row
     return _Rows(part.start, part.end, rowptr, col)
 
 
+@functools.lru_cache(maxsize=4)
 def largest_pair(store_dir: str, halo_fraction: float, self_loops: bool) -> PairSize:
-    """The subgraph sizes of the pair of the store's two parts with the most in-edges."""
+    """The subgraph sizes of the pair of the store's two parts with the most in-edges (counted once
+    per process: the memory check before training and the metrics' prediction ask the same)."""
     meta = read_meta(store_dir)
     num_chunks = int(meta["num_parts"])
     by_edges = np.argsort(-np.asarray(meta["part_num_edges"], dtype=np.int64), kind="stable")
