@@ -87,9 +87,16 @@ def joined(parts: list[tuple[torch.Tensor, EvalBatch]]) -> tuple[torch.Tensor, E
     )
 
 
-def labels_of(batch: EvalBatch) -> EvalBatch:
-    """What evaluation keeps of a batch once its forward ran: its labels and split masks."""
-    return EvalBatch(x=None, attention=None, node_ids=None, y=batch.y, masks=batch.masks, reduce=batch.reduce)
+def labels_of(outputs: torch.Tensor, batch: EvalBatch) -> tuple[torch.Tensor, EvalBatch]:
+    """What a node task's evaluation keeps of a forward: the outputs, labels and split masks of the
+    rows in a split, the only rows its metrics read (a chunk of a sampled evaluation also holds its
+    seeds' sampled neighbours, many times the seeds)."""
+    keep = batch.masks[0] | batch.masks[1] | batch.masks[2]
+    if bool(keep.all()):
+        rows, masks = batch.y, batch.masks
+    else:
+        outputs, rows, masks = outputs[keep], batch.y[keep], tuple(m[keep] for m in batch.masks)
+    return outputs, EvalBatch(x=None, attention=None, node_ids=None, y=rows, masks=masks, reduce=batch.reduce)
 
 
 class Mode(ABC):

@@ -244,13 +244,14 @@ class Trainer:
 
     def _eval_outputs(self, engine) -> tuple[torch.Tensor, EvalBatch]:
         """The model's outputs over this rank's evaluation rows, and their batch: one forward, or one
-        per batch of a mode that evaluates out of core. A node task's batch keeps its labels and
-        masks only, so each subgraph goes as soon as its forward has run."""
+        per batch of a mode that evaluates out of core. A node task keeps the outputs, labels and
+        masks of the rows in a split only (``labels_of``), so each subgraph goes as soon as its
+        forward has run."""
         parts = []
         for batch in self.mode.eval_batches():
             dropout_step = engine.global_steps if batch.dropout_step is None else batch.dropout_step
             outputs = self.task.outputs(engine, batch, dropout_step)
-            parts.append((outputs, batch if batch.pairs is not None else labels_of(batch)))
+            parts.append((outputs, batch) if batch.pairs is not None else labels_of(outputs, batch))
             del batch  # before the next subgraph loads
         return joined(parts)
 
