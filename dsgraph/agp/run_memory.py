@@ -22,8 +22,8 @@ holds besides them:
 
 Full-graph runs of a named strategy are predicted here (``None`` otherwise: ``auto`` picks its
 strategy after loading); ``predict_subgraph`` predicts a mode that trains one subgraph at a time
-from that subgraph's sizes (isolated mode from a store: ``dsgraph/modes/isolated/pair_memory.py``).
-Sampled runs are not predicted.
+from that subgraph's sizes (from a store: isolated mode's chunk pair, ``modes/isolated/pair_memory.py``,
+and sampled mode's mini-batch, ``modes/sampled/batch_memory.py``).
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def predict_subgraph(
     cfg, dtype_bytes: int, nodes: int, edges: int, in_dim: int, classes: int, source: str, *, read_ahead: bool
 ) -> RunMemory:
     """The peak per rank of training one subgraph of ``nodes`` rows (halo rows included) and ``edges``
-    in-edges at a time, as isolated mode does with a chunk pair: a one-rank full-graph step on it
+    in-edges at a time, as isolated mode does with a chunk pair and sampled mode with a mini-batch:
+    a one-rank full-graph step on it
     (the strategies agree at one rank; GP-AG's terms), plus, with ``read_ahead``, the next
     subgraph's features and graph arrays, read while this one trains."""
     from dsgraph.parallel.shapes import GraphShape, SplitShape

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dsgraph plan: error: {err}", file=sys.stderr)
         return 2
     dtype = "bf16" if b == 2 else "fp32"
-    run = "isolated" if cfg.mode == "isolated" else cfg.strategy
+    run = cfg.strategy if cfg.mode == "full" else cfg.mode
     print(f"memory per rank of {run} on {args.world_size} ranks ({dtype}, {cfg.layers} layers, d={cfg.hidden}):")
     for line in predicted.lines():
         print("  " + line)

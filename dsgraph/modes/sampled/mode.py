@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dsgraph.agp.run_memory import dtype_bytes_of, local_ranks
 from dsgraph.comm import GlobalNodes
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
@@ -42,6 +43,8 @@ from dsgraph.modes.sampled import (
     epoch_batches,
     sampling_frequency_scores,
 )
+from dsgraph.modes.sampled.batch_memory import alternatives as batch_alternatives
+from dsgraph.modes.sampled.batch_memory import check_memory, predict_sampled
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.modes.sampled.exchange import Exchange
 from dsgraph.modes.sampled.remote import RemoteSampler
@@ -101,6 +104,19 @@ class Sampled(Mode):
                 "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
             )
 
+    @classmethod
+    def predict_memory(cls, cfg, dtype_bytes, world_size):
+        return predict_sampled(cfg, dtype_bytes, world_size)
+
+    @classmethod
+    def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
+        return batch_alternatives(cfg, predicted, world_size, limit_mb)
+
+    @classmethod
+    def fit_memory(cls, cfg, ds_config, world_size):
+        check_memory(cfg, dtype_bytes_of(ds_config), world_size, local_ranks(world_size))
+        return cfg, ""
+
     def __init__(self, cfg, pg, control, log, heartbeat, task=None):
         """``task`` is not read: the sampled mode trains node tasks (the others refuse it in their checks)."""
         self.cfg, self.pg, self.log = cfg, pg, log
@@ -143,6 +159,9 @@ class Sampled(Mode):
 
     def attach(self, device, dtype):
         self.device, self.dtype = device, dtype
+        self.predicted_mb = None  # a CPU rank's predicted peak, from a store only (``batch_memory.py``)
+        if self.view is not None and device.type == "cpu":
+            self.predicted_mb = round(predict_sampled(self.cfg, dtype.itemsize, self.pg.world_size).total_mb, 1)
         if self.view is not None:
             self._attach_store()
             return
@@ -240,7 +259,8 @@ class Sampled(Mode):
 
     def step_fields(self, step, summed):
         world = self.pg.world_size
-        return {
+        predicted = {} if self.predicted_mb is None else {"predicted_peak_mem_mb": self.predicted_mb}
+        return predicted | {
             "sampled_nodes_before_dedup": int(summed["sampled_nodes_before_dedup"]),
             "sampled_nodes_after_dedup": int(summed["sampled_nodes_after_dedup"]),
             "sampled_edges": int(summed["sampled_edges"]),

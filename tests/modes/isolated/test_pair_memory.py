@@ -23,13 +23,17 @@ CHUNKS = 6
 def store(tmp_path_factory):
     graph = random_graph(num_nodes=301, num_edges=2400, seed=5)
     path = str(tmp_path_factory.mktemp("pairs") / "store")
-    write_chunk_store(graph, assign_chunks(graph, CHUNKS, "random", 0), CHUNKS, path, method="random", seed=0, dataset="t")
+    write_chunk_store(
+        graph, assign_chunks(graph, CHUNKS, "random", 0), CHUNKS, path, method="random", seed=0, dataset="t"
+    )
     return path
 
 
 def _cfg(store: str, **isolated) -> DsgraphConfig:
     settings = {"halo_fraction": 0.1, "correction": "none", **isolated}
-    return DsgraphConfig.from_dict({"mode": "isolated", "partitions": store, "hidden": 16, "heads": 2, "isolated": settings})
+    return DsgraphConfig.from_dict(
+        {"mode": "isolated", "partitions": store, "hidden": 16, "heads": 2, "isolated": settings}
+    )
 
 
 @pytest.mark.parametrize("halo_fraction, self_loops", [(0.1, True), (0.0, True), (0.3, False)])
