@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsgraph plan --config",
         description="Predict a CPU run's peak memory per rank (process floor, graph, activations, optimizer "
         "states, what the kernels keep) from its config and its graph's sizes, before loading it: full-graph "
-        "runs, and isolated runs from a partition store (their largest chunk pair, read from the store).",
+        "runs, and isolated and sampled runs from a partition store (their largest chunk pair, or a batch drawn "
+        "from the store).",
     )
     p.add_argument("--config", required=True, help='DeepSpeed JSON with a "dsgraph" section')
     p.add_argument("--world-size", type=int, required=True, help="ranks of the run")
@@ -43,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         if predicted is None:
             raise ValueError(
                 "only full-graph runs of a named strategy on a partition store or an rmat:SCALE dataset, and "
-                f"isolated runs from a partition store, are predicted (mode {cfg.mode}, strategy {cfg.strategy}, "
-                f"dataset {cfg.dataset}, partitions {cfg.partitions})"
+                "isolated and sampled runs from a partition store (one part per rank for sampled) are predicted "
+                f"(mode {cfg.mode}, strategy {cfg.strategy}, dataset {cfg.dataset}, partitions {cfg.partitions})"
             )
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph plan: error: {err}", file=sys.stderr)
