@@ -57,7 +57,7 @@ def test_deepspeed_launcher_trains_cora_on_two_ranks_and_predicts(tmp_path):
         and os.path.join(str(tmp_path / "tb"), "cora-test") in proc.stdout
     )
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [r["kind"] for r in rows] == ["step", "util", "step", "util", "step", "util", "eval"]
+    assert [r["kind"] for r in rows] == ["step", "util", "step", "util", "step", "util", "eval", "forecast"]
     rows = [r for r in rows if r["kind"] != "util"]  # one per epoch: every rank's CPU utilisation
     assert all(r["world_size"] == 2 for r in rows)
     out = tmp_path / "pred.npz"

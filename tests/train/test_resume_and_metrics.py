@@ -63,7 +63,8 @@ def test_metrics_jsonl_and_tensorboard_have_required_values(tmp_path):
     steps = [r for r in rows if r["kind"] == "step"]
     evals = [r for r in rows if r["kind"] == "eval"]
     assert len(steps) == 4 and len(evals) == 2
-    assert {r["kind"] for r in rows} == {"step", "eval", "util"}  # util: every epoch, per rank
+    assert {r["kind"] for r in rows} == {"step", "eval", "util", "forecast"}  # util: every epoch, per rank
+    assert rows[-1]["kind"] == "forecast" and rows[-1]["measured_peak_mem_mb"] > 0  # the run's last row
     assert [r["epoch"] for r in rows if r["kind"] == "util"] == [r["epoch"] for r in steps]
     for row in steps + evals:
         assert set(STEP_KEYS) <= set(row), set(STEP_KEYS) - set(row)
