@@ -165,3 +165,13 @@ def edge_features(graph: Graph, reads_edges: bool, dataset: str) -> Graph:
     if not reads_edges:
         graph.edge_attr = graph.added_loops = None
     return graph
+
+
+def check_store_features(cfg, mode: str) -> None:
+    """A mode that trains from a partition store reads node features only: refuses encodings and
+    edge features there (ValueError naming the settings)."""
+    if cfg.partitions is not None and (cfg.model.encodings or cfg.model.reads_edges):
+        raise ValueError(
+            f"mode '{mode}' from a partition store ('partitions') reads node features only: set model.encodings "
+            "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
+        )

@@ -68,7 +68,7 @@ from dsgraph.modes.isolated.local_steps import LocalSteps
 from dsgraph.modes.isolated.pair_memory import alternatives as pair_alternatives
 from dsgraph.modes.isolated.pair_memory import check_memory, predict_isolated
 from dsgraph.modes.isolated.store_pairs import StorePairs, store_chunk_count
-from dsgraph.modes.ranks import GraphOnRanks, edge_features, local_attention
+from dsgraph.modes.ranks import GraphOnRanks, check_store_features, edge_features, local_attention
 from dsgraph.modes.sync import EveryStep
 
 
@@ -97,11 +97,7 @@ class Isolated(Mode):
     def check_config(cls, cfg) -> None:
         isolated = cfg.isolated
         isolated.check_run(partitions=cfg.partitions, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every)
-        if cfg.partitions is not None and (cfg.model.encodings or cfg.model.reads_edges):
-            raise ValueError(
-                "mode 'isolated' from a partition store ('partitions') reads node features only: set model.encodings "
-                "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
-            )
+        check_store_features(cfg, "isolated")
 
     @classmethod
     def predict_memory(cls, cfg, dtype_bytes, world_size):

@@ -32,7 +32,7 @@ from dsgraph.comm import GlobalNodes
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
 from dsgraph.modes.base import EvalBatch, Mode, Step
-from dsgraph.modes.ranks import edge_features, local_attention
+from dsgraph.modes.ranks import check_store_features, edge_features, local_attention
 from dsgraph.modes.sampled import (
     FEATURE_DTYPES,
     BatchBuilder,
@@ -98,11 +98,7 @@ class Sampled(Mode):
     @classmethod
     def check_config(cls, cfg) -> None:
         cfg.sampled.check_run(layers=cfg.layers)
-        if cfg.partitions is not None and (cfg.model.encodings or cfg.model.reads_edges):
-            raise ValueError(
-                "mode 'sampled' from a partition store ('partitions') reads node features only: set model.encodings "
-                "to [] and model.edge_features to \"none\", or drop 'partitions' (the dataset is then loaded whole)"
-            )
+        check_store_features(cfg, "sampled")
 
     @classmethod
     def predict_memory(cls, cfg, dtype_bytes, world_size):
