@@ -11,9 +11,12 @@ pytest_plugins = ("tests.process_guard", "pytester")
 
 
 def pytest_sessionstart(session):
-    """matplotlib builds its font cache on its first import on a machine by running ``fc-list``: build
-    it before any test runs, so that the first plotting test of a fresh machine starts no process
-    (the marker guard would fail it)."""
+    """Imports that start a process the first time, done before any test runs so that the marker
+    guard does not charge them to the first test that happens to import them: matplotlib builds its
+    font cache on a fresh machine by running ``fc-list``, and ``torch.cuda`` loads
+    ``cuda.pathfinder`` (installed with the dev extra's cuda-bindings), which runs ``ldconfig -p``."""
+    import torch.cuda  # noqa: F401
+
     try:
         import matplotlib.font_manager  # noqa: F401
     except ImportError:
