@@ -29,9 +29,13 @@ def ds_config(stage: int = 2, bf16: bool = False, **extra) -> dict:
 
 
 def write_random_graph(tmp: str) -> str:
+    """The random graph's .npz in ``tmp``, written once. Ranks may call it at once: each writes its
+    own file and renames it into place, so no rank reads a half-written file."""
     path = os.path.join(tmp, "random.npz")
     if not os.path.exists(path):
-        save_npz(random_graph(), path)
+        mine = os.path.join(tmp, f"random.{os.getpid()}.partial.npz")
+        save_npz(random_graph(), mine)
+        os.replace(mine, path)
     return path
 
 
