@@ -134,26 +134,31 @@ class Mode(ABC):
     @classmethod
     def predict_memory(cls, cfg, dtype_bytes: int, world_size: int):
         """The run's peak per rank predicted before anything is loaded (``agp.run_memory.RunMemory``),
-        or None where this mode is not predicted; full-graph's model by default."""
-        from dsgraph.agp.run_memory import predict_run
-
-        return predict_run(cfg, dtype_bytes, world_size)
+        or None where this mode is not predicted (the default)."""
+        return None
 
     @classmethod
     def memory_alternatives(cls, cfg, predicted, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
-        """Settings predicted to fit under ``limit_mb`` per rank, for ``dsgraph plan``."""
-        from dsgraph.agp.run_memory import alternatives
-
-        return alternatives(cfg, dtype_bytes, world_size, limit_mb)
+        """Settings predicted to fit under ``limit_mb`` per rank (for the refusal and ``dsgraph plan``)."""
+        return []
 
     @classmethod
     def fit_memory(cls, cfg, ds_config: dict, world_size: int):
         """(the config to run, a note for the log or ""): raises ValueError naming the prediction, the
-        limit and what fits when the run is predicted not to fit; called on every CPU rank before
-        its graph is loaded. Full-graph's check by default (it may turn checkpointing on)."""
-        from dsgraph.agp.run_memory import fit_run
+        limit and what fits (``memory_alternatives``) when ``predict_memory`` is over the rank's
+        limit; called on every CPU rank before its graph is loaded."""
+        from dsgraph.agp.run_memory import dtype_bytes_of, local_ranks, memory_limit_mb, over_limit_message
 
-        return fit_run(cfg, ds_config, world_size)
+        b = dtype_bytes_of(ds_config)
+        predicted = cls.predict_memory(cfg, b, world_size)
+        if predicted is None:
+            return cfg, ""
+        limit, source = memory_limit_mb(cfg, local_ranks(world_size))
+        if predicted.total_mb > limit:
+            fits = cls.memory_alternatives(cfg, predicted, b, world_size, limit)
+            run = f"{predicted.strategy} on {world_size} ranks"
+            raise ValueError(over_limit_message(predicted, run, limit, source, fits))
+        return cfg, ""
 
     @abstractmethod
     def attach(self, device: torch.device, dtype: torch.dtype) -> None:

@@ -3,6 +3,7 @@ by the configured graph-parallel strategy."""
 
 from __future__ import annotations
 
+from dsgraph.agp.run_memory import alternatives, fit_run, predict_run
 from dsgraph.graph.encodings import widths
 from dsgraph.modes.base import EvalBatch, Mode, Step
 from dsgraph.modes.ranks import GraphOnRanks
@@ -10,6 +11,20 @@ from dsgraph.modes.ranks import GraphOnRanks
 
 class FullGraph(Mode):
     name = "full"
+
+    @classmethod
+    def predict_memory(cls, cfg, dtype_bytes, world_size):
+        return predict_run(cfg, dtype_bytes, world_size)
+
+    @classmethod
+    def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
+        return alternatives(cfg, dtype_bytes, world_size, limit_mb)
+
+    @classmethod
+    def fit_memory(cls, cfg, ds_config, world_size):
+        """The refusal of ``Mode.fit_memory``, or checkpointing turned on when only it makes the run
+        fit (``agp.run_memory.fit_run``)."""
+        return fit_run(cfg, ds_config, world_size)
 
     def __init__(self, cfg, pg, control, log, heartbeat, task):
         """``task``: the run's task object; it brings this rank's data (``task.rank_data``: node rows

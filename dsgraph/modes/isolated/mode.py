@@ -41,7 +41,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from dsgraph.agp.run_memory import dtype_bytes_of, local_ranks
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.loading import raise_if_any_rank_failed
 from dsgraph.graph.store import read_meta
@@ -66,7 +65,7 @@ from dsgraph.modes.isolated.chunks import (
 from dsgraph.modes.isolated.config import IsolatedConfig
 from dsgraph.modes.isolated.local_steps import LocalSteps
 from dsgraph.modes.isolated.pair_memory import alternatives as pair_alternatives
-from dsgraph.modes.isolated.pair_memory import check_memory, predict_isolated
+from dsgraph.modes.isolated.pair_memory import predict_isolated
 from dsgraph.modes.isolated.store_pairs import StorePairs, store_chunk_count
 from dsgraph.modes.ranks import GraphOnRanks, check_store_features, edge_features, local_attention
 from dsgraph.modes.sync import EveryStep
@@ -106,11 +105,6 @@ class Isolated(Mode):
     @classmethod
     def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
         return pair_alternatives(cfg, predicted, limit_mb)
-
-    @classmethod
-    def fit_memory(cls, cfg, ds_config, world_size):
-        check_memory(cfg, dtype_bytes_of(ds_config), world_size, local_ranks(world_size))
-        return cfg, ""
 
     @classmethod
     def can_checkpoint(cls, cfg, epoch: int) -> bool:
@@ -278,9 +272,10 @@ class Isolated(Mode):
         return before + (epoch % r) * self._steps_per_epoch(super_epoch_of(epoch, r))
 
     def steps(self, start_epoch, end_epoch=None):
+        first = self._first_step(start_epoch)
         for epoch in range(start_epoch, self.cfg.epochs if end_epoch is None else end_epoch):
-            first = self._first_step(epoch)
             yield from self.pair_steps(epoch, first) if self.from_store else self.epoch_steps(epoch, first)
+            first += self._steps_per_epoch(super_epoch_of(epoch, self.cfg.isolated.repart_every))
 
     def pair_steps(self, epoch: int, first_step: int):
         """The epoch's steps from a store: each of the rank's pairs in turn (the next one read ahead),

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsgraph.agp.run_memory import RunMemory, memory_limit_mb, over_limit_message, predict_subgraph
-from dsgraph.graph.loading import block_with_self_loops
+from dsgraph.agp.run_memory import RunMemory, predict_subgraph
 from dsgraph.graph.npz_map import release_pages
 from dsgraph.graph.store import load_part, read_meta
 from dsgraph.modes.isolated.chunks import BlockRows, halo_budget, halo_of_rows
+from dsgraph.modes.isolated.store_pairs import part_csr
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,7 @@ class _Rows:
 
 def _rows(store_dir: str, chunk: int, num_chunks: int, self_loops: bool) -> _Rows:
     part = load_part(store_dir, chunk, num_chunks, encodings=())
-    rowptr, col = np.asarray(part.rowptr), np.asarray(part.col)
-    if self_loops:  # as ``StorePairs._block`` adds them
-        rowptr_t, col_t, _ = block_with_self_loops(rowptr, col, part.start)
-        rowptr, col = rowptr_t.numpy(), col_t.numpy()
-    else:
-        rowptr, col = rowptr.copy(), col.copy()
+    rowptr, col = part_csr(part, self_loops)  # as ``StorePairs`` cuts it
     release_pages(part.rowptr)
     release_pages(part.col)
     return _Rows(part.start, part.end, rowptr, col)
@@ -108,15 +103,3 @@ def alternatives(cfg, predicted: RunMemory, limit_mb: float) -> list[str]:
     if cfg.isolated.prefetch and without <= limit_mb:
         out.append(f'no read-ahead ("isolated": {{"prefetch": false}}): about {without:,.0f} MB per rank')
     return out or [f"a store of more than {8 * parts} parts"]
-
-
-def check_memory(cfg, dtype_bytes: int, world_size: int, local_ranks: int) -> None:
-    """Raises ValueError when the run is predicted not to fit its per-rank limit (nothing is
-    turned on by itself here: the remedies change the store or the schedule)."""
-    predicted = predict_isolated(cfg, dtype_bytes)
-    if predicted is None:
-        return
-    limit, source = memory_limit_mb(cfg, local_ranks)
-    if predicted.total_mb > limit:
-        fits = alternatives(cfg, predicted, limit)
-        raise ValueError(over_limit_message(predicted, f"isolated on {world_size} ranks", limit, source, fits))

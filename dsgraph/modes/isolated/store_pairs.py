@@ -62,6 +62,16 @@ def store_chunk_count(store_dir: str, chunks: int, world_size: int) -> int:
     return parts
 
 
+def part_csr(part: LocalPart, self_loops: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rowptr, col) of a part's rows, copied out of the store, with a self loop added to every row
+    that has none when ``self_loops``."""
+    rowptr, col = np.asarray(part.rowptr), np.asarray(part.col)
+    if not self_loops:
+        return rowptr.copy(), col.copy()
+    rowptr_t, col_t, _ = block_with_self_loops(rowptr, col, part.start)
+    return rowptr_t.numpy(), col_t.numpy()
+
+
 def _release(part: LocalPart) -> None:
     for array in (part.rowptr, part.col, part.x, part.y, part.train_mask, part.val_mask, part.test_mask, part.halo):
         release_pages(array)
@@ -125,12 +135,7 @@ class StorePairs:
         """The chunk's rows with their in-edges (self loops added where the model wants them), copied
         out of the store, and how many of each row's in-edges come from the chunk itself."""
         part = self._part(chunk)
-        rowptr, col = np.asarray(part.rowptr), np.asarray(part.col)
-        if self.settings.halo_self_loops:
-            rowptr_t, col_t, _ = block_with_self_loops(rowptr, col, part.start)
-            rowptr, col = rowptr_t.numpy(), col_t.numpy()
-        else:
-            rowptr, col = rowptr.copy(), col.copy()
+        rowptr, col = part_csr(part, self.settings.halo_self_loops)
         inside = np.concatenate(([0], np.cumsum((col >= part.start) & (col < part.end))))
         own = inside[rowptr[1:]] - inside[rowptr[:-1]]
         block = GraphBlock(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsgraph.agp.run_memory import MB, RunMemory, memory_limit_mb, over_limit_message, predict_subgraph
+from dsgraph.agp.run_memory import MB, RunMemory, predict_subgraph
 from dsgraph.graph.store import load_permutation, open_array, part_dir_name, read_meta
 from dsgraph.modes.sampled.remote import RemoteSampler
 from dsgraph.modes.sampled.sampler import batch_key, draw_offsets
@@ -164,14 +164,3 @@ def alternatives(cfg, predicted: RunMemory, world_size: int, limit_mb: float) ->
             out.append(f"{more} ranks (dsgraph partition --parts {more}): about {scaled:,.0f} MB per rank")
             break
     return out or ["smaller batches and more ranks"]
-
-
-def check_memory(cfg, dtype_bytes: int, world_size: int, local_ranks: int) -> None:
-    """Raises ValueError when the run is predicted not to fit its per-rank limit."""
-    predicted = predict_sampled(cfg, dtype_bytes, world_size)
-    if predicted is None:
-        return
-    limit, source = memory_limit_mb(cfg, local_ranks)
-    if predicted.total_mb > limit:
-        fits = alternatives(cfg, predicted, world_size, limit)
-        raise ValueError(over_limit_message(predicted, f"sampled on {world_size} ranks", limit, source, fits))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dsgraph.agp.run_memory import dtype_bytes_of, local_ranks
 from dsgraph.comm import GlobalNodes
 from dsgraph.graph import encodings, load_dataset
 from dsgraph.graph.rank_graph import Csr, EdgeData, NodeData, RankGraph, whole_graph
@@ -44,7 +43,7 @@ from dsgraph.modes.sampled import (
     sampling_frequency_scores,
 )
 from dsgraph.modes.sampled.batch_memory import alternatives as batch_alternatives
-from dsgraph.modes.sampled.batch_memory import check_memory, predict_sampled
+from dsgraph.modes.sampled.batch_memory import predict_sampled
 from dsgraph.modes.sampled.config import SampledConfig
 from dsgraph.modes.sampled.exchange import Exchange
 from dsgraph.modes.sampled.remote import RemoteSampler
@@ -107,11 +106,6 @@ class Sampled(Mode):
     @classmethod
     def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
         return batch_alternatives(cfg, predicted, world_size, limit_mb)
-
-    @classmethod
-    def fit_memory(cls, cfg, ds_config, world_size):
-        check_memory(cfg, dtype_bytes_of(ds_config), world_size, local_ranks(world_size))
-        return cfg, ""
 
     def __init__(self, cfg, pg, control, log, heartbeat, task=None):
         """``task`` is not read: the sampled mode trains node tasks (the others refuse it in their checks)."""
