@@ -6,11 +6,11 @@ INPUT is an OGB node-property folder, an edge list (.txt/.csv/.tsv/.edges/.el, o
 keeps); edge features (OGB's raw/edge-feat, a .npz's edge_attr or edge_features, an edge list's
 extra columns with ``--edge-features``) go to the output with their edges; OUTPUT is a .npz (the
 format ``--dataset PATH.npz`` reads) or a folder, which becomes a partition store (``--parts``,
-``--method``) like ``dsgraph partition`` writes. An edge list larger than the memory budget
-(``--memory-gb``, by default half the available memory; or ``--out-of-core``) is converted without
-its edges in memory (``convert_stream.py``: sorted runs on disk, a streamed .npz, balanced ranges for
-a store), and the command says so. Prints a summary (nodes, edges, degree statistics,
-isolated nodes, classes, split sizes) and, with ``--histogram FILE.png``, plots the degree
+``--method``) like ``dsgraph partition`` writes. An edge list or OGB folder larger than the
+memory budget (``--memory-gb``, by default half the available memory; or ``--out-of-core``) is
+converted without its edges (or features) in memory (``convert_stream.py``: sorted runs on disk,
+a streamed .npz, balanced ranges for a store), and the command says so. Prints a summary (nodes,
+edges, degree statistics, isolated nodes, classes, split sizes) and, with ``--histogram FILE.png``, plots the degree
 distribution (needs matplotlib: ``pip install dsgraph[plot]``).
 
 Example::
@@ -71,13 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out-of-core",
         action="store_true",
-        help="edge lists: convert without the edges in memory (sorted runs on disk; chosen by itself when the "
-        "edge list is predicted not to fit --memory-gb)",
+        help="edge lists and OGB folders: convert without the edges (or features) in memory (sorted runs on "
+        "disk; chosen by itself when the input is predicted not to fit --memory-gb)",
     )
     parser.add_argument(
         "--memory-gb",
         type=float,
-        help="edge lists: memory the in-memory conversion may use (default: half the available memory)",
+        help="edge lists and OGB folders: memory the in-memory conversion may use (default: half the available memory)",
     )
     parser.add_argument("--seed", type=int, default=0, help="partition store output: partition seed (default: 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTPUT")
@@ -158,46 +158,82 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
 
 
 MIN_LINE_BYTES = 4  # the shortest edge line: "0 1\n"
+OUT_OF_CORE_FORMATS = ("edgelist", "ogb")
 
 
 def _out_of_core(args: argparse.Namespace) -> bool:
-    """Whether to convert without the edges in memory: asked for, or an edge list predicted over the
-    budget (``partition_choice.EDGE_BYTES`` per line); says which and why. ValueError for an input or
-    an option out of core cannot take."""
+    """Whether to convert without the edges in memory: asked for, or an edge list or OGB folder
+    predicted over the budget; says which and why. ValueError for an input or an option out of core
+    cannot take."""
     from dsgraph.graph.ingest import detect_format
 
     fmt = detect_format(args.input) if args.format == "auto" else args.format
-    if fmt != "edgelist":
+    if fmt not in OUT_OF_CORE_FORMATS:
         if args.out_of_core:
-            raise ValueError(f"--out-of-core converts edge lists; {args.input} is {fmt}, read in memory")
+            raise ValueError(
+                f"--out-of-core converts edge lists and OGB folders; {args.input} is {fmt}, read in memory"
+            )
         return False
     if not args.out_of_core:
-        from dsgraph.graph.partition_choice import EDGE_BYTES, default_budget
-        from dsgraph.graph.readers import count_lines
+        from dsgraph.graph.partition_choice import default_budget
 
         budget = int(args.memory_gb * 2**30) if args.memory_gb else default_budget()
-        if not args.input.endswith(".gz") and os.path.getsize(args.input) // MIN_LINE_BYTES * EDGE_BYTES <= budget:
-            return False  # fits even if every line were as short as can be: no counting pass over the file
-        lines = count_lines(args.input)
-        if lines * EDGE_BYTES <= budget:
+        needed = _in_memory_bytes(args.input, fmt, args.split, budget)
+        if needed is None:
             return False
         print(
-            f"dsgraph convert: {lines:,} lines need about {lines * EDGE_BYTES / 2**30:.1f} GB in memory, over the "
-            f"budget of {budget / 2**30:.1f} GB (--memory-gb): converting out of core",
+            f"dsgraph convert: {args.input} needs about {needed / 2**30:.1f} GB in memory, over the budget of "
+            f"{budget / 2**30:.1f} GB (--memory-gb): converting out of core",
             flush=True,
         )
+    _check_out_of_core_options(args, fmt)
+    return True
+
+
+def _in_memory_bytes(path: str, fmt: str, split: str | None, budget: int) -> int | None:
+    """The in-memory conversion's estimated peak (``partition_choice``: ``EDGE_BYTES`` per edge line,
+    plus the node arrays and three copies of the features for an OGB folder), or None when it fits
+    ``budget`` (decided from the file's size, without counting its lines, where that suffices)."""
+    from dsgraph.graph.partition_choice import EDGE_BYTES, GraphSize, in_memory_bytes
+    from dsgraph.graph.readers import count_lines
+
+    nodes = None
+    if fmt == "ogb":
+        from dsgraph.graph.ogb import feature_width, ogb_files
+
+        files = ogb_files(path, split=split)
+        edges, nodes = files.edges, (files.num_nodes, feature_width(files.node_features))
+    else:
+        edges = path
+    node_bytes = 0 if nodes is None else in_memory_bytes(GraphSize(nodes[0], 0, nodes[1], None))
+    if not edges.endswith(".gz") and os.path.getsize(edges) // MIN_LINE_BYTES * EDGE_BYTES + node_bytes <= budget:
+        return None  # fits even if every line were as short as can be: no counting pass over the file
+    needed = count_lines(edges) * EDGE_BYTES + node_bytes
+    return None if needed <= budget else needed
+
+
+def _check_out_of_core_options(args: argparse.Namespace, fmt: str) -> None:
+    """ValueError naming the options an out-of-core conversion of ``fmt`` cannot take."""
+    if fmt == "ogb":
+        options = ("--relabel", args.relabel), ("--features", args.features), ("--labels", args.labels)
+        given = [flag for flag, value in (*options, ("--edge-features", args.edge_features)) if value]
+        if given:
+            raise ValueError(f"{args.input}: {', '.join(given)} apply to edge lists only (OGB names its arrays)")
+    elif args.split is not None:
+        raise ValueError(f"{args.input}: a split scheme (--split) applies to OGB folders only")
     refused = [f for f, on in (("--relabel", args.relabel), ("--edge-features", args.edge_features)) if on]
     refused += ["--histogram"] * bool(args.histogram)
     if refused:
         raise ValueError(f"out of core, {', '.join(refused)} cannot be done (they need the edge list in memory)")
     if args.method not in (None, "balanced", "contiguous"):
         raise ValueError(f"out of core, a store's parts are balanced or contiguous ranges, not --method {args.method}")
-    return True
 
 
 def _convert_streamed(args: argparse.Namespace, began: float) -> int:
-    """The edge list into a .npz (or through a scratch .npz into a partition store), out of core."""
-    from dsgraph.graph.convert_stream import convert_edge_list_streamed
+    """The edge list or OGB folder into a .npz (or through a scratch .npz into a partition store),
+    out of core."""
+    from dsgraph.graph.convert_stream import convert_edge_list_streamed, convert_ogb_streamed
+    from dsgraph.graph.ingest import detect_format
     from dsgraph.runtime.host_memory import fix_mmap_threshold
 
     fix_mmap_threshold()  # freed chunks go back to the system instead of growing the heap
@@ -206,14 +242,20 @@ def _convert_streamed(args: argparse.Namespace, began: float) -> int:
     parent = os.path.dirname(os.path.abspath(args.output.rstrip("/")))
     npz = os.path.join(parent, f".{os.path.basename(args.output.rstrip('/'))}.converting.npz") if store else args.output
     options = dict(symmetrize=args.symmetrize, drop_self_loops=args.drop_self_loops, dedup=args.dedup)
+    scheme = None
     try:
-        stats = convert_edge_list_streamed(
-            args.input, npz, **options, features=args.features, labels=args.labels, scratch=parent, progress=True
-        )
+        if (detect_format(args.input) if args.format == "auto" else args.format) == "ogb":
+            stats, scheme = convert_ogb_streamed(
+                args.input, npz, split=args.split, **options, scratch=parent, progress=True
+            )
+        else:
+            stats = convert_edge_list_streamed(
+                args.input, npz, **options, features=args.features, labels=args.labels, scratch=parent, progress=True
+            )
         if store:
             from dsgraph.graph.store_stream import write_store_streamed
 
-            name = args.name or os.path.basename(args.input).split(".")[0]
+            name = args.name or os.path.basename(os.path.normpath(args.input)).split(".")[0]
             write_store_streamed(
                 npz,
                 args.parts,
@@ -228,5 +270,7 @@ def _convert_streamed(args: argparse.Namespace, began: float) -> int:
         if store and os.path.exists(npz):
             os.remove(npz)
     print("\n".join(stats.lines_summary(args.input)))
+    if scheme is not None:
+        print(f"  split: {scheme}")
     print(f"total {time.perf_counter() - began:.1f}s; wrote {args.output}")
     return 0

@@ -1,20 +1,25 @@
-"""``dsgraph convert`` of an edge list larger than memory: the edges go through sorted runs on disk
-into a dataset ``.npz`` in CSR order, and from there (``store_stream.py``) into a partition store.
+"""``dsgraph convert`` of an edge list or an OGB folder larger than memory: the edges go through
+sorted runs on disk into a dataset ``.npz`` in CSR order, and from there (``store_stream.py``) into a
+partition store.
 
-One pass over the text parses a block of lines at a time into keys ``dst << 31 | src`` (ids are
+One pass over the edge text parses a block of lines at a time into keys ``dst << 31 | src`` (ids are
 below 2^31, the int32 limit, so the keys sort by destination, then source), drops self loops, adds
 the reverse of every edge (``symmetrize``) and writes each batch as a sorted run
 (``external_sort.py``); the k-way merge removes repeated edges (``dedup``) and its chunks are written
-as the ``src``/``dst`` members, then the node arrays (features ``[N, 1]`` of ones or the given
-``.npy``, memory-mapped; labels -1 or the given ones; empty split masks) one chunk at a time. Memory:
-one block of text and one batch of keys while reading, the merge's window while writing, and N-sized
-node arrays; never E-sized (the memory-mapped runs and outputs are page cache the kernel takes
-back). Relabelling and edge features need the whole edge list: refused here with the reason.
+as the ``src``/``dst`` members, then the node arrays one chunk at a time: for an edge list, features
+``[N, 1]`` of ones or the given ``.npy`` (memory-mapped), labels -1 or the given ones, empty split
+masks; for an OGB folder, ``raw/node-feat`` parsed block by block into a memory map in the scratch
+folder, its labels and its split. Memory: one block of text and one batch of keys while reading, the
+merge's window while writing, and N-sized node arrays; never E-sized, and never the features (the
+memory-mapped runs, features and outputs are page cache the kernel takes back). Relabelling and edge
+features need the whole edge list (edge features follow their edges through the sort): refused here
+with the reason.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +34,7 @@ from dsgraph.graph.readers import detect_delimiter, iter_blocks, parse_block, re
 ID_BITS = 31  # node ids are int32
 BATCH_KEYS = 1 << 23  # keys sorted into one run (64 MB)
 CHUNK = 1 << 22  # values written per piece
+MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 @dataclass
@@ -58,6 +64,30 @@ class StreamedEdges:
         return out
 
 
+@dataclass(kw_only=True)
+class EdgeText:
+    """Where the edges come from: a text file of SOURCE DESTINATION lines, and how to read it."""
+
+    path: str
+    num_nodes: int | None = None  # ids must be below it; None: N is the largest id + 1
+    delimiter: str | None = None  # None: detected from the first block
+    header: bool = True  # a first line that is not two integers is skipped (and reported)
+
+
+NodeArrays = Callable[[int, str], dict[str, np.ndarray]]  # (N, scratch folder) -> x, y and the masks
+
+
+@dataclass(kw_only=True)
+class Bounds:
+    """What bounds the memory: text per block, keys per sorted run, keys read per run per merge step,
+    values written per piece (defaults: the readers' block, ``BATCH_KEYS``, the merge's, ``CHUNK``)."""
+
+    block_bytes: int | None = None
+    batch_keys: int = BATCH_KEYS
+    merge_window: int | None = None
+    chunk: int = CHUNK
+
+
 def convert_edge_list_streamed(
     path: str,
     out_npz: str,
@@ -78,64 +108,146 @@ def convert_edge_list_streamed(
     memory (module docstring); ``scratch``: the folder for the sorted runs (default: beside ``out_npz``).
     ``block_bytes``, ``batch_keys``, ``merge_window`` (keys read per run per merge step) and ``chunk``
     (values written per piece) bound the memory."""
-    path = require_file(path, "edge list")
+    edges = EdgeText(path=require_file(path, "edge list"))
+    return stream_to_npz(
+        edges,
+        out_npz,
+        lambda n, _: _given_node_arrays(n, features, labels),
+        cleanup=dict(symmetrize=symmetrize, drop_self_loops=drop_self_loops, dedup=dedup),
+        scratch=scratch,
+        bounds=Bounds(block_bytes=block_bytes, batch_keys=batch_keys, merge_window=merge_window, chunk=chunk),
+        progress=progress,
+    )
+
+
+def convert_ogb_streamed(
+    folder: str,
+    out_npz: str,
+    *,
+    split: str | None = None,
+    symmetrize: bool = False,
+    drop_self_loops: bool = False,
+    dedup: bool = False,
+    scratch: str | None = None,
+    bounds: Bounds | None = None,
+    progress: bool = False,
+) -> tuple[StreamedEdges, str | None]:
+    """Writes the dataset ``.npz`` ``out_npz`` of the OGB node-property folder ``folder`` without its
+    edges or features in memory; returns what was read and the split scheme used. ValueError for a
+    folder with edge features (raw/edge-feat), which follow their edges through the sort."""
+    from dsgraph.graph.ogb import ogb_files, read_node_arrays
+
+    files = ogb_files(folder, split=split)
+    if files.edge_features:
+        raise ValueError(
+            f"{files.edge_features}: edge features are not carried out of core (each would have to follow its "
+            "edge through the sort); convert this folder in memory (a larger --memory-gb)"
+        )
+
+    bounds = bounds or Bounds()
+
+    def node_arrays(n: int, scratch_dir: str) -> dict[str, np.ndarray]:
+        text = {} if bounds.block_bytes is None else {"block_bytes": bounds.block_bytes}
+        arrays = read_node_arrays(files, out_dir=scratch_dir, **text)
+        for name, mask in arrays["masks"].items():  # as Graph.validate checks a graph read in memory
+            if bool((mask & (arrays["y"] < 0)).any()):
+                raise ValueError(f"{folder}: '{name}' selects a node whose label is -1 (unlabelled)")
+        return {"x": arrays["x"], "y": arrays["y"], **arrays["masks"]}
+
+    edges = EdgeText(path=files.edges, num_nodes=files.num_nodes, delimiter=",", header=False)
+    cleanup = dict(symmetrize=symmetrize, drop_self_loops=drop_self_loops, dedup=dedup)
+    stats = stream_to_npz(
+        edges, out_npz, node_arrays, cleanup=cleanup, scratch=scratch, bounds=bounds, progress=progress
+    )
+    return stats, files.split
+
+
+def stream_to_npz(
+    edges: EdgeText,
+    out_npz: str,
+    node_arrays: NodeArrays,
+    *,
+    cleanup: dict,
+    scratch: str | None = None,
+    bounds: Bounds | None = None,
+    progress: bool = False,
+) -> StreamedEdges:
+    """The conversion both inputs share: ``edges`` through sorted runs into ``out_npz``'s src/dst, then
+    ``node_arrays(N, folder)`` (x, y and the three masks; ``folder`` is scratch space removed at the
+    end) written chunk by chunk. ``cleanup``: symmetrize, drop_self_loops, dedup (booleans)."""
+    bounds = bounds or Bounds()
     scratch = scratch or os.path.dirname(os.path.abspath(out_npz))
+    dedup = cleanup["dedup"]
     with SortedRuns(scratch) as runs:
-        stats = _read_into_runs(path, runs, symmetrize, drop_self_loops, dedup, block_bytes, batch_keys, progress)
-        x, y = _node_arrays(stats.num_nodes, features, labels)
-        edges = _merged_edges(runs, dedup, merge_window, progress)
-        stats.num_edges = int(edges["src"].size)
+        stats = _read_into_runs(edges, runs, cleanup, bounds, progress)
+        nodes = node_arrays(stats.num_nodes, runs.folder)
+        merged = _merged_edges(runs, dedup, bounds.merge_window, progress)
+        stats.num_edges = int(merged["src"].size)
         read = stats.lines - stats.self_loops_dropped + stats.reverse_added
         stats.duplicates_removed = read - stats.num_edges
         with NpzWriter(out_npz) as npz:
             for name in ("src", "dst"):
-                _write_chunked(npz, name, edges[name], np.int32, chunk)
-            _write_chunked(npz, "x", x, np.float32, chunk)
-            npz.array("y", y)
-            for mask in ("train_mask", "val_mask", "test_mask"):
-                npz.array(mask, np.zeros(stats.num_nodes, dtype=bool))
-        del edges
+                _write_chunked(npz, name, merged[name], np.int32, bounds.chunk)
+            _write_chunked(npz, "x", nodes["x"], np.float32, bounds.chunk)
+            npz.array("y", nodes["y"])
+            for mask in MASKS:
+                npz.array(mask, nodes[mask])
+        del merged, nodes
     return stats
 
 
-def _read_into_runs(path, runs, symmetrize, drop_self_loops, dedup, block_bytes, batch_keys, progress) -> StreamedEdges:
+def _read_into_runs(edges: EdgeText, runs: SortedRuns, cleanup: dict, bounds: Bounds, progress) -> StreamedEdges:
     """One pass over the text: keys of every edge into sorted runs; the node count and what was cleaned."""
-    stats = StreamedEdges(num_nodes=0, num_edges=0, lines=0)
-    delimiter, pending, held = None, [], 0
-    blocks = iter_blocks(path) if block_bytes is None else iter_blocks(path, block_bytes)
-    for index, block in enumerate(_bar(blocks, progress, f"{os.path.basename(path)}: reading")):
+    stats = StreamedEdges(num_nodes=edges.num_nodes or 0, num_edges=0, lines=0)
+    delimiter, pending, held = edges.delimiter, [], 0
+    blocks = iter_blocks(edges.path) if bounds.block_bytes is None else iter_blocks(edges.path, bounds.block_bytes)
+    for index, block in enumerate(_bar(blocks, progress, f"{os.path.basename(edges.path)}: reading")):
         if index == 0:
-            delimiter = detect_delimiter(block)
-            block, stats.header = drop_header(block, delimiter)
+            delimiter = delimiter or detect_delimiter(block)
+            if edges.header:
+                block, stats.header = drop_header(block, delimiter)
         rows = parse_block(block, columns=2, dtype=np.int64, delimiter=delimiter)
         if not rows.size:
             continue
-        bad = (rows < 0) | (rows >= MAX_NODES)
-        if bad.any():
-            row, col = (int(i[0]) for i in np.nonzero(bad))
-            raise ValueError(
-                f"{path}, line {block.line_of_row(row)}: node id {int(rows[row, col])} is outside [0, {MAX_NODES}) "
-                "(out of core, ids are used as they are: --relabel needs the edge list in memory)"
-            )
+        _check_ids(edges, block, rows)
         stats.lines += len(rows)
-        stats.num_nodes = max(stats.num_nodes, int(rows.max()) + 1)
+        if edges.num_nodes is None:
+            stats.num_nodes = max(stats.num_nodes, int(rows.max()) + 1)
         src, dst = rows[:, 0], rows[:, 1]
-        if drop_self_loops:
+        if cleanup["drop_self_loops"]:
             keep = src != dst
             stats.self_loops_dropped += int((~keep).sum())
             src, dst = src[keep], dst[keep]
         keys = [(dst << ID_BITS) | src]
-        if symmetrize:
+        if cleanup["symmetrize"]:
             keys.append((src << ID_BITS) | dst)
             stats.reverse_added += int(src.size)
         pending += keys
         held += sum(k.size for k in keys)
-        if held >= batch_keys:
-            runs.add(np.concatenate(pending), dedup=dedup)
+        if held >= bounds.batch_keys:
+            runs.add(np.concatenate(pending), dedup=cleanup["dedup"])
             pending, held = [], 0
     if pending:
-        runs.add(np.concatenate(pending), dedup=dedup)
+        runs.add(np.concatenate(pending), dedup=cleanup["dedup"])
     return stats
+
+
+def _check_ids(edges: EdgeText, block, rows: np.ndarray) -> None:
+    """ValueError naming the line of the first id outside [0, N) (N: the given node count, else the
+    int32 limit)."""
+    limit = MAX_NODES if edges.num_nodes is None else edges.num_nodes
+    bad = (rows < 0) | (rows >= limit)
+    if not bad.any():
+        return
+    row, col = (int(i[0]) for i in np.nonzero(bad))
+    why = (
+        "out of core, ids are used as they are: --relabel needs the edge list in memory"
+        if edges.num_nodes is None
+        else "the node count of the dataset"
+    )
+    raise ValueError(
+        f"{edges.path}, line {block.line_of_row(row)}: node id {int(rows[row, col])} is outside [0, {limit}) ({why})"
+    )
 
 
 def _merged_edges(runs: SortedRuns, dedup: bool, window: int | None, progress: bool) -> dict[str, np.ndarray]:
@@ -153,8 +265,9 @@ def _merged_edges(runs: SortedRuns, dedup: bool, window: int | None, progress: b
     return {name: np.load(f, mmap_mode="r")[:pos] for name, f in files.items()}
 
 
-def _node_arrays(n: int, features: str | None, labels: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """x [N, F] (ones [N, 1] without ``features``; a given .npy is memory-mapped) and y [N] int64."""
+def _given_node_arrays(n: int, features: str | None, labels: str | None) -> dict[str, np.ndarray]:
+    """An edge list's node arrays: x [N, F] (ones [N, 1] without ``features``; a given .npy is
+    memory-mapped), y [N] int64 and empty masks."""
     if features:
         x = np.load(features, mmap_mode="r")
         if x.ndim != 2 or x.shape[0] != n:
@@ -168,7 +281,7 @@ def _node_arrays(n: int, features: str | None, labels: str | None) -> tuple[np.n
         y = y.astype(np.int64)
     else:
         y = np.full(n, -1, dtype=np.int64)
-    return x, y
+    return {"x": x, "y": y, **{mask: np.zeros(n, dtype=bool) for mask in MASKS}}
 
 
 def _write_chunked(npz: NpzWriter, name: str, array: np.ndarray, dtype, chunk: int) -> None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dsgraph.graph.graph import MAX_NODES
-from dsgraph.graph.readers import check_range, count_lines, iter_blocks, parse_block
+from dsgraph.graph.npz_map import release_pages
+from dsgraph.graph.readers import BLOCK_BYTES, check_range, count_lines, iter_blocks, parse_block
 
 SPLIT_FILES = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
 
@@ -40,32 +41,81 @@ class OgbArrays:
     edge_attr: np.ndarray | None = None  # float32 [E, F_e] (raw/edge-feat), row e for edge e
 
 
+@dataclass(kw_only=True, frozen=True)
+class OgbFiles:
+    """Where an OGB folder's arrays are (None: the file is absent) and its node count."""
+
+    num_nodes: int
+    edges: str
+    node_features: str | None
+    labels: str | None
+    edge_features: str | None
+    split: str | None  # the split scheme used
+    split_files: dict[str, str]  # mask name -> its file under split/<scheme>/
+
+
 def is_ogb_folder(path: str | os.PathLike) -> bool:
     return os.path.isdir(path) and _find(os.fspath(path), "raw/edge.csv") is not None
 
 
-def read_ogb(folder: str | os.PathLike, *, split: str | None = None) -> OgbArrays:
-    """Reads an OGB node-property folder; ``split`` names the scheme under split/ (needed only when
-    there are several)."""
+def ogb_files(folder: str | os.PathLike, *, split: str | None = None) -> OgbFiles:
+    """Finds an OGB node-property folder's files and reads its node count; ``split`` names the scheme
+    under split/ (needed only when there are several)."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder}: no such OGB dataset folder")
-    num_nodes = _read_num_nodes(_require(folder, "raw/num-node-list.csv"))
-    src, dst = _read_edges(_require(folder, "raw/edge.csv"), num_nodes)
-    feat = _find(folder, "raw/node-feat.csv")
-    x = _read_features(feat, num_nodes) if feat else np.ones((num_nodes, 1), dtype=np.float32)
-    edge_feat = _find(folder, "raw/edge-feat.csv")
-    edge_attr = _read_features(edge_feat, src.size, "edge feature", "edges of edge.csv") if edge_feat else None
-    label = _find(folder, "raw/node-label.csv")
-    y = _read_labels(label, num_nodes) if label else np.full(num_nodes, -1, dtype=np.int64)
     scheme = _split_scheme(folder, split)
-    masks = {name: np.zeros(num_nodes, dtype=bool) for name in SPLIT_FILES}
+    split_files = {}
     if scheme is not None:
         for name, stem in SPLIT_FILES.items():
             path = _find(folder, f"split/{scheme}/{stem}.csv")
             if path is not None:
-                masks[name] = _read_split(path, num_nodes)
-    return OgbArrays(src=src, dst=dst, num_nodes=num_nodes, x=x, y=y, masks=masks, split=scheme, edge_attr=edge_attr)
+                split_files[name] = path
+    return OgbFiles(
+        num_nodes=_read_num_nodes(_require(folder, "raw/num-node-list.csv")),
+        edges=_require(folder, "raw/edge.csv"),
+        node_features=_find(folder, "raw/node-feat.csv"),
+        labels=_find(folder, "raw/node-label.csv"),
+        edge_features=_find(folder, "raw/edge-feat.csv"),
+        split=scheme,
+        split_files=split_files,
+    )
+
+
+def read_ogb(folder: str | os.PathLike, *, split: str | None = None) -> OgbArrays:
+    """Reads an OGB node-property folder into memory (``ogb_files`` finds its files)."""
+    files = ogb_files(folder, split=split)
+    n = files.num_nodes
+    src, dst = _read_edges(files.edges, n)
+    edge_attr = None
+    if files.edge_features:
+        edge_attr = _read_features(files.edge_features, src.size, "edge feature", "edges of edge.csv")
+    return OgbArrays(src=src, dst=dst, num_nodes=n, **read_node_arrays(files), split=files.split, edge_attr=edge_attr)
+
+
+def read_node_arrays(files: OgbFiles, out_dir: str | None = None, block_bytes: int = BLOCK_BYTES) -> dict:
+    """x (float32 [N, F]; ones [N, 1] without raw/node-feat), y (int64 [N], -1 = unlabelled) and the
+    split masks (``masks``: bool [N] each). With ``out_dir`` the features are parsed into a memory map
+    there (``x.npy``) whose pages go back to the kernel block by block, so they never sit in memory.
+    ``block_bytes``: the text parsed at a time."""
+    n = files.num_nodes
+    x = np.ones((n, 1), dtype=np.float32)
+    if files.node_features:
+        out = None if out_dir is None else os.path.join(out_dir, "x.npy")
+        x = _read_features(files.node_features, n, out=out, block_bytes=block_bytes)
+    y = _read_labels(files.labels, n, block_bytes) if files.labels else np.full(n, -1, dtype=np.int64)
+    masks = {name: np.zeros(n, dtype=bool) for name in SPLIT_FILES}
+    for name, path in files.split_files.items():
+        masks[name] = _read_split(path, n, block_bytes)
+    return {"x": x, "y": y, "masks": masks}
+
+
+def feature_width(path: str | None) -> int:
+    """F of a feature table (the numbers on its first data line; 1 without one: features of ones)."""
+    for block in iter_blocks(path) if path else ():
+        for _, line in block.data_lines():
+            return len(line.split(","))
+    return 1
 
 
 def _find(folder: str, relative: str) -> str | None:
@@ -109,33 +159,41 @@ def _read_edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_features(
-    path: str, num_rows: int, what: str = "feature", counted: str = "nodes of num-node-list"
+    path: str,
+    num_rows: int,
+    what: str = "feature",
+    counted: str = "nodes of num-node-list",
+    out: str | None = None,
+    block_bytes: int = BLOCK_BYTES,
 ) -> np.ndarray:
-    """float32 [num_rows, F] from a table of F comma-separated numbers per line (node or edge features)."""
+    """float32 [num_rows, F] from a table of F comma-separated numbers per line (node or edge features);
+    with ``out`` (an .npy path) a memory map there, its pages released after every block."""
     x = None
     filled = 0
-    for block in iter_blocks(path):
+    for block in iter_blocks(path, block_bytes):
         if x is None:
             first = next(block.data_lines(), None)
             if first is None:
                 continue
-            x = np.empty((num_rows, len(first[1].split(","))), dtype=np.float32)
+            shape = (num_rows, len(first[1].split(",")))
+            x = np.empty(shape, np.float32) if out is None else np.lib.format.open_memmap(out, "w+", np.float32, shape)
         rows = parse_block(block, columns=x.shape[1], dtype=np.float64, delimiter=",", exact=True)
         if filled + len(rows) > num_rows:
             line = block.line_of_row(num_rows - filled)
             raise ValueError(f"{path}, line {line}: more {what} rows than the {num_rows} {counted}")
         x[filled : filled + len(rows)] = rows
         filled += len(rows)
+        release_pages(x)
     if filled != num_rows:
         says = f"num-node-list says {num_rows} nodes" if what == "feature" else f"there are {num_rows} {counted}"
         raise ValueError(f"{path}: {filled} {what} rows but {says}")
     return x if x is not None else np.zeros((0, 1), dtype=np.float32)
 
 
-def _read_labels(path: str, num_nodes: int) -> np.ndarray:
+def _read_labels(path: str, num_nodes: int, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
     y = np.empty(num_nodes, dtype=np.int64)
     filled = 0
-    for block in iter_blocks(path):
+    for block in iter_blocks(path, block_bytes):
         rows = parse_block(block, columns=1, dtype=np.float64, delimiter=",", exact=True)
         if filled + len(rows) > num_nodes:
             line = block.line_of_row(num_nodes - filled)
@@ -168,9 +226,9 @@ def _split_scheme(folder: str, split: str | None) -> str | None:
     return schemes[0] if schemes else None
 
 
-def _read_split(path: str, num_nodes: int) -> np.ndarray:
+def _read_split(path: str, num_nodes: int, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
     mask = np.zeros(num_nodes, dtype=bool)
-    for block in iter_blocks(path):
+    for block in iter_blocks(path, block_bytes):
         rows = parse_block(block, columns=1, dtype=np.int64, delimiter=",")
         check_range(block, rows, 0, num_nodes, "node index")
         mask[rows[:, 0]] = True

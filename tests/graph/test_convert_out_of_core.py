@@ -1,6 +1,7 @@
-"""``dsgraph convert`` of an edge list out of core (``dsgraph/graph/convert_stream.py``): the same
-graph as the in-memory conversion, the store built from it, the automatic choice, the refusals,
-and a conversion whose memory does not grow with the edges (peak RSS of a child process)."""
+"""``dsgraph convert`` of an edge list or an OGB folder out of core (``dsgraph/graph/convert_stream.py``):
+the same graph as the in-memory conversion, the store built from it, the automatic choice, the
+refusals, and a conversion whose memory does not grow with the edges or the features (the anonymous
+memory of a child process)."""
 
 import json
 import os
