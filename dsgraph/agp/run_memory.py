@@ -15,6 +15,12 @@ holds besides them:
   ``ops.cpu.KEEP_PROBABILITIES`` says so), ds [e, H] during a layer's backward (bfloat16 in a bf16
   run, ``ops.cpu.DS_IN_BF16``, else fp32), and the cached transpose of every attention subgraph
   (``ops/csc.py``: row, perm and slot indices, 12 bytes per edge in int32);
+- before training, where the rows are split by METIS (the default of GP-Halo; not from a store),
+  rank 0 reads the whole graph's structure and partitions it (``file_loading._partition``): that
+  phase peaks at the process floor plus ``METIS_BYTES_PER_EDGE`` per edge on rank 0, and the
+  prediction is the larger of it and the training step (``RunMemory.loading``). A run whose METIS
+  phase would not fit the limit, with no ``partition_method`` set, has its rows split into
+  ``balanced`` ranges instead (``fit_run`` says so);
 - what glibc's heap keeps (``allocator_heap``): while a rank's row tensors are smaller than
   ``HEAP_CEILING``, malloc serves them from its heap, and what a step frees there stays resident
   (fragmented, so not trimmed), so the peak is above the live bytes by ``HEAP_RETAINED`` times the
@@ -58,6 +64,11 @@ RMAT_KEPT = 0.94
 RMAT_HALO = 0.46
 """Halo of a part of a balanced 2-way split of an R-MAT graph, as a share of its rows (0.44-0.52
 measured at rmat:17-19): the hubs every part reads."""
+METIS_BYTES_PER_EDGE = 255
+"""Rank 0's growth while it reads the structure and partitions it with METIS, per edge (self loops
+included): 216, 226, 241 and 253 bytes at rmat:17, 18, 19 and 20 (the symmetric adjacency's int64
+keys, their quotient and remainder, and METIS' coarsened graphs); the largest, rounded up, so that
+the graphs it matters for are predicted best."""
 LIMIT_ENV = "DSGRAPH_MEMORY_LIMIT_MB"
 """A per-rank memory limit in MB that overrides the config's and the machine's (tests, schedulers)."""
 
@@ -71,10 +82,17 @@ class RunMemory:
     strategy: str
     source: str
     """Where the graph's sizes came from (the store, or the R-MAT estimate)."""
+    loading: float = 0.0
+    """Peak bytes of rank 0 while it partitions the graph before training (0: no such phase)."""
+
+    @property
+    def step_bytes(self) -> float:
+        """The training phase's peak: the sum of the terms."""
+        return float(sum(self.terms.values()))
 
     @property
     def total_bytes(self) -> float:
-        return float(sum(self.terms.values()))
+        return max(self.step_bytes, self.loading)
 
     @property
     def total_mb(self) -> float:
@@ -83,6 +101,11 @@ class RunMemory:
     def lines(self) -> list[str]:
         """One line per term, in MB, then the total."""
         out = [f"{name:<22} {value / MB:10,.0f} MB" for name, value in self.terms.items()]
+        if self.loading:
+            out += [
+                f"{'training step':<22} {self.step_bytes / MB:10,.0f} MB",
+                f"{'METIS on rank 0':<22} {self.loading / MB:10,.0f} MB (before training: floor + whole structure)",
+            ]
         return out + [f"{'predicted peak':<22} {self.total_mb:10,.0f} MB per rank ({self.source})"]
 
 
@@ -144,7 +167,16 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
         terms = {"process floor": PROCESS_FLOOR_MB * MB, **terms, **cpu_terms(kinds, all_terms, model, dtype_bytes)}
         row_bytes = max(t.rows for t in all_terms) * model.hidden * dtype_bytes
         terms["allocator heap"] = allocator_heap(terms, row_bytes)
-    return RunMemory(terms, world_size, cfg.strategy, source)
+    loading = metis_loading(cfg, spec, world_size, shape.num_edges) if device == "cpu" else 0.0
+    return RunMemory(terms, world_size, cfg.strategy, source, loading)
+
+
+def metis_loading(cfg, spec, world_size: int, num_edges: int) -> float:
+    """Rank 0's peak bytes while it partitions the whole graph with METIS before training, or 0 when
+    the run's rows are not split by METIS there (one rank, a partition store, another split)."""
+    if world_size == 1 or cfg.partitions or cfg.parallel.split_method(spec) != "metis":
+        return 0.0
+    return PROCESS_FLOOR_MB * MB + METIS_BYTES_PER_EDGE * num_edges
 
 
 def predict_subgraph(
@@ -214,13 +246,19 @@ def memory_limit_mb(cfg, local_ranks: int) -> tuple[float, str]:
 
 
 def alternatives(cfg, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
-    """Settings predicted to fit under ``limit_mb`` per rank: more ranks (the graph's share divides, the
-    floor and the optimizer states stay), activation checkpointing (nested), bf16, and isolated mode."""
+    """Settings predicted to fit under ``limit_mb`` per rank: a balanced row split (when METIS' phase on
+    rank 0 is what does not fit), more ranks (the graph's share divides, the floor and the optimizer
+    states stay), activation checkpointing (nested), bf16, and isolated mode."""
     here = predict_run(cfg, dtype_bytes, world_size)
     fixed = here.terms["process floor"] + here.terms["optimizer states"]
     out = []
+    if here.loading > limit_mb * MB:
+        balanced = predict_run(balanced_split(cfg), dtype_bytes, world_size)
+        if balanced.total_mb <= limit_mb:
+            chosen = ", which training chooses by itself" if cfg.parallel.partition_method is None else ""
+            out.append(f"a balanced row split ({BALANCED_SETTING}{chosen}): about {balanced.total_mb:,.0f} MB per rank")
     for ranks in (2 * world_size, 4 * world_size, 8 * world_size):
-        scaled = (fixed + (here.total_bytes - fixed) * world_size / ranks) / MB
+        scaled = max(fixed + (here.step_bytes - fixed) * world_size / ranks, here.loading) / MB
         if scaled <= limit_mb:
             store = f" (a store of {ranks} parts: dsgraph partition --parts {ranks})" if cfg.partitions else ""
             out.append(f"{ranks} ranks: about {scaled:,.0f} MB per rank{store}")
@@ -236,6 +274,14 @@ def alternatives(cfg, dtype_bytes: int, world_size: int, limit_mb: float) -> lis
             out.append(f"{label}: about {other.total_mb:,.0f} MB per rank")
     out.append('isolated training ("mode": "isolated"): one chunk of the graph at a time')
     return out
+
+
+BALANCED_SETTING = '"parallel": {"partition_method": "balanced"}'
+
+
+def balanced_split(cfg):
+    """``cfg`` with its rows split into balanced ranges (no partitioning before training)."""
+    return dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, partition_method="balanced"))
 
 
 def _with(cfg, overrides: dict):
@@ -287,24 +333,35 @@ def local_ranks(world_size: int) -> int:
 
 def fit_run(cfg, ds_config: dict, world_size: int):
     """(the config to run, a note for the log or ""): ``cfg`` itself when it is predicted to fit (or is
-    not predicted); with activation checkpointing turned on (nested) when only that makes it fit and
-    ``auto_checkpoint`` allows it. Raises ValueError (``refusal``'s message) when nothing does; called
-    on every rank of a CPU run before its graph is loaded."""
+    not predicted); with its rows split into balanced ranges when METIS' phase on rank 0 is predicted
+    over the limit and no ``partition_method`` was chosen; with activation checkpointing turned on
+    (nested) when only that makes it fit and ``auto_checkpoint`` allows it. Raises ValueError
+    (``refusal``'s message) when nothing does; called on every rank of a CPU run before its graph is
+    loaded."""
     b = dtype_bytes_of(ds_config)
+    limit, source = memory_limit_mb(cfg, local_ranks(world_size))
+    notes = []
+    predicted = predict_run(cfg, b, world_size)
+    if predicted is not None and predicted.loading > limit * MB and cfg.parallel.partition_method is None:
+        cfg = balanced_split(cfg)
+        notes.append(
+            f"METIS on rank 0 is predicted to peak at {predicted.loading / MB:,.0f} MB, over the limit of "
+            f"{limit:,.0f} MB ({source}): the rows are split into balanced ranges instead (as {BALANCED_SETTING} "
+            "would)"
+        )
     message = refusal(cfg, b, world_size, local_ranks(world_size))
     if not message:
-        return cfg, ""
+        return cfg, "; ".join(notes)
     if cfg.auto_checkpoint and _nested(cfg):
         checkpointed = _with(cfg, _nested(cfg))
         if refusal(checkpointed, b, world_size, local_ranks(world_size)) is None:
             before, after = predict_run(cfg, b, world_size), predict_run(checkpointed, b, world_size)
-            limit, source = memory_limit_mb(cfg, local_ranks(world_size))
-            note = (
+            notes.append(
                 f"predicted peak {before.total_mb:,.0f} MB per rank is over the limit of {limit:,.0f} MB ({source}): "
                 f"activation checkpointing turned on (nested), predicted {after.total_mb:,.0f} MB "
                 '("auto_checkpoint": false keeps it off)'
             )
-            return checkpointed, note
+            return checkpointed, "; ".join(notes)
     raise ValueError(message)
 
 

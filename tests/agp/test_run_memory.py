@@ -12,7 +12,17 @@ import time
 
 import pytest
 
-from dsgraph.agp.run_memory import HEAP_RETAINED, LIMIT_ENV, LOADED_TERMS, MB, fit_run, predict_run
+from dsgraph.agp.run_memory import (
+    HEAP_RETAINED,
+    LIMIT_ENV,
+    LOADED_TERMS,
+    MB,
+    METIS_BYTES_PER_EDGE,
+    PROCESS_FLOOR_MB,
+    alternatives,
+    fit_run,
+    predict_run,
+)
 from dsgraph.train.config import DsgraphConfig
 
 BF16 = {"bf16": {"enabled": True}}
@@ -29,7 +39,7 @@ def _cfg(**changes) -> DsgraphConfig:
 
 def test_terms_sum_to_the_total_and_grow_with_the_graph():
     small, large = predict_run(_cfg(dataset="rmat:16"), 2, 2), predict_run(_cfg(dataset="rmat:18"), 2, 2)
-    assert small.total_bytes == pytest.approx(sum(small.terms.values()))
+    assert small.total_bytes == pytest.approx(sum(small.terms.values())) and small.step_bytes > small.loading
     assert small.terms["process floor"] == large.terms["process floor"]
     graph_share = [r.total_bytes - r.terms["process floor"] - r.terms["optimizer states"] for r in (small, large)]
     assert graph_share[1] == pytest.approx(4 * graph_share[0], rel=0.05)  # 4x the nodes and edges
@@ -83,6 +93,35 @@ def test_checkpointing_is_turned_on_when_only_it_fits(monkeypatch):
     monkeypatch.setenv(LIMIT_ENV, str((plain + nested) / 2))
     with pytest.raises(ValueError, match="over the limit"):
         fit_run(_cfg(auto_checkpoint=False), BF16, 2)
+
+
+def test_metis_on_rank_0_before_training_is_predicted_where_the_rows_are_split_by_metis():
+    halo = predict_run(_cfg(dataset="rmat:20"), 2, 2)  # GP-Halo's default split: METIS on rank 0
+    edges = int(0.94 * 16 * 2**20) + 2**20  # the R-MAT estimate, self loops included
+    assert halo.loading == pytest.approx(PROCESS_FLOOR_MB * MB + METIS_BYTES_PER_EDGE * edges, rel=1e-3)
+    assert halo.loading > halo.step_bytes and halo.total_bytes == halo.loading
+    assert any(line.startswith("METIS on rank 0") for line in halo.lines())
+    for cfg, ranks in (
+        (_cfg(dataset="rmat:20", strategy="ag"), 2),  # a balanced split
+        (_cfg(dataset="rmat:20", parallel={"partition_method": "balanced"}), 2),
+        (_cfg(dataset="rmat:20"), 1),
+    ):
+        other = predict_run(cfg, 2, ranks)
+        assert other.loading == 0 and other.total_bytes == other.step_bytes
+
+
+def test_a_split_whose_metis_phase_does_not_fit_becomes_balanced_unless_metis_was_chosen(monkeypatch):
+    halo = predict_run(_cfg(dataset="rmat:20"), 2, 2)
+    monkeypatch.setenv(LIMIT_ENV, str((halo.loading / MB + halo.step_bytes / MB) / 2))
+    fitted, note = fit_run(_cfg(dataset="rmat:20"), BF16, 2)
+    assert fitted.parallel.partition_method == "balanced"
+    assert f"METIS on rank 0 is predicted to peak at {halo.loading / MB:,.0f} MB, over the limit" in note
+    assert "balanced ranges instead" in note
+    with pytest.raises(ValueError) as err:  # chosen by the user: refused, the balanced split named
+        fit_run(_cfg(dataset="rmat:20", parallel={"partition_method": "metis"}), BF16, 2)
+    assert 'a balanced row split ("parallel": {"partition_method": "balanced"}): about' in str(err.value)
+    fits = alternatives(_cfg(dataset="rmat:20"), 2, 2, halo.step_bytes / MB + 1)
+    assert fits[0].startswith('a balanced row split ("parallel": {"partition_method": "balanced"}, which training')
 
 
 def test_the_limit_comes_from_the_environment_the_config_or_the_machine(monkeypatch):
