@@ -17,7 +17,7 @@ holds besides them:
   (``ops/csc.py``: row, perm and slot indices, 12 bytes per edge in int32);
 - before training, where the rows are split by METIS (the default of GP-Halo; not from a store),
   rank 0 reads the whole graph's structure and partitions it (``file_loading._partition``): that
-  phase peaks at the process floor plus ``METIS_BYTES_PER_EDGE`` per edge on rank 0, and the
+  phase peaks at the process floor plus ``partition_choice.EDGE_BYTES`` per edge on rank 0, and the
   prediction is the larger of it and the training step (``RunMemory.loading``). A run whose METIS
   phase would not fit the limit, with no ``partition_method`` set, has its rows split into
   ``balanced`` ranges instead (``fit_run`` says so);
@@ -64,11 +64,6 @@ RMAT_KEPT = 0.94
 RMAT_HALO = 0.46
 """Halo of a part of a balanced 2-way split of an R-MAT graph, as a share of its rows (0.44-0.52
 measured at rmat:17-19): the hubs every part reads."""
-METIS_BYTES_PER_EDGE = 255
-"""Rank 0's growth while it reads the structure and partitions it with METIS, per edge (self loops
-included): 216, 226, 241 and 253 bytes at rmat:17, 18, 19 and 20 (the symmetric adjacency's int64
-keys, their quotient and remainder, and METIS' coarsened graphs); the largest, rounded up, so that
-the graphs it matters for are predicted best."""
 LIMIT_ENV = "DSGRAPH_MEMORY_LIMIT_MB"
 """A per-rank memory limit in MB that overrides the config's and the machine's (tests, schedulers)."""
 
@@ -174,9 +169,11 @@ def predict_run(cfg, dtype_bytes: int, world_size: int, sizes=None, device: str 
 def metis_loading(cfg, spec, world_size: int, num_edges: int) -> float:
     """Rank 0's peak bytes while it partitions the whole graph with METIS before training, or 0 when
     the run's rows are not split by METIS there (one rank, a partition store, another split)."""
+    from dsgraph.graph.partition_choice import EDGE_BYTES
+
     if world_size == 1 or cfg.partitions or cfg.parallel.split_method(spec) != "metis":
         return 0.0
-    return PROCESS_FLOOR_MB * MB + METIS_BYTES_PER_EDGE * num_edges
+    return PROCESS_FLOOR_MB * MB + EDGE_BYTES * num_edges
 
 
 def predict_subgraph(

@@ -158,6 +158,10 @@ def _write(result: Ingested, args: argparse.Namespace) -> list[str]:
 
 
 MIN_LINE_BYTES = 4  # the shortest edge line: "0 1\n"
+LINE_BYTES = 100
+"""The in-memory conversion into a .npz per edge line: the parsed pairs, their keys and the CSR
+(an OGB folder of 67M lines, symmetrized to 134M edges, peaked at 3,573 MB: 53 bytes a line). A
+store partitioned in memory needs ``partition_choice.EDGE_BYTES`` per edge instead."""
 OUT_OF_CORE_FORMATS = ("edgelist", "ogb")
 
 
@@ -178,7 +182,8 @@ def _out_of_core(args: argparse.Namespace) -> bool:
         from dsgraph.graph.partition_choice import default_budget
 
         budget = int(args.memory_gb * 2**30) if args.memory_gb else default_budget()
-        needed = _in_memory_bytes(args.input, fmt, args.split, budget)
+        metis = not args.output.endswith(".npz") and args.method in (None, "metis")  # a store by METIS
+        needed = _in_memory_bytes(args.input, fmt, args.split, budget, metis)
         if needed is None:
             return False
         print(
@@ -190,11 +195,14 @@ def _out_of_core(args: argparse.Namespace) -> bool:
     return True
 
 
-def _in_memory_bytes(path: str, fmt: str, split: str | None, budget: int) -> int | None:
-    """The in-memory conversion's estimated peak (``partition_choice``: ``EDGE_BYTES`` per edge line,
-    plus the node arrays and three copies of the features for an OGB folder), or None when it fits
-    ``budget`` (decided from the file's size, without counting its lines, where that suffices)."""
+def _in_memory_bytes(path: str, fmt: str, split: str | None, budget: int, metis: bool) -> int | None:
+    """The in-memory conversion's estimated peak (``LINE_BYTES`` per edge line, or with ``metis``, a
+    store partitioned in memory, ``partition_choice.EDGE_BYTES``; plus the node arrays and three copies
+    of the features for an OGB folder), or None when it fits ``budget`` (decided from the file's size,
+    without counting its lines, where that suffices)."""
     from dsgraph.graph.partition_choice import EDGE_BYTES, GraphSize, in_memory_bytes
+
+    per_line = EDGE_BYTES if metis else LINE_BYTES
     from dsgraph.graph.readers import count_lines
 
     nodes = None
@@ -206,9 +214,9 @@ def _in_memory_bytes(path: str, fmt: str, split: str | None, budget: int) -> int
     else:
         edges = path
     node_bytes = 0 if nodes is None else in_memory_bytes(GraphSize(nodes[0], 0, nodes[1], None))
-    if not edges.endswith(".gz") and os.path.getsize(edges) // MIN_LINE_BYTES * EDGE_BYTES + node_bytes <= budget:
+    if not edges.endswith(".gz") and os.path.getsize(edges) // MIN_LINE_BYTES * per_line + node_bytes <= budget:
         return None  # fits even if every line were as short as can be: no counting pass over the file
-    needed = count_lines(edges) * EDGE_BYTES + node_bytes
+    needed = count_lines(edges) * per_line + node_bytes
     return None if needed <= budget else needed
 
 

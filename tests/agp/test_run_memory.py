@@ -17,12 +17,12 @@ from dsgraph.agp.run_memory import (
     LIMIT_ENV,
     LOADED_TERMS,
     MB,
-    METIS_BYTES_PER_EDGE,
     PROCESS_FLOOR_MB,
     alternatives,
     fit_run,
     predict_run,
 )
+from dsgraph.graph.partition_choice import EDGE_BYTES
 from dsgraph.train.config import DsgraphConfig
 
 BF16 = {"bf16": {"enabled": True}}
@@ -80,9 +80,10 @@ def test_a_run_over_its_limit_is_refused_with_the_prediction_the_limit_and_what_
 
 
 def test_checkpointing_is_turned_on_when_only_it_fits(monkeypatch):
-    cfg = _cfg()
+    ranges = {"partition_method": "balanced"}  # no METIS phase before training: the step sets the peak
+    cfg = _cfg(parallel=ranges)
     plain = predict_run(cfg, 2, 2).total_mb
-    nested = predict_run(_cfg(checkpoint_activations=True, checkpoint_nested=True), 2, 2).total_mb
+    nested = predict_run(_cfg(parallel=ranges, checkpoint_activations=True, checkpoint_nested=True), 2, 2).total_mb
     assert nested < 0.95 * plain
     monkeypatch.setenv(LIMIT_ENV, str((plain + nested) / 2))
     fitted, note = fit_run(cfg, BF16, 2)
@@ -92,13 +93,13 @@ def test_checkpointing_is_turned_on_when_only_it_fits(monkeypatch):
     assert fit_run(cfg, BF16, 2) == (cfg, "")
     monkeypatch.setenv(LIMIT_ENV, str((plain + nested) / 2))
     with pytest.raises(ValueError, match="over the limit"):
-        fit_run(_cfg(auto_checkpoint=False), BF16, 2)
+        fit_run(_cfg(parallel=ranges, auto_checkpoint=False), BF16, 2)
 
 
 def test_metis_on_rank_0_before_training_is_predicted_where_the_rows_are_split_by_metis():
     halo = predict_run(_cfg(dataset="rmat:20"), 2, 2)  # GP-Halo's default split: METIS on rank 0
     edges = int(0.94 * 16 * 2**20) + 2**20  # the R-MAT estimate, self loops included
-    assert halo.loading == pytest.approx(PROCESS_FLOOR_MB * MB + METIS_BYTES_PER_EDGE * edges, rel=1e-3)
+    assert halo.loading == pytest.approx(PROCESS_FLOOR_MB * MB + EDGE_BYTES * edges, rel=1e-3)
     assert halo.loading > halo.step_bytes and halo.total_bytes == halo.loading
     assert any(line.startswith("METIS on rank 0") for line in halo.lines())
     for cfg, ranks in (

@@ -1,7 +1,10 @@
 """Collected the 2026-12-05 runs into one table (a row per mode and rung) and drew the page's figure.
 
 It read each run's metrics file where the runs left them on the development machine (paths below):
-``python plot.py OUT_DIR`` writes OUT_DIR/ladder.json and OUT_DIR/ladder.png.
+``python plot.py OUT_DIR`` writes OUT_DIR/ladder.json and OUT_DIR/ladder.png. The morning's files
+(FULL, ISOLATED, SAMPLED) were deleted after their rows were written; where they are gone, their rows
+are taken from OUT_DIR/ladder.json, and the afternoon's runs (LATER: the halo column, sampled rmat:24)
+are collected from theirs.
 """
 
 import json
@@ -41,6 +44,12 @@ ISOLATED = {
     26: "docs/benchmarks/2026-12-05-isolated-rmat26/rmat26-c128-none.jsonl",
 }
 SAMPLED = {20: f"{SCALE}/samp20.jsonl", 21: f"{SCALE}/samp21.jsonl", 22: f"{SCALE}/samp22b.jsonl"}
+LATER = [  # (mode, scale, metrics file, note)
+    ("full (halo, bf16)", 18, f"{SCALE}/halo18.jsonl", ""),
+    ("full (halo, bf16)", 20, f"{SCALE}/halo20.jsonl", ""),
+    ("full (halo, bf16)", 22, f"{SCALE}/halo22.jsonl", "one epoch: its first step"),
+    ("sampled (2 parts)", 24, f"{SCALE}/samp24.jsonl", "batch 4,096, d = 64"),
+]
 
 
 def summary(path: str, mode: str, scale: int, note: str = "") -> dict:
@@ -68,7 +77,16 @@ def summary(path: str, mode: str, scale: int, note: str = "") -> dict:
     }
 
 
-def table() -> list[dict]:
+def table(out_dir: str) -> list[dict]:
+    if os.path.exists(FULL[16]):
+        out = morning()
+    else:
+        with open(os.path.join(out_dir, "ladder.json")) as f:
+            out = [r for r in json.load(f) if (r["mode"], r["rung"]) not in {(m, f"rmat:{s}") for m, s, _, _ in LATER}]
+    return out + [summary(path, mode, scale, note) for mode, scale, path, note in LATER]
+
+
+def morning() -> list[dict]:
     out = [summary(path, "full (ag, bf16)", s) for s, path in FULL.items()]
     for s, path in ISOLATED.items():
         row = summary(path, f"isolated (C = {128 if s == 26 else 32})", s)
@@ -83,8 +101,10 @@ def table() -> list[dict]:
 
 def draw(rows: list[dict], png: str) -> None:
     fig, (peak, time) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode, marker in (("full (ag, bf16)", "o"), ("isolated", "s"), ("sampled (2 parts)", "^")):
+    modes = ("full (ag, bf16)", "o"), ("full (halo, bf16)", "D"), ("isolated", "s"), ("sampled (2 parts)", "^")
+    for mode, marker in modes:
         same = [r for r in rows if r["mode"].startswith(mode) and not r["note"].startswith("batch 1,024")]
+        same.sort(key=lambda r: r["edges"])
         edges = [r["edges"] for r in same]
         peak.plot(edges, [max(r["peak_mb_per_rank"]) for r in same], marker=marker, label=mode)
         time.plot(edges, [r["epoch_train_s"] for r in same], marker=marker, label=mode)
@@ -103,7 +123,7 @@ def draw(rows: list[dict], png: str) -> None:
 
 
 if __name__ == "__main__":
-    rows = table()
+    rows = table(sys.argv[1])
     with open(os.path.join(sys.argv[1], "ladder.json"), "w") as f:
         json.dump(rows, f, indent=1)
     draw(rows, os.path.join(sys.argv[1], "ladder.png"))
