@@ -359,7 +359,7 @@ def fit_run(cfg, ds_config: dict, world_size: int):
                 '("auto_checkpoint": false keeps it off)'
             )
             return checkpointed, "; ".join(notes)
-    raise ValueError(message)
+    raise ValueError("; ".join([*notes, message]))  # what was already changed, then why it is not enough
 
 
 def dtype_bytes_of(ds_config: dict) -> int:
