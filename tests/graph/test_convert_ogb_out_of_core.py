@@ -3,10 +3,7 @@ same graph, features, labels and split as the in-memory reader, a partition stor
 automatic choice, the refusals, and memory that grows with neither the edges nor the features."""
 
 import gzip
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ import pytest
 from dsgraph.graph.convert import main
 from dsgraph.graph.npz import load_npz
 from dsgraph.graph.store import read_meta
+from tests.graph.anon_memory import grown_kb
 
 
 def _write(path, text: str) -> None:
@@ -95,32 +93,13 @@ def test_ogb_chosen_by_itself_over_the_budget_and_refusals(tmp_path, capsys):
     assert "edge.csv.gz, line 2: node id 100 is outside [0, 100) (the node count of the dataset)" in err
 
 
-CHILD = """
-import json, sys, threading, time
-from dsgraph.runtime.host_memory import fix_mmap_threshold
-fix_mmap_threshold()  # as the command does: freed temporaries go back to the system
+IMPORTS = """
 from dsgraph.graph.convert_stream import Bounds, convert_ogb_streamed
-import dsgraph.graph.ogb  # imported before the measure: its import is no part of the data
-
-def anon_kb():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
-
-peak, done = [anon_kb()], threading.Event()
-before = peak[0]
-
-def sample():  # the kernel keeps no peak of anonymous memory: sample it
-    while not done.is_set():
-        peak.append(anon_kb())
-        time.sleep(0.002)
-
-thread = threading.Thread(target=sample)
-thread.start()
+import dsgraph.graph.ogb  # imported before the first sample: its import is no part of the data
+"""
+WORK = """
 small = Bounds(block_bytes=1 << 18, batch_keys=1 << 16, merge_window=1 << 10, chunk=1 << 16)
 stats, _ = convert_ogb_streamed(sys.argv[1], sys.argv[2], dedup=True, bounds=small)
-done.set()
-thread.join()
-print(json.dumps({"grew_kb": max(peak) - before, "edges": stats.num_edges}))
 """
 
 
@@ -131,11 +110,7 @@ def test_ogb_memory_grows_with_neither_edges_nor_features(tmp_path):
     features and a quarter of the edges."""
     n, e, width = 1 << 16, 4_000_000, 64
     root = ogb_folder(tmp_path / "ogbn_big", n, e, width=width, seed=2, gz=False)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    args = [sys.executable, "-c", CHILD, root, str(tmp_path / "out.npz")]
-    done = subprocess.run(args, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    grown = json.loads(done.stdout.strip().splitlines()[-1])
+    grown = grown_kb(IMPORTS, WORK, root, str(tmp_path / "out.npz"))
     assert grown["edges"] > 0.9 * e
     assert grown["grew_kb"] * 1024 < min(e * 8 / 4, n * width * 4 / 2), grown
     graph = load_npz(str(tmp_path / "out.npz"))
