@@ -3,7 +3,7 @@
 It read each run's metrics file where the runs left them on the development machine (paths below):
 ``python plot.py OUT_DIR`` writes OUT_DIR/ladder.json and OUT_DIR/ladder.png. The morning's files
 (FULL, ISOLATED, SAMPLED) were deleted after their rows were written; where they are gone, their rows
-are taken from OUT_DIR/ladder.json, and the afternoon's runs (LATER: the halo column, sampled rmat:24)
+are taken from OUT_DIR/ladder.json, and the later runs (LATER: the halo column, sampled rmat:24)
 are collected from theirs.
 """
 
