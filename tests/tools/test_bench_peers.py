@@ -107,6 +107,7 @@ def test_end_to_end_in_process(tmp_path, capsys):
     assert "| pyg |" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # starts the DGL worker process
 @pytest.mark.skipif(not bench.DGL_PYTHON.is_file(), reason="no .venv-dgl (tools/test_dgl_lane.sh builds it)")
 def test_end_to_end_with_the_dgl_worker(tmp_path):
     payload = _end_to_end(tmp_path, "dsgraph,dgl")
