@@ -242,11 +242,11 @@ def memory_limit_mb(cfg, local_ranks: int) -> tuple[float, str]:
     return share, f"available memory / {local_ranks} ranks on this machine"
 
 
-def alternatives(cfg, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
-    """Settings predicted to fit under ``limit_mb`` per rank: a balanced row split (when METIS' phase on
-    rank 0 is what does not fit), more ranks (the graph's share divides, the floor and the optimizer
-    states stay), activation checkpointing (nested), bf16, and isolated mode."""
-    here = predict_run(cfg, dtype_bytes, world_size)
+def alternatives(cfg, here: RunMemory, dtype_bytes: int, world_size: int, limit_mb: float) -> list[str]:
+    """Settings predicted to fit under ``limit_mb`` per rank, for the run ``cfg`` predicted as ``here``:
+    a balanced row split (when METIS' phase on rank 0 is what does not fit), more ranks (the graph's
+    share divides, the floor and the optimizer states stay), activation checkpointing (nested), bf16,
+    and isolated mode."""
     fixed = here.terms["process floor"] + here.terms["optimizer states"]
     out = []
     if here.loading > limit_mb * MB:
@@ -297,19 +297,6 @@ def _nested(cfg) -> dict:
     return {"checkpoint_activations": True, "checkpoint_every_layers": 1, "checkpoint_nested": nested}
 
 
-def refusal(cfg, dtype_bytes: int, world_size: int, local_ranks: int) -> str | None:
-    """The message refusing a run predicted not to fit its per-rank limit, or None (it fits, or is
-    not predicted)."""
-    predicted = predict_run(cfg, dtype_bytes, world_size)
-    if predicted is None:
-        return None
-    limit, source = memory_limit_mb(cfg, local_ranks)
-    if predicted.total_mb <= limit:
-        return None
-    fits = alternatives(cfg, dtype_bytes, world_size, limit)
-    return over_limit_message(predicted, f"{predicted.strategy} on {world_size} ranks", limit, source, fits)
-
-
 def over_limit_message(predicted: RunMemory, run: str, limit: float, source: str, fits: list[str]) -> str:
     """A refusal: the prediction, the limit and where it comes from, and what is predicted to fit."""
     return (
@@ -332,33 +319,37 @@ def fit_run(cfg, ds_config: dict, world_size: int):
     """(the config to run, a note for the log or ""): ``cfg`` itself when it is predicted to fit (or is
     not predicted); with its rows split into balanced ranges when METIS' phase on rank 0 is predicted
     over the limit and no ``partition_method`` was chosen; with activation checkpointing turned on
-    (nested) when only that makes it fit and ``auto_checkpoint`` allows it. Raises ValueError
-    (``refusal``'s message) when nothing does; called on every rank of a CPU run before its graph is
-    loaded."""
+    (nested) when only that makes it fit and ``auto_checkpoint`` allows it. Raises ValueError (the
+    prediction, the limit, what would fit) when nothing does; called on every rank of a CPU run
+    before its graph is loaded."""
     b = dtype_bytes_of(ds_config)
+    predicted = predict_run(cfg, b, world_size)
+    if predicted is None:
+        return cfg, ""
     limit, source = memory_limit_mb(cfg, local_ranks(world_size))
     notes = []
-    predicted = predict_run(cfg, b, world_size)
-    if predicted is not None and predicted.loading > limit * MB and cfg.parallel.partition_method is None:
-        cfg = balanced_split(cfg)
+    if predicted.loading > limit * MB and cfg.parallel.partition_method is None:
         notes.append(
             f"METIS on rank 0 is predicted to peak at {predicted.loading / MB:,.0f} MB, over the limit of "
             f"{limit:,.0f} MB ({source}): the rows are split into balanced ranges instead (as {BALANCED_SETTING} "
             "would)"
         )
-    message = refusal(cfg, b, world_size, local_ranks(world_size))
-    if not message:
+        cfg = balanced_split(cfg)
+        predicted = predict_run(cfg, b, world_size)
+    if predicted.total_mb <= limit:
         return cfg, "; ".join(notes)
     if cfg.auto_checkpoint and _nested(cfg):
         checkpointed = _with(cfg, _nested(cfg))
-        if refusal(checkpointed, b, world_size, local_ranks(world_size)) is None:
-            before, after = predict_run(cfg, b, world_size), predict_run(checkpointed, b, world_size)
+        after = predict_run(checkpointed, b, world_size)
+        if after.total_mb <= limit:
             notes.append(
-                f"predicted peak {before.total_mb:,.0f} MB per rank is over the limit of {limit:,.0f} MB ({source}): "
-                f"activation checkpointing turned on (nested), predicted {after.total_mb:,.0f} MB "
+                f"predicted peak {predicted.total_mb:,.0f} MB per rank is over the limit of {limit:,.0f} MB "
+                f"({source}): activation checkpointing turned on (nested), predicted {after.total_mb:,.0f} MB "
                 '("auto_checkpoint": false keeps it off)'
             )
             return checkpointed, "; ".join(notes)
+    fits = alternatives(cfg, predicted, b, world_size, limit)
+    message = over_limit_message(predicted, f"{predicted.strategy} on {world_size} ranks", limit, source, fits)
     raise ValueError("; ".join([*notes, message]))  # what was already changed, then why it is not enough
 
 

@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         _check_output(args.output, args.force)
-        if _out_of_core(args):
-            return _convert_streamed(args, began)
+        streamed = _out_of_core(args)
+        if streamed:
+            return _convert_streamed(args, streamed, began)
         if args.histogram and importlib.util.find_spec("matplotlib") is None:
             raise ImportError("--histogram needs matplotlib: pip install 'dsgraph[plot]'")
         result = read_graph(
@@ -165,10 +166,10 @@ store partitioned in memory needs ``partition_choice.EDGE_BYTES`` per edge inste
 OUT_OF_CORE_FORMATS = ("edgelist", "ogb")
 
 
-def _out_of_core(args: argparse.Namespace) -> bool:
-    """Whether to convert without the edges in memory: asked for, or an edge list or OGB folder
-    predicted over the budget; says which and why. ValueError for an input or an option out of core
-    cannot take."""
+def _out_of_core(args: argparse.Namespace) -> str | None:
+    """The input's format when it is to be converted without its edges in memory (asked for, or an
+    edge list or OGB folder predicted over the budget; says which and why), else None. ValueError for
+    an input or an option out of core cannot take."""
     from dsgraph.graph.ingest import detect_format
 
     fmt = detect_format(args.input) if args.format == "auto" else args.format
@@ -177,7 +178,7 @@ def _out_of_core(args: argparse.Namespace) -> bool:
             raise ValueError(
                 f"--out-of-core converts edge lists and OGB folders; {args.input} is {fmt}, read in memory"
             )
-        return False
+        return None
     if not args.out_of_core:
         from dsgraph.graph.partition_choice import default_budget
 
@@ -185,14 +186,14 @@ def _out_of_core(args: argparse.Namespace) -> bool:
         metis = not args.output.endswith(".npz") and args.method in (None, "metis")  # a store by METIS
         needed = _in_memory_bytes(args.input, fmt, args.split, budget, metis)
         if needed is None:
-            return False
+            return None
         print(
             f"dsgraph convert: {args.input} needs about {needed / 2**30:.1f} GB in memory, over the budget of "
             f"{budget / 2**30:.1f} GB (--memory-gb): converting out of core",
             flush=True,
         )
     _check_out_of_core_options(args, fmt)
-    return True
+    return fmt
 
 
 def _in_memory_bytes(path: str, fmt: str, split: str | None, budget: int, metis: bool) -> int | None:
@@ -237,11 +238,10 @@ def _check_out_of_core_options(args: argparse.Namespace, fmt: str) -> None:
         raise ValueError(f"out of core, a store's parts are balanced or contiguous ranges, not --method {args.method}")
 
 
-def _convert_streamed(args: argparse.Namespace, began: float) -> int:
-    """The edge list or OGB folder into a .npz (or through a scratch .npz into a partition store),
-    out of core."""
+def _convert_streamed(args: argparse.Namespace, fmt: str, began: float) -> int:
+    """The edge list or OGB folder (``fmt``) into a .npz (or through a scratch .npz into a partition
+    store), out of core."""
     from dsgraph.graph.convert_stream import convert_edge_list_streamed, convert_ogb_streamed
-    from dsgraph.graph.ingest import detect_format
     from dsgraph.runtime.host_memory import fix_mmap_threshold
 
     fix_mmap_threshold()  # freed chunks go back to the system instead of growing the heap
@@ -252,7 +252,7 @@ def _convert_streamed(args: argparse.Namespace, began: float) -> int:
     options = dict(symmetrize=args.symmetrize, drop_self_loops=args.drop_self_loops, dedup=args.dedup)
     scheme = None
     try:
-        if (detect_format(args.input) if args.format == "auto" else args.format) == "ogb":
+        if fmt == "ogb":
             stats, scheme = convert_ogb_streamed(
                 args.input, npz, split=args.split, **options, scratch=parent, progress=True
             )

@@ -29,7 +29,7 @@ from dsgraph.graph.external_sort import SortedRuns
 from dsgraph.graph.graph import MAX_NODES
 from dsgraph.graph.npz_map import release_pages
 from dsgraph.graph.npz_stream import NpzWriter
-from dsgraph.graph.readers import detect_delimiter, iter_blocks, parse_block, require_file
+from dsgraph.graph.readers import BLOCK_BYTES, detect_delimiter, iter_blocks, parse_block, require_file
 
 ID_BITS = 31  # node ids are int32
 BATCH_KEYS = 1 << 23  # keys sorted into one run (64 MB)
@@ -82,7 +82,7 @@ class Bounds:
     """What bounds the memory: text per block, keys per sorted run, keys read per run per merge step,
     values written per piece (defaults: the readers' block, ``BATCH_KEYS``, the merge's, ``CHUNK``)."""
 
-    block_bytes: int | None = None
+    block_bytes: int = BLOCK_BYTES
     batch_keys: int = BATCH_KEYS
     merge_window: int | None = None
     chunk: int = CHUNK
@@ -98,16 +98,12 @@ def convert_edge_list_streamed(
     features: str | None = None,
     labels: str | None = None,
     scratch: str | None = None,
-    block_bytes: int | None = None,
-    batch_keys: int = BATCH_KEYS,
-    merge_window: int | None = None,
-    chunk: int = CHUNK,
+    bounds: Bounds | None = None,
     progress: bool = False,
 ) -> StreamedEdges:
     """Writes the dataset ``.npz`` ``out_npz`` of the edge list ``path`` without holding its edges in
     memory (module docstring); ``scratch``: the folder for the sorted runs (default: beside ``out_npz``).
-    ``block_bytes``, ``batch_keys``, ``merge_window`` (keys read per run per merge step) and ``chunk``
-    (values written per piece) bound the memory."""
+    ``bounds`` bound the memory."""
     edges = EdgeText(path=require_file(path, "edge list"))
     return stream_to_npz(
         edges,
@@ -115,7 +111,7 @@ def convert_edge_list_streamed(
         lambda n, _: _given_node_arrays(n, features, labels),
         cleanup=dict(symmetrize=symmetrize, drop_self_loops=drop_self_loops, dedup=dedup),
         scratch=scratch,
-        bounds=Bounds(block_bytes=block_bytes, batch_keys=batch_keys, merge_window=merge_window, chunk=chunk),
+        bounds=bounds,
         progress=progress,
     )
 
@@ -147,8 +143,7 @@ def convert_ogb_streamed(
     bounds = bounds or Bounds()
 
     def node_arrays(n: int, scratch_dir: str) -> dict[str, np.ndarray]:
-        text = {} if bounds.block_bytes is None else {"block_bytes": bounds.block_bytes}
-        arrays = read_node_arrays(files, out_dir=scratch_dir, **text)
+        arrays = read_node_arrays(files, out_dir=scratch_dir, block_bytes=bounds.block_bytes)
         for name, mask in arrays["masks"].items():  # as Graph.validate checks a graph read in memory
             if bool((mask & (arrays["y"] < 0)).any()):
                 raise ValueError(f"{folder}: '{name}' selects a node whose label is -1 (unlabelled)")
@@ -200,7 +195,7 @@ def _read_into_runs(edges: EdgeText, runs: SortedRuns, cleanup: dict, bounds: Bo
     """One pass over the text: keys of every edge into sorted runs; the node count and what was cleaned."""
     stats = StreamedEdges(num_nodes=edges.num_nodes or 0, num_edges=0, lines=0)
     delimiter, pending, held = edges.delimiter, [], 0
-    blocks = iter_blocks(edges.path) if bounds.block_bytes is None else iter_blocks(edges.path, bounds.block_bytes)
+    blocks = iter_blocks(edges.path, bounds.block_bytes)
     for index, block in enumerate(_bar(blocks, progress, f"{os.path.basename(edges.path)}: reading")):
         if index == 0:
             delimiter = delimiter or detect_delimiter(block)

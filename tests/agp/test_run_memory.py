@@ -125,7 +125,7 @@ def test_a_split_whose_metis_phase_does_not_fit_becomes_balanced_unless_metis_wa
     with pytest.raises(ValueError) as err:
         fit_run(_cfg(dataset="rmat:20", auto_checkpoint=False), BF16, 2)
     assert str(err.value).startswith("METIS on rank 0 is predicted") and "; this run is predicted" in str(err.value)
-    fits = alternatives(_cfg(dataset="rmat:20"), 2, 2, halo.step_bytes / MB + 1)
+    fits = alternatives(_cfg(dataset="rmat:20"), halo, 2, 2, halo.step_bytes / MB + 1)
     assert fits[0].startswith('a balanced row split ("parallel": {"partition_method": "balanced"}, which training')
 
 

@@ -88,11 +88,11 @@ def test_chosen_by_itself_over_the_budget_and_refusals(tmp_path, capsys):
     assert "bad.txt, line 2: node id -4 is outside" in capsys.readouterr().err
 
 
-IMPORTS = "from dsgraph.graph.convert_stream import convert_edge_list_streamed"
+IMPORTS = "from dsgraph.graph.convert_stream import Bounds, convert_edge_list_streamed"
 WORK = """
-small = dict(block_bytes=1 << 18, batch_keys=1 << 16, merge_window=1 << 12, chunk=1 << 16)
-bounds = small if sys.argv[3] == "1" else {}
-stats = convert_edge_list_streamed(sys.argv[1], sys.argv[2], dedup=True, **bounds)
+small = Bounds(block_bytes=1 << 18, batch_keys=1 << 16, merge_window=1 << 12, chunk=1 << 16)
+bounds = small if sys.argv[3] == "1" else None
+stats = convert_edge_list_streamed(sys.argv[1], sys.argv[2], dedup=True, bounds=bounds)
 """
 
 

@@ -18,7 +18,7 @@ class FullGraph(Mode):
 
     @classmethod
     def memory_alternatives(cls, cfg, predicted, dtype_bytes, world_size, limit_mb):
-        return alternatives(cfg, dtype_bytes, world_size, limit_mb)
+        return alternatives(cfg, predicted, dtype_bytes, world_size, limit_mb)
 
     @classmethod
     def fit_memory(cls, cfg, ds_config, world_size):
