@@ -19,6 +19,19 @@ fault in when first written, and is unmapped when freed. Measured (rmat:18, GP-A
 regather_kv, 8 head groups, 4 CPU ranks on 2 shared cores; peak RSS per rank max, seconds per step):
 glibc's dynamic threshold 1,797 MB, about 6 s; fixed at 8 MiB 1,057 MB, about 8.5 s; at 1 MiB
 987 MB, about 10.7 s. One rank, 1 MiB: 2,482 MB against 2,507 MB, 3.5 s against 2.8 s.
+
+The other way, ``keep_heap`` (``host_mmap_threshold_mb: -1``) serves every tensor from the heap
+(``mallopt(M_MMAP_MAX, 0)``) and keeps freed memory there (``M_TRIM_THRESHOLD`` at its largest,
+2 GiB): glibc's dynamic threshold stops at 32 MiB, so without it every tensor of 32 MiB or more (a
+layer's activations from about 2^17 rows at d = 64 in fp32) is mapped anew in every step and the
+kernel zeroes its pages on first touch. Measured on 2 cores (one GP-AG layer, forward and backward,
+rmat:16, d = 128, one rank): 970 ms a call, 150 ms of it in the kernel, with glibc's rule; 850 ms
+and no page faults once the kept heap has reached its high-water mark, which took 3-4 calls (the
+first ones cost more than glibc's rule: the heap grows through fresh pages). The price: the
+resident set keeps the step's high-water mark of the heap, fragments included. AGP's
+profile and validation ranks run this way (``dsgraph/agp/spawn.py``), so that a measured layer's time
+is its compute and not the kernel's page zeroing; the validation's memory samples switch back to
+glibc's mapping for their call (``map_large``), the rule a run with the default setting follows.
 """
 
 from __future__ import annotations
@@ -30,7 +43,11 @@ import importlib
 import os
 import sys
 
-M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's malloc.h
+TRIM_KEEP_BYTES = 2**31 - 1  # mallopt takes an int
+GLIBC_MMAP_MAX = 65536  # glibc's default count of mapped blocks
+DYNAMIC_CEILING_BYTES = 32 << 20  # the highest threshold glibc's dynamic rule reaches (64-bit)
+USER_TUNABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 THRESHOLD_BYTES = 1 << 20
 MUON_MODULE = "deepspeed.runtime.zero.muon.muon_optimizer"
 
@@ -43,17 +60,60 @@ def _libc():
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
+def _user_set_malloc() -> bool:
+    """Whether the user tuned glibc's malloc through its environment (then it is left as it is)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    return any(k in os.environ for k in USER_TUNABLES) or "malloc.mmap" in tunables or "malloc.trim" in tunables
+
+
+def _glibc():
+    """The C library when it is glibc (musl's mallopt does nothing), else None."""
+    try:
+        libc = _libc()
+        libc.gnu_get_libc_version  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
     """Fixes glibc's mmap threshold at ``nbytes``; True when set, False where the user set one or
     the C library is not glibc (nothing changes there)."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "malloc.mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""):
+    libc = None if _user_set_malloc() else _glibc()
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(nbytes)))
+
+
+def keep_heap() -> bool:
+    """Serves every later allocation from glibc's heap and keeps what is freed there (module
+    docstring); True when set, False where the user tuned malloc or the C library is not glibc."""
+    libc = None if _user_set_malloc() else _glibc()
+    if libc is None:
         return False
-    try:
-        libc = _libc()
-        libc.gnu_get_libc_version  # glibc only (musl's mallopt does nothing)  # noqa: B018
-    except (OSError, AttributeError):
+    return bool(libc.mallopt(M_MMAP_MAX, ctypes.c_int(0))) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(TRIM_KEEP_BYTES))
+    )
+
+
+def map_large(nbytes: int = DYNAMIC_CEILING_BYTES) -> bool:
+    """Undoes ``keep_heap``: glibc maps blocks of ``nbytes`` or more of their own again, and trims
+    the heap's free top above twice that, which is where its dynamic rule settles in a run that freed
+    a large tensor (the default ``nbytes``: the rule's ceiling). True when set, False where the user
+    tuned malloc or the C library is not glibc."""
+    libc = None if _user_set_malloc() else _glibc()
+    if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(nbytes)))
+    return all(
+        libc.mallopt(option, ctypes.c_int(value))
+        for option, value in ((M_MMAP_MAX, GLIBC_MMAP_MAX), (M_MMAP_THRESHOLD, nbytes), (M_TRIM_THRESHOLD, 2 * nbytes))
+    )
+
+
+def apply_threshold_mb(mb: int) -> bool:
+    """The config's ``host_mmap_threshold_mb``: 0 leaves glibc's dynamic threshold, -1 keeps every
+    tensor in the heap (``keep_heap``), N > 0 fixes the threshold at N MiB."""
+    if mb == 0:
+        return False
+    return keep_heap() if mb < 0 else fix_mmap_threshold(mb << 20)
 
 
 def defer_muon_compile() -> bool:

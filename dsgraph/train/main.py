@@ -181,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dsgraph: error: {err}", file=sys.stderr)
         return 2
-    if cfg.host_mmap_threshold_mb:
-        host_memory.fix_mmap_threshold(cfg.host_mmap_threshold_mb << 20)  # before the graph is loaded (host_memory.py)
+    host_memory.apply_threshold_mb(cfg.host_mmap_threshold_mb)  # before the graph is loaded (host_memory.py)
 
     from dsgraph.runtime import extensions
 

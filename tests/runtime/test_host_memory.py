@@ -1,5 +1,6 @@
-"""host_memory: glibc's mmap threshold fixed (unless the user set one), and DeepSpeed's Muon module
-imported without importing TorchInductor (its torch.compile decorations deferred to first use)."""
+"""host_memory: glibc's mmap threshold fixed (unless the user set one), every tensor kept in the
+heap (``keep_heap``, what AGP's measuring ranks do), and DeepSpeed's Muon module imported without
+importing TorchInductor (its torch.compile decorations deferred to first use)."""
 
 import os
 import subprocess
@@ -8,8 +9,10 @@ import sys
 import pytest
 
 
-def _fresh(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+def _fresh(code: str, *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.mark.slow
@@ -23,6 +26,46 @@ def test_mmap_threshold_is_fixed_unless_the_user_set_one():
         text=True,
         check=True,
         env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+    )
+    assert user_set.stdout.strip() == "False"
+
+
+KEPT = """
+import sys, torch
+from dsgraph.runtime import host_memory
+from tools.reports.agp_sweep_ranks import PeakProbe
+kept = host_memory.keep_heap() if sys.argv[1] != "default" else None
+if sys.argv[1] == "map":  # keep_heap undone, as the validation's memory samples do
+    kept = host_memory.map_large()
+rss = lambda: PeakProbe.status_bytes("VmRSS") >> 20
+before = rss()
+x = torch.ones(2**24)  # 64 MiB, above glibc's largest dynamic threshold (32 MiB)
+del x
+after_free = rss()
+probe = PeakProbe()
+base = probe.start()  # hands the freed heap back
+x = torch.ones(2**24)
+print(kept, after_free - before, (probe.peak() - base) >> 20)
+"""
+
+
+@pytest.mark.slow
+def test_keep_heap_keeps_a_freed_large_tensor_resident_and_the_probe_still_sees_it():
+    """glibc maps a 64 MiB tensor of its own and unmaps it on free; with ``keep_heap`` it comes from
+    the heap and stays there for the next one, ``map_large`` undoes that, and ``PeakProbe`` (which
+    trims first) measures the rise of a call either way."""
+    kept, held_mb, rise_mb = _fresh(KEPT, "keep").split()
+    assert kept == "True" and int(held_mb) >= 60 and int(rise_mb) >= 60
+    kept, held_mb, rise_mb = _fresh(KEPT, "default").split()
+    assert kept == "None" and int(held_mb) < 8 and int(rise_mb) >= 60
+    mapped, held_mb, rise_mb = _fresh(KEPT, "map").split()
+    assert mapped == "True" and int(held_mb) < 8 and int(rise_mb) >= 60
+    user_set = subprocess.run(
+        [sys.executable, "-c", "from dsgraph.runtime import host_memory; print(host_memory.keep_heap())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MALLOC_MMAP_MAX_": "65536"},
     )
     assert user_set.stdout.strip() == "False"
 
@@ -45,5 +88,6 @@ def test_config_takes_a_threshold_in_mib():
 
     assert DsgraphConfig().host_mmap_threshold_mb == 0  # glibc's own threshold unless asked
     assert DsgraphConfig.from_dict({"host_mmap_threshold_mb": 1}).host_mmap_threshold_mb == 1
-    with pytest.raises(ValueError, match="host_mmap_threshold_mb"):
-        DsgraphConfig.from_dict({"host_mmap_threshold_mb": -1})
+    assert DsgraphConfig.from_dict({"host_mmap_threshold_mb": -1}).host_mmap_threshold_mb == -1  # heap only
+    with pytest.raises(ValueError, match="'host_mmap_threshold_mb' must be a size in MiB, 0 .* or -1 .* got -2"):
+        DsgraphConfig.from_dict({"host_mmap_threshold_mb": -2})

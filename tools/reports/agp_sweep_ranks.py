@@ -2,8 +2,12 @@
 per (configuration, strategy), timed and its peak memory measured.
 
 Per configuration the strategies' layers are built once, run once to warm up (JIT, cached
-transposes, the gradients' buffers), then timed ``reps`` times in round-robin order. Each sample is
-the slowest rank's time; its memory is the largest rise of any rank's resident set during the call
+transposes, the gradients' buffers), then timed ``reps`` times in round-robin order, and then run
+once more each for memory. A time sample is the slowest rank's time of a call that finds the heap
+as the previous call left it (the ranks keep freed memory in the heap, ``dsgraph/agp/spawn.py``), as
+a training step finds it. The memory sample hands the freed heap back first and allocates as glibc
+does by default (tensors of 32 MiB and more mapped of their own), so it pays the page faults and is
+not timed: its value is the largest rise of any rank's resident set during the call
 above the resident set just before it (``PeakProbe``): the activations, gathered or received rows
 and backward buffers of that layer, against a baseline that already holds the graph, the features,
 the parameters and their gradients, which is how ``evaluate`` reads the model's prediction.
@@ -63,18 +67,40 @@ class PeakProbe:
         return self.status_bytes("VmHWM")
 
 
-def _sample(run, probe: PeakProbe) -> tuple[float, float, float]:
-    """(seconds of the slowest rank, largest peak rise of any rank, largest baseline of any rank)."""
+def _slowest(values: list[float]) -> list[float]:
+    """Each value's maximum over the ranks."""
     import torch.distributed as dist
 
-    base = probe.start()
-    dist.barrier()
-    seconds = timed(run, torch.device("cpu"))
-    rise = probe.peak() - base
-    out = torch.tensor([seconds, float(rise), float(base)], dtype=torch.float64)
+    out = torch.tensor(values, dtype=torch.float64)
     if dist.get_world_size() > 1:
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
-    return float(out[0]), float(out[1]), float(out[2])
+    return out.tolist()
+
+
+def _time_sample(run) -> float:
+    """Seconds of the slowest rank, the heap as the previous call left it."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    return _slowest([timed(run, torch.device("cpu"))])[0]
+
+
+def _memory_sample(run, probe: PeakProbe) -> tuple[float, float]:
+    """(largest peak rise of any rank, largest baseline of any rank), the call's tensors allocated as
+    in a training run with glibc's default rule (``map_large``), not from the kept heap."""
+    import torch.distributed as dist
+
+    from dsgraph.runtime.host_memory import keep_heap, map_large
+
+    base = probe.start()
+    map_large()
+    dist.barrier()
+    try:
+        run()
+    finally:
+        keep_heap()
+    rise, base = _slowest([float(probe.peak() - base), float(base)])
+    return rise, base
 
 
 def graph_of(scale: int, edge_factor: int):
@@ -111,7 +137,7 @@ def _cases(graph, cfg, p, backend):
 def rank_sweep(rank, p, cfgs, reps, backend, log_prefix=""):
     """On each of p ranks: every configuration (a dict of scale, edge_factor, hidden, heads), every
     feasible strategy (GP-AG alone at p = 1). Returns {(i, strategy): (seconds, peak rise bytes,
-    baseline bytes)}, the fastest of ``reps`` samples and the highest peak."""
+    baseline bytes)}: the fastest of ``reps`` time samples and the memory sample."""
     import warnings
 
     from dsgraph.train.trainer import init_distributed
@@ -129,11 +155,12 @@ def rank_sweep(rank, p, cfgs, reps, backend, log_prefix=""):
         cases = _cases(graph, cfg, p, backend)
         for _, run in cases:
             run()  # warm up
-        best = {name: (float("inf"), 0.0, 0.0) for name, _ in cases}
+        best = {name: float("inf") for name, _ in cases}
         for _ in range(reps):
             for name, run in cases:
-                t, rise, base = _sample(run, probe)
-                best[name] = (min(best[name][0], t), max(best[name][1], rise), max(best[name][2], base))
+                best[name] = min(best[name], _time_sample(run))
+        memory = {name: _memory_sample(run, probe) for name, run in cases}
+        best = {name: (t, *memory[name]) for name, t in best.items()}
         for name, sample in best.items():
             results[(i, name)] = sample
         del cases

@@ -7,12 +7,16 @@ and rank count (1, 2, 4).
 
 The ``scale`` grid (default): R-MAT graphs rmat:16 with edge factors 8 and 16 and rmat:18 with 8
 (65k-262k nodes, 0.56M-2.3M edges), and (d, H) in (64, 4), (128, 8), (96, 6) (H = 6: GP-A2A is
-infeasible on 4 ranks): 9 configurations, about 30 minutes for 3 runs on 2 cores (one run per
-``--budget-min 8`` command). ``--grid small`` is the 2026-11-29 grid of 512- and 2,048-node graphs
+infeasible on 4 ranks): 9 configurations, about 40 minutes for 3 runs on 2 cores (one run per
+``--budget-min 12`` command). ``--grid small`` is the 2026-11-29 grid of 512- and 2,048-node graphs
 (history).
 GP-AG and GP-A2A use their default row splits; GP-Halo a METIS partition, as training does.
 
 The sweep runs ``--runs`` independent runs, round robin: run 1 at p = 1, 2, 4, then run 2, ...
+Within a run each (strategy, p) is warmed up, timed ``--reps`` times (the fastest kept: the ranks keep
+freed memory in the heap, which takes a few calls to reach its high-water mark, and until then a call
+pays the kernel's first touch of fresh pages), then run once for its peak memory
+(``agp_sweep_ranks.py``).
 Each (run, p) spawns the gloo ranks once and measures every configuration inside
 (``agp_sweep_ranks.py``), and is saved to sweep_raw.json as soon as it ends; ``--budget-min``
 stops starting new ones after that many minutes, and ``--reuse`` resumes where the file ends (or
@@ -40,7 +44,7 @@ from tools.reports import agp_sweep_eval as ev
 from tools.reports.agp_sweep_ranks import graph_of, rank_sweep
 
 RANKS = (1, 2, 4)
-RAW_FORMAT, RAW_VERSION = "dsgraph-agp-sweep", 2
+RAW_FORMAT, RAW_VERSION = "dsgraph-agp-sweep", 3  # 3: timed on a warm heap, memory sampled apart
 
 
 @dataclass(frozen=True)
@@ -318,7 +322,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--runs", type=int, default=3, help="independent runs, round robin over p; medians compared (>= 2)")
     ap.add_argument(
-        "--reps", type=int, default=1, help="timed samples per pair within one run, after a warm-up (fastest kept)"
+        "--reps",
+        type=int,
+        default=3,
+        help="timed samples per pair within one run, after a warm-up, the pairs interleaved (fastest kept: the "
+        "heap's steady state)",
     )
     ap.add_argument(
         "--budget-min",
