@@ -241,10 +241,29 @@ class RestFit:
         )
 
 
+def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 of ``rows @ c`` through times ``t`` with the least squared relative error
+    (every size weighs the same, as in log space): the best non-negative solution over every subset
+    of the columns."""
+    k_all = rows.shape[1]
+    scaled = rows / t[:, None]  # minimise sum((rows @ c / t - 1)^2)
+    best, best_err = np.zeros(k_all), math.inf
+    for k in range(k_all, 0, -1):
+        for terms in itertools.combinations(range(k_all), k):
+            sol, *_ = np.linalg.lstsq(scaled[:, terms], np.ones(len(t)), rcond=None)
+            if (sol < 0).any():
+                continue
+            c = np.zeros(k_all)
+            c[list(terms)] = sol
+            err = float(((scaled @ c - 1.0) ** 2).sum())
+            if err < best_err:
+                best, best_err = c, err
+    return best
+
+
 def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
     """``a * macs + b * values + c`` through (macs, values, seconds) points of one block each, with
-    the least squared relative error (every size weighs the same, as in log space) and a, b, c >= 0
-    (the best of the non-negative solutions over every subset of the three terms). Needs three or
+    the least squared relative error and a, b, c >= 0 (``_non_negative_fit``). Needs three or
     more points with t > 0 whose (macs, values) are not all proportional."""
     pts = [(float(m), float(v), float(t)) for m, v, t in points if t > 0 and (m > 0 or v > 0)]
     rows = np.array([[m, v, 1.0] for m, v, _ in pts]).reshape(-1, 3)
@@ -254,20 +273,108 @@ def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
             "a rest fit needs at least three blocks with positive times whose node-MACs and node-values "
             f"are not in one proportion (blocks of two or more hidden sizes), got {points}"
         )
-    scaled = rows / t[:, None]  # minimise sum((rows @ c / t - 1)^2)
-    best, best_err = np.zeros(3), math.inf
-    for k in (3, 2, 1):
-        for terms in itertools.combinations(range(3), k):
-            sol, *_ = np.linalg.lstsq(scaled[:, terms], np.ones(len(t)), rcond=None)
-            if (sol < 0).any():
-                continue
-            c = np.zeros(3)
-            c[list(terms)] = sol
-            err = float(((scaled @ c - 1.0) ** 2).sum())
-            if err < best_err:
-                best, best_err = c, err
+    best = _non_negative_fit(rows, t)
     r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
     return RestFit(float(best[0]), float(best[1]), float(best[2]), r2, tuple(pts))
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionFit:
+    """The fused attention kernel, forward plus backward: ``t = s_per_edge * edges + s_per_edge_head *
+    edge_heads + s_per_row_head * row_heads + s_per_call``. One power of edge-heads cannot follow it:
+    on the 2-core CPU an edge costs nearly as much at 4 heads as at 8 (loading a source row's K and V
+    is one scattered read whatever its width), and a row's softmax, output and gradients cost apart
+    from its edges (2.3M edges take 574 ms over 65k rows and 1,006 ms over 524k). ``edge_heads`` and
+    ``row_heads`` are at the profile's head dimension (``head_dim_knee`` scales them)."""
+
+    s_per_edge: float
+    s_per_edge_head: float
+    s_per_row_head: float
+    s_per_call: float
+    r2: float
+    """Coefficient of determination in log space, comparable with ``LogLogFit.r2``."""
+    points: tuple[tuple[float, float, float, float], ...] = ()
+    """The measured (edges, edge-heads, row-heads, seconds) of one kernel call each."""
+
+    model = "edges_heads_rows"
+    KEYS = ("s_per_edge", "s_per_edge_head", "s_per_row_head", "s_per_call")
+
+    def __call__(self, edges: float, edge_heads: float, row_heads: float) -> float:
+        """Predicted seconds of one call (0 when there is no work)."""
+        if edge_heads <= 0 and row_heads <= 0:
+            return 0.0
+        return (
+            self.s_per_edge * edges
+            + self.s_per_edge_head * edge_heads
+            + self.s_per_row_head * row_heads
+            + self.s_per_call
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.s_per_edge * 1e9:.3g} ns/edge + {self.s_per_edge_head * 1e9:.3g} ns/edge-head + "
+            f"{self.s_per_row_head * 1e9:.3g} ns/row-head + {self.s_per_call * 1e6:.0f} us"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            **{k: getattr(self, k) for k in self.KEYS},
+            "r2": self.r2,
+            "points": [list(p) for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> AttentionFit:
+        try:
+            coefficients = [float(d[k]) for k in cls.KEYS]
+            r2 = float(d["r2"])
+            points = tuple(tuple(float(x) for x in p) for p in d.get("points", []))
+            if any(len(p) != 4 for p in points):
+                raise ValueError("a point is not (edges, edge-heads, row-heads, seconds)")
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"{where}: malformed attention fit ({err!r}); expected {', '.join(cls.KEYS)}, r2 and "
+                "[[edges, edge-heads, row-heads, seconds], ...] points"
+            ) from None
+        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
+            raise ValueError(f"{where}: {', '.join(cls.KEYS)} must be finite and >= 0, r2 finite")
+        return cls(*coefficients, r2, points)
+
+    def scaled(self, factor: float) -> AttentionFit:
+        values = [getattr(self, k) * factor for k in self.KEYS]
+        return AttentionFit(*values, self.r2, self.points)
+
+
+def fit_attention(points: list[tuple[float, float, float, float]]) -> AttentionFit:
+    """``AttentionFit`` through (edges, edge-heads, row-heads, seconds) points, with the least squared
+    relative error and non-negative coefficients. Needs graphs of two or more degrees and head counts
+    (four or more points whose columns are independent)."""
+    pts = [tuple(float(x) for x in p) for p in points if p[3] > 0 and p[1] > 0]
+    rows = np.array([[e, eh, rh, 1.0] for e, eh, rh, _ in pts]).reshape(-1, 4)
+    if len(pts) < 4 or np.linalg.matrix_rank(rows) < 4:
+        raise ValueError(
+            "an attention fit needs kernel calls on graphs of two or more degrees and head counts "
+            f"(edges, edge-heads and row-heads not in one proportion), got {points}"
+        )
+    t = np.array([p[3] for p in pts])
+    best = _non_negative_fit(rows, t)
+    r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
+    return AttentionFit(*(float(c) for c in best), r2, tuple(pts))
+
+
+def attention_from_dict(d: dict, where: str) -> LogLogFit | AttentionFit:
+    """An attention fit written by ``AttentionFit.to_dict``, or (no ``model``) the log-log line of
+    edge-heads of profiles written before it."""
+    return _loglog_or(AttentionFit, d, where, "attention fit")
+
+
+def attention_seconds(fit: LogLogFit | AttentionFit, edges: float, edge_heads: float, row_heads: float) -> float:
+    """Seconds of one attention call: an ``AttentionFit`` reads all three, an old profile's log-log
+    line the edge-heads alone."""
+    if isinstance(fit, AttentionFit):
+        return fit(edges, edge_heads, row_heads)
+    return fit(edge_heads)
 
 
 def rest_from_dict(d: dict, where: str) -> LogLogFit | RestFit:

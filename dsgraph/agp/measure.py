@@ -1,8 +1,10 @@
 """The measurements behind a profile: per rank count p, on p ranks running at once,
 
-- attention: fused sparse attention forward plus backward on random graphs of growing edge count
-  (time against edge-heads), at the profile's head dimension D and at 2D (their ratio gives the
-  share of the per-(edge, head) cost that does not grow with D: ``head_dim_knee``);
+- attention: fused sparse attention forward plus backward on random graphs of growing edge count,
+  and of a second in-degree and head count at the largest sizes (``AttentionFit``: time against
+  edges, edge-heads and row-heads, and one fixed cost per call), at the profile's head dimension D,
+  and at 2D (their ratio gives the share of the per-(edge, head) cost that does not grow with D:
+  ``head_dim_knee``);
 - rest: one Transformer block, the layer's real code (projections, norms, FFN, GELU, dropout,
   residual sums) with the attention kernel replaced by a stand-in that costs nothing and passes
   gradients to q, k and v as the kernel does (``AttentionStandIn``), forward plus backward, on
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dsgraph.agp.fits import fit_latency_bandwidth, fit_loglog, fit_rest
+from dsgraph.agp.fits import fit_attention, fit_latency_bandwidth, fit_rest
 from dsgraph.agp.profile import COLLECTIVES, Profile, RankFits
 from dsgraph.agp.spawn import run_ranks
 from dsgraph.ops.dispatch import resolve_backend
@@ -42,6 +44,7 @@ from dsgraph.runtime.host_memory import available_memory_bytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ATTENTION_DEGREE = 16
+SHAPE_DEGREE, SHAPE_HEADS_DIVISOR, SHAPE_SIZES = 4, 4, 3  # the attention fit's other graphs (_attention_cases)
 MAX_KNEE = 64  # head_dim_knee is at most 64 * head_dim (cost nearly independent of D)
 
 
@@ -57,7 +60,7 @@ class Sizes:
     """Largest collective message by default (memory permitting)."""
 
 
-CPU_SIZES = Sizes(  # up to 2M edges and 131k-node blocks: the graphs full-graph training runs (rmat:16-18)
+CPU_SIZES = Sizes(  # up to 2M edges and 262k-node blocks: the graphs full-graph training runs (rmat:16-18)
     attention_nodes=(128, 512, 2048, 8192, 32768, 131072),
     rest_shapes=(
         (128, 64),
@@ -69,6 +72,8 @@ CPU_SIZES = Sizes(  # up to 2M edges and 131k-node blocks: the graphs full-graph
         (1024, 256),
         (32768, 128),
         (131072, 64),
+        (65536, 128),
+        (262144, 64),
     ),
     max_message_bytes=2**22,
 )
@@ -140,19 +145,31 @@ def random_csr(num_nodes: int, degree: int, seed: int) -> tuple[torch.Tensor, to
 
 
 def _attention_cases(rank, heads, head_dim, dtype, backend, device, quantity="attention") -> list:
+    """The kernel forward plus backward on random graphs: every size of ``attention_nodes`` at
+    ATTENTION_DEGREE in-edges and ``heads`` heads, and (``quantity`` "attention") the largest sizes
+    again at SHAPE_DEGREE and at ``heads // SHAPE_HEADS_DIVISOR``, so the fit separates the cost per
+    edge, per edge-head and per row-head. The case's x is (edges, edge-heads, row-heads)."""
+    sizes = sizes_for(device).attention_nodes
+    shapes = [(n, ATTENTION_DEGREE, heads) for n in sizes]
+    if quantity == "attention":
+        few_heads = max(1, heads // SHAPE_HEADS_DIVISOR)
+        shapes += [(n, SHAPE_DEGREE, heads) for n in sizes[-SHAPE_SIZES:]]
+        shapes += [(n, ATTENTION_DEGREE, few_heads) for n in sizes[-SHAPE_SIZES:] if few_heads != heads]
+    return [_attention_case(rank, n, degree, h, head_dim, dtype, backend, device, quantity) for n, degree, h in shapes]
+
+
+def _attention_case(rank, n, degree, heads, head_dim, dtype, backend, device, quantity):
     from dsgraph.ops import sparse_attention
 
-    cases = []
-    for n in sizes_for(device).attention_nodes:
-        rowptr, col = (t.to(device) for t in random_csr(n, ATTENTION_DEGREE, seed=rank))
-        q, k, v = (torch.randn(n, heads, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
-        dy = torch.randn(n, heads, head_dim, dtype=dtype, device=device)
+    rowptr, col = (t.to(device) for t in random_csr(n, degree, seed=rank))
+    q, k, v = (torch.randn(n, heads, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
+    dy = torch.randn(n, heads, head_dim, dtype=dtype, device=device)
 
-        def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):
-            sparse_attention(rowptr, col, q, k, v, backend=backend).backward(dy)
+    def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):
+        sparse_attention(rowptr, col, q, k, v, backend=backend).backward(dy)
 
-        cases.append((quantity, float(col.numel() * heads), run))
-    return cases
+    edges = float(col.numel())
+    return (quantity, (edges, edges * heads, float(n * heads)), run)
 
 
 class AttentionStandIn(torch.autograd.Function):
@@ -237,7 +254,7 @@ def head_dim_knee(raw: dict, head_dim: int) -> float:
     D and 2D on the same graphs: their ratio r = (delta + 2D) / (delta + D). Per-(edge, head) work
     that does not grow with D (index loads, the softmax) makes delta > 0; 0 means all work is per D.
     Capped at MAX_KNEE * D (a ratio at or below 1: the cost does not grow with D at all)."""
-    ratios = [t2 / t1 for (_, t1), (_, t2) in zip(raw["attention"], raw["attention_2d"])]
+    ratios = [t2 / t1 for (_, t1), (_, t2) in zip(raw["attention"], raw["attention_2d"])]  # the same graphs first
     r = float(np.exp(np.mean(np.log(ratios))))
     cap = MAX_KNEE * head_dim
     return min(cap, max(0.0, head_dim * (2.0 - r) / (r - 1.0))) if r > 1.0 else cap
@@ -377,7 +394,7 @@ def measure_profile(
             _measure_rank, p, heads, head_dim, ffn_mult, dtype, backend, max_bytes, reps, threads=threads, comm=comm
         )
         ranks[p] = RankFits(
-            attention=fit_loglog(raw["attention"]),
+            attention=fit_attention([(*x, t) for x, t in raw["attention"]]),
             rest=fit_rest([(*x, t) for x, t in raw["rest"]]),
             collectives={c: fit_latency_bandwidth(raw[c]) for c in COLLECTIVES if c in raw},
             head_dim_knee=head_dim_knee(raw, head_dim),

@@ -19,8 +19,11 @@ FIT is a ``LogLogFit`` (log_a, slope, r2, points); a collective's FIT may instea
 ``LatencyBandwidthFit`` ({"model": "latency_bandwidth", latency_s, s_per_byte, r2, points}), which
 ``dsgraph profile`` writes since 2026-12-04, and ``rest`` a ``RestFit`` ({"model": "macs_values",
 s_per_mac, s_per_value, s_per_layer, r2, points [[node-MACs, node-values, seconds], ...]}), which it
-writes since 2026-12-04 too (profiles with a log-log ``rest`` still load and predict as before).
-Units of x: ``attention`` edge-heads (one edge for one head of dimension ``head_dim``, forward plus
+writes since 2026-12-04 too (profiles with a log-log ``rest`` still load and predict as before), and
+``attention`` an ``AttentionFit`` ({"model": "edges_heads_rows", s_per_edge, s_per_edge_head,
+s_per_row_head, s_per_call, r2, points [[edges, edge-heads, row-heads, seconds], ...]}), which it
+writes since 2026-12-05 (a log-log ``attention`` of edge-heads still loads and predicts as before).
+Units of x: a log-log ``attention`` edge-heads (one edge for one head of dimension ``head_dim``, forward plus
 backward, per rank while all p ranks compute at once); ``rest`` one Transformer block's node-MACs
 (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the QKV, output and FFN projections, forward
 plus backward) and node-values (a node times d: the element-wise work); collectives bytes sent per
@@ -53,7 +56,15 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import LatencyBandwidthFit, LogLogFit, RestFit, fit_from_dict, rest_from_dict
+from dsgraph.agp.fits import (
+    AttentionFit,
+    LatencyBandwidthFit,
+    LogLogFit,
+    RestFit,
+    attention_from_dict,
+    fit_from_dict,
+    rest_from_dict,
+)
 from dsgraph.agp.tiers import ComposedCollectives, Hierarchy, Tier, hierarchy_from_dict, node_count
 
 FORMAT = "dsgraph-agp-profile"
@@ -66,7 +77,8 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 class RankFits:
     """The fits measured with ``p`` ranks running at once."""
 
-    attention: LogLogFit
+    attention: LogLogFit | AttentionFit
+    """The attention kernel: ``AttentionFit``, or an old profile's log-log line of edge-heads."""
     rest: LogLogFit | RestFit
     """The rest of a layer: ``RestFit``, or an old profile's log-log line of node-MACs."""
     collectives: dict[str, LogLogFit | LatencyBandwidthFit] = field(default_factory=dict)
@@ -274,7 +286,7 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
                 raise ValueError(f"{source}: ranks.{key}.collectives must hold fits for {', '.join(COLLECTIVES)}")
             collectives = {c: fit_from_dict(given[c], f"{source}: ranks.{key}.collectives.{c}") for c in COLLECTIVES}
         ranks[p] = RankFits(
-            attention=LogLogFit.from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
+            attention=attention_from_dict(entry["attention"], f"{source}: ranks.{key}.attention"),
             rest=rest_from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
             collectives=collectives,
             head_dim_knee=_non_negative(entry.get("head_dim_knee", 0.0), f"{source}: ranks.{key}.head_dim_knee"),

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from dsgraph.agp.fits import rest_seconds
+from dsgraph.agp.fits import attention_seconds, rest_seconds
 from dsgraph.ops import backend_names
 
 
@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 REST_REFERENCE = (2**16, 128)
 """(nodes, hidden) of the block whose rest time the fit table shows."""
+ATTENTION_REFERENCE = (2**20, 16)
+"""(edge-heads, in-degree) of the kernel call whose attention time the fit table shows."""
 
 
 def format_fits(profile) -> str:
@@ -70,9 +72,11 @@ def format_fits(profile) -> str:
     lines = [f"{'p':>2}  {'quantity':<18} {'R^2':>6}  {'time at reference size':<28} model"]
     n, d = REST_REFERENCE
     block = (n * d * d * (4 + 2 * profile.ffn_mult), n * d, 1.0)  # one block's node-MACs, node-values, layers
+    edge_heads, degree = ATTENTION_REFERENCE
+    call = (edge_heads / profile.heads, edge_heads, edge_heads / degree)  # edges, edge-heads, row-heads
     for p, fits in sorted(profile.ranks.items()):
         rows = [
-            ("attention", fits.attention, fits.attention(2**20), "2^20 edge-heads"),
+            ("attention", fits.attention, attention_seconds(fits.attention, *call), f"2^20 edge-heads, deg {degree}"),
             ("rest", fits.rest, rest_seconds(fits.rest, *block), f"{n // 1024}k x d {d} block"),
         ]
         rows += [(name, fit, fit(2**20), "1 MiB") for name, fit in fits.collectives.items()]

@@ -217,6 +217,8 @@ class AllToAll(Strategy):
             forward_bytes=forward,
             edge_heads=e_all * model.heads / p,
             rows=n,
+            attention_rows=n_all,
+            attention_heads=model.heads / p,
             messages=(*forward_messages, *backward_messages),
             bytes_sent=forward + backward,
             graph_bytes=2 * ((n_all + 1) * ROWPTR_BYTES + e_all * INDEX_BYTES) + (e_all + e) * c * b,

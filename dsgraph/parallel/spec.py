@@ -121,6 +121,10 @@ class CostTerms:
     head slice of all N rows), for the memory report."""
     halo_bytes: float = 0.0
     """Of ``activation_bytes``: halo rows fetched from other ranks (GP-Halo), for the memory report."""
+    attention_rows: float = 0.0
+    """Rows the busiest rank's attention kernel runs over, where they are not ``rows`` (GP-A2A: all N)."""
+    attention_heads: float = 0.0
+    """Heads per edge the busiest rank's kernel computes, where not all of the model's (GP-A2A: H / p)."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
     forward_messages: tuple[tuple[str, float, float], ...] = ()
