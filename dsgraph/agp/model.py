@@ -9,8 +9,9 @@ and rows, its collectives and their bytes per layer, the graph arrays and activa
 this module is one loop over them:
 
 - attention: the profile's alpha fit at p ranks applied to the kernel call's edges, edge-heads and
-  row-heads (``AttentionFit``; the last two scaled by the head-dim knee when the model's D differs
-  from the profile's; an old profile's log-log line reads the edge-heads alone);
+  row-heads (``AttentionFit``), scaled by the head-dim knee when the model's D differs from the
+  profile's (the knee is the ratio of whole calls at 2D and D); an old profile's log-log line reads
+  the edge-heads alone, scaled by the knee;
 - comm: each collective's beta fit at p ranks on its per-rank message, forward plus backward; a
   strategy whose collectives overlap its attention costs the longer of the two;
 - rest: the profile's fit for everything of a layer but the attention kernels (``RestFit``: the
@@ -39,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import attention_seconds, rest_seconds
+from dsgraph.agp.fits import AttentionFit, rest_seconds
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
 from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
@@ -299,12 +300,11 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
             fits.head_dim_knee + profile.head_dim
         )  # cost ~ knee + D
         heads = terms.attention_heads or kind.shape.heads
-        call = (
-            terms.edge_heads / heads,
-            terms.edge_heads * d_scale,
-            (terms.attention_rows or terms.rows) * heads * d_scale,
-        )
-        one = attention_seconds(fits.attention, *call)  # edges, edge-heads, row-heads
+        rows = terms.attention_rows or terms.rows
+        if isinstance(fits.attention, AttentionFit):  # the knee is measured on whole calls: it scales the call
+            one = d_scale * fits.attention(terms.edge_heads / heads, terms.edge_heads, rows * heads)
+        else:
+            one = fits.attention(terms.edge_heads * d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
         layer = sum(_message_s(fits, m) for m in terms.messages)

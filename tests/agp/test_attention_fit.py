@@ -11,6 +11,7 @@ from dsgraph.agp.profile import profile_from_dict
 from dsgraph.agp.synthetic import linear_profile
 
 COEFFICIENTS = (200e-9, 6e-9, 40e-9, 1e-4)  # per edge, per edge-head, per row-head, per call
+KNEE = 16.0
 PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all_to_all_uneven": 1e-9}
 
 
@@ -95,6 +96,7 @@ def _profile_with(fit: AttentionFit):
     data = profile.to_dict()
     for entry in data["ranks"].values():
         entry["attention"] = fit.to_dict()
+        entry["head_dim_knee"] = KNEE
     return profile_from_dict(data)
 
 
@@ -108,6 +110,9 @@ def test_model_reads_each_strategys_kernel_call():
     assert a2a.attention_s == pytest.approx(fit(e, e * heads / p, n * heads / p))
     one = predict("ag", 1, graph, model, profile, step=False)
     assert one.attention_s == pytest.approx(fit(e, e * heads, n * heads))
+    # head dim 32 against the profile's 16: the knee, a ratio of whole calls, scales the whole call
+    wide = predict("ag", 1, graph, ModelShape(layers=1, hidden=256, heads=heads), profile, step=False)
+    assert wide.attention_s == pytest.approx((KNEE + 32) / (KNEE + 16) * one.attention_s)
 
 
 def test_shipped_cpu_profile_has_the_attention_fit():
