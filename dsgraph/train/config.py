@@ -114,8 +114,8 @@ class DsgraphConfig:
     that size or more leave the resident set (``dsgraph/runtime/host_memory.py``); 0: glibc's own
     dynamic threshold, under which the heap keeps freed tensors below 32 MiB. Lower peak RSS per
     rank, slower steps (every such tensor is a fresh mapping whose pages fault in). -1: no threshold,
-    every tensor from the heap, which keeps what is freed: the fastest steps on CPU (no page faults
-    for tensors of 32 MiB and more) and the highest resident set."""
+    every tensor from the heap, which keeps what is freed: once the heap reached a step's high-water
+    mark, no page faults for tensors of 32 MiB and more; the highest resident set."""
     memory_limit_mb: float = 0
     """Per-rank memory a run may use, in MB: a full-graph run predicted to peak above it is refused before
     its graph is loaded, with the settings predicted to fit (``dsgraph/agp/run_memory.py``). 0: the
