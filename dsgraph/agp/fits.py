@@ -177,8 +177,49 @@ def _loglog_or(other, d: dict, where: str, what: str):
     return LogLogFit.from_dict(d, where)
 
 
+class _LinearFit:
+    """What ``RestFit`` and ``AttentionFit`` share: non-negative coefficients named in ``KEYS``, an
+    R^2, the measured points (``POINT_NAMES``, then seconds), and their JSON form."""
+
+    __slots__ = ()
+    KEYS: tuple[str, ...] = ()
+    KEYS_TEXT = ""
+    """The coefficients as the error about a negative one names them."""
+    WHAT = ""
+    POINT_NAMES = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            **{k: getattr(self, k) for k in self.KEYS},
+            "r2": self.r2,
+            "points": [list(p) for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str):
+        width = len(cls.POINT_NAMES.split(", ")) + 1
+        try:
+            coefficients = [float(d[k]) for k in cls.KEYS]
+            r2 = float(d["r2"])
+            points = tuple(tuple(float(x) for x in p) for p in d.get("points", []))
+            if any(len(p) != width for p in points):
+                raise ValueError(f"a point is not ({cls.POINT_NAMES}, seconds)")
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"{where}: malformed {cls.WHAT} ({err!r}); expected {', '.join(cls.KEYS)}, r2 and "
+                f"[[{cls.POINT_NAMES}, seconds], ...] points"
+            ) from None
+        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
+            raise ValueError(f"{where}: {cls.KEYS_TEXT} must be finite and >= 0, r2 finite")
+        return cls(*coefficients, r2, points)
+
+    def scaled(self, factor: float):
+        return type(self)(*(getattr(self, k) * factor for k in self.KEYS), self.r2, self.points)
+
+
 @dataclass(frozen=True, slots=True)
-class RestFit:
+class RestFit(_LinearFit):
     """The rest of a layer (everything but the attention kernels: projections, FFN, norms, GELU,
     dropout, residual sums and the copies between them, forward plus backward):
     ``t = s_per_mac * MACs + s_per_value * values + s_per_layer * layers``, where MACs are the
@@ -196,6 +237,10 @@ class RestFit:
     """The measured (node-MACs, node-values, seconds) of one block each."""
 
     model = "macs_values"
+    KEYS = ("s_per_mac", "s_per_value", "s_per_layer")
+    KEYS_TEXT = "s_per_mac, s_per_value and s_per_layer"
+    WHAT = "rest fit"
+    POINT_NAMES = "node-MACs, node-values"
 
     def __call__(self, macs: float, values: float = 0.0, layers: float = 1.0) -> float:
         """Predicted seconds of ``layers`` blocks with ``macs`` node-MACs and ``values`` node-values
@@ -210,41 +255,11 @@ class RestFit:
             f"{self.s_per_layer * 1e6:.0f} us/layer"
         )
 
-    def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "s_per_mac": self.s_per_mac,
-            "s_per_value": self.s_per_value,
-            "s_per_layer": self.s_per_layer,
-            "r2": self.r2,
-            "points": [list(p) for p in self.points],
-        }
 
-    @classmethod
-    def from_dict(cls, d: dict, where: str) -> RestFit:
-        try:
-            coefficients = [float(d[k]) for k in ("s_per_mac", "s_per_value", "s_per_layer")]
-            r2 = float(d["r2"])
-            points = tuple((float(m), float(v), float(t)) for m, v, t in d.get("points", []))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"{where}: malformed rest fit ({err!r}); expected s_per_mac, s_per_value, s_per_layer, r2 and "
-                "[[node-MACs, node-values, seconds], ...] points"
-            ) from None
-        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
-            raise ValueError(f"{where}: s_per_mac, s_per_value and s_per_layer must be finite and >= 0, r2 finite")
-        return cls(*coefficients, r2, points)
-
-    def scaled(self, factor: float) -> RestFit:
-        return RestFit(
-            self.s_per_mac * factor, self.s_per_value * factor, self.s_per_layer * factor, self.r2, self.points
-        )
-
-
-def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> tuple[list[float], float]:
     """Coefficients c >= 0 of ``rows @ c`` through times ``t`` with the least squared relative error
     (every size weighs the same, as in log space): the best non-negative solution over every subset
-    of the columns."""
+    of the columns; and its R^2 in log space."""
     k_all = rows.shape[1]
     scaled = rows / t[:, None]  # minimise sum((rows @ c / t - 1)^2)
     best, best_err = np.zeros(k_all), math.inf
@@ -258,7 +273,8 @@ def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> np.ndarray:
             err = float(((scaled @ c - 1.0) ** 2).sum())
             if err < best_err:
                 best, best_err = c, err
-    return best
+    r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
+    return [float(c) for c in best], r2
 
 
 def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
@@ -273,13 +289,12 @@ def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
             "a rest fit needs at least three blocks with positive times whose node-MACs and node-values "
             f"are not in one proportion (blocks of two or more hidden sizes), got {points}"
         )
-    best = _non_negative_fit(rows, t)
-    r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
-    return RestFit(float(best[0]), float(best[1]), float(best[2]), r2, tuple(pts))
+    best, r2 = _non_negative_fit(rows, t)
+    return RestFit(*best, r2, tuple(pts))
 
 
 @dataclass(frozen=True, slots=True)
-class AttentionFit:
+class AttentionFit(_LinearFit):
     """The fused attention kernel, forward plus backward: ``t = s_per_edge * edges + s_per_edge_head *
     edge_heads + s_per_row_head * row_heads + s_per_call``. One power of edge-heads cannot follow it:
     on the 2-core CPU an edge costs nearly as much at 4 heads as at 8 (loading a source row's K and V
@@ -298,6 +313,9 @@ class AttentionFit:
 
     model = "edges_heads_rows"
     KEYS = ("s_per_edge", "s_per_edge_head", "s_per_row_head", "s_per_call")
+    KEYS_TEXT = ", ".join(KEYS)
+    WHAT = "attention fit"
+    POINT_NAMES = "edges, edge-heads, row-heads"
 
     def __call__(self, edges: float, edge_heads: float, row_heads: float) -> float:
         """Predicted seconds of one call (0 when there is no work)."""
@@ -316,35 +334,6 @@ class AttentionFit:
             f"{self.s_per_row_head * 1e9:.3g} ns/row-head + {self.s_per_call * 1e6:.0f} us"
         )
 
-    def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            **{k: getattr(self, k) for k in self.KEYS},
-            "r2": self.r2,
-            "points": [list(p) for p in self.points],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str) -> AttentionFit:
-        try:
-            coefficients = [float(d[k]) for k in cls.KEYS]
-            r2 = float(d["r2"])
-            points = tuple(tuple(float(x) for x in p) for p in d.get("points", []))
-            if any(len(p) != 4 for p in points):
-                raise ValueError("a point is not (edges, edge-heads, row-heads, seconds)")
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"{where}: malformed attention fit ({err!r}); expected {', '.join(cls.KEYS)}, r2 and "
-                "[[edges, edge-heads, row-heads, seconds], ...] points"
-            ) from None
-        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
-            raise ValueError(f"{where}: {', '.join(cls.KEYS)} must be finite and >= 0, r2 finite")
-        return cls(*coefficients, r2, points)
-
-    def scaled(self, factor: float) -> AttentionFit:
-        values = [getattr(self, k) * factor for k in self.KEYS]
-        return AttentionFit(*values, self.r2, self.points)
-
 
 def fit_attention(points: list[tuple[float, float, float, float]]) -> AttentionFit:
     """``AttentionFit`` through (edges, edge-heads, row-heads, seconds) points, with the least squared
@@ -358,9 +347,8 @@ def fit_attention(points: list[tuple[float, float, float, float]]) -> AttentionF
             f"(edges, edge-heads and row-heads not in one proportion), got {points}"
         )
     t = np.array([p[3] for p in pts])
-    best = _non_negative_fit(rows, t)
-    r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
-    return AttentionFit(*(float(c) for c in best), r2, tuple(pts))
+    best, r2 = _non_negative_fit(rows, t)
+    return AttentionFit(*best, r2, tuple(pts))
 
 
 def attention_from_dict(d: dict, where: str) -> LogLogFit | AttentionFit:
@@ -369,12 +357,16 @@ def attention_from_dict(d: dict, where: str) -> LogLogFit | AttentionFit:
     return _loglog_or(AttentionFit, d, where, "attention fit")
 
 
-def attention_seconds(fit: LogLogFit | AttentionFit, edges: float, edge_heads: float, row_heads: float) -> float:
-    """Seconds of one attention call: an ``AttentionFit`` reads all three, an old profile's log-log
-    line the edge-heads alone."""
+def attention_seconds(
+    fit: LogLogFit | AttentionFit, edges: float, edge_heads: float, row_heads: float, d_scale: float = 1.0
+) -> float:
+    """Seconds of one attention call at the profile's head dimension, times the head-dim knee's
+    ``d_scale`` = (knee + D) / (knee + D_profile): an ``AttentionFit`` reads all three terms and the
+    knee, a ratio of whole calls, scales the call; an old profile's log-log line reads the edge-heads
+    scaled by the knee."""
     if isinstance(fit, AttentionFit):
-        return fit(edges, edge_heads, row_heads)
-    return fit(edge_heads)
+        return d_scale * fit(edges, edge_heads, row_heads)
+    return fit(edge_heads * d_scale)
 
 
 def rest_from_dict(d: dict, where: str) -> LogLogFit | RestFit:

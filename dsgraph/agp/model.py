@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import AttentionFit, rest_seconds
+from dsgraph.agp.fits import attention_seconds, rest_seconds
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
 from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
@@ -301,10 +301,7 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         )  # cost ~ knee + D
         heads = terms.attention_heads or kind.shape.heads
         rows = terms.attention_rows or terms.rows
-        if isinstance(fits.attention, AttentionFit):  # the knee is measured on whole calls: it scales the call
-            one = d_scale * fits.attention(terms.edge_heads / heads, terms.edge_heads, rows * heads)
-        else:
-            one = fits.attention(terms.edge_heads * d_scale)
+        one = attention_seconds(fits.attention, terms.edge_heads / heads, terms.edge_heads, rows * heads, d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
         layer = sum(_message_s(fits, m) for m in terms.messages)

@@ -66,8 +66,11 @@ def _user_set_malloc() -> bool:
     return any(k in os.environ for k in USER_TUNABLES) or "malloc.mmap" in tunables or "malloc.trim" in tunables
 
 
-def _glibc():
-    """The C library when it is glibc (musl's mallopt does nothing), else None."""
+def _tunable_glibc():
+    """The C library when it is glibc (musl's mallopt does nothing) and the user left malloc's
+    settings alone, else None (then nothing is changed)."""
+    if _user_set_malloc():
+        return None
     try:
         libc = _libc()
         libc.gnu_get_libc_version  # noqa: B018
@@ -79,14 +82,14 @@ def _glibc():
 def fix_mmap_threshold(nbytes: int = THRESHOLD_BYTES) -> bool:
     """Fixes glibc's mmap threshold at ``nbytes``; True when set, False where the user set one or
     the C library is not glibc (nothing changes there)."""
-    libc = None if _user_set_malloc() else _glibc()
+    libc = _tunable_glibc()
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(nbytes)))
 
 
 def keep_heap() -> bool:
     """Serves every later allocation from glibc's heap and keeps what is freed there (module
     docstring); True when set, False where the user tuned malloc or the C library is not glibc."""
-    libc = None if _user_set_malloc() else _glibc()
+    libc = _tunable_glibc()
     if libc is None:
         return False
     return bool(libc.mallopt(M_MMAP_MAX, ctypes.c_int(0))) and bool(
@@ -99,7 +102,7 @@ def map_large(nbytes: int = DYNAMIC_CEILING_BYTES) -> bool:
     the heap's free top above twice that, which is where its dynamic rule settles in a run that freed
     a large tensor (the default ``nbytes``: the rule's ceiling). True when set, False where the user
     tuned malloc or the C library is not glibc."""
-    libc = None if _user_set_malloc() else _glibc()
+    libc = _tunable_glibc()
     if libc is None:
         return False
     return all(
