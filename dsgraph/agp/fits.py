@@ -1,10 +1,12 @@
 """Fits of measured times against a size: log-log least-squares lines ``t(x) = exp(log_a) * x**slope``
 (the attention time against edge-heads), latency plus bandwidth ``t(x) = latency + x * s_per_byte``
 (each collective's time against its message size in bytes; profiles written before it have log-log
-collectives, which still load), and the rest of a layer ``t = a * MACs + b * values + c * layers``
-(``RestFit``: its projections' multiply-adds, its element-wise work on n x d values and a fixed
-cost per layer; profiles written before it have a log-log line of node-MACs, which still loads).
-R^2 is computed in log space for all of them, so they are comparable.
+collectives, which still load), the rest of a layer (``RestFit``: its projections' multiply-adds,
+its element-wise work on n x d values, dearer once they outgrow the cache, and a fixed cost per
+layer) and the attention kernel (``AttentionFit``: per edge, per edge-head, dearer once the
+sources' K/V outgrow the cache, per row-head, per source row-head and per call). Profiles written
+before either has a log-log line (or an earlier linear form), which still loads. R^2 is computed in
+log space for all of them, so they are comparable.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def fit_from_dict(d: dict, where: str):
 def _loglog_or(other, d: dict, where: str, what: str):
     """``other.from_dict`` when ``d``'s ``model`` names it, else (``model`` absent or "loglog") a log-log fit."""
     model = d.get("model", "loglog") if isinstance(d, dict) else "loglog"
-    if model == other.model:
+    if model == other.model or model == getattr(other, "LEGACY_MODEL", None):
         return other.from_dict(d, where)
     if model != "loglog":
         raise ValueError(f"{where}: unknown {what} model '{model}' (expected loglog or {other.model})")
@@ -178,88 +180,140 @@ def _loglog_or(other, d: dict, where: str, what: str):
 
 
 class _LinearFit:
-    """What ``RestFit`` and ``AttentionFit`` share: non-negative coefficients named in ``KEYS``, an
-    R^2, the measured points (``POINT_NAMES``, then seconds), and their JSON form."""
+    """What ``RestFit`` and ``AttentionFit`` share: non-negative coefficients named in ``KEYS``, one
+    of which is paid only past a cache (``cache``, in the unit of ``CACHE_FIELD``; 0: no cache term),
+    an R^2, the measured points (``POINT_NAMES``, then seconds), their JSON form, and the form an
+    older profile wrote (``LEGACY_MODEL``: it had fewer coefficients and no cache; it loads with
+    those 0)."""
 
     __slots__ = ()
     KEYS: tuple[str, ...] = ()
-    KEYS_TEXT = ""
-    """The coefficients as the error about a negative one names them."""
+    CACHE_FIELD = ""
     WHAT = ""
     POINT_NAMES = ""
+    LEGACY_MODEL = ""
 
     def to_dict(self) -> dict:
         return {
             "model": self.model,
             **{k: getattr(self, k) for k in self.KEYS},
+            self.CACHE_FIELD: self.cache,
             "r2": self.r2,
             "points": [list(p) for p in self.points],
         }
 
     @classmethod
+    def _from_legacy(cls, d: dict) -> dict:
+        """``d`` in this form: the coefficients it lacks and the cache 0 (points as they are)."""
+        return {**dict.fromkeys(cls.KEYS, 0.0), **d, "model": cls.model, cls.CACHE_FIELD: 0.0}
+
+    @classmethod
     def from_dict(cls, d: dict, where: str):
+        if isinstance(d, dict) and d.get("model") == cls.LEGACY_MODEL:
+            d = cls._from_legacy(d)
         width = len(cls.POINT_NAMES.split(", ")) + 1
         try:
             coefficients = [float(d[k]) for k in cls.KEYS]
-            r2 = float(d["r2"])
+            cache, r2 = float(d[cls.CACHE_FIELD]), float(d["r2"])
             points = tuple(tuple(float(x) for x in p) for p in d.get("points", []))
             if any(len(p) != width for p in points):
                 raise ValueError(f"a point is not ({cls.POINT_NAMES}, seconds)")
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(
-                f"{where}: malformed {cls.WHAT} ({err!r}); expected {', '.join(cls.KEYS)}, r2 and "
-                f"[[{cls.POINT_NAMES}, seconds], ...] points"
+                f"{where}: malformed {cls.WHAT} ({err!r}); expected {', '.join(cls.KEYS)}, {cls.CACHE_FIELD}, "
+                f"r2 and [[{cls.POINT_NAMES}, seconds], ...] points"
             ) from None
-        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or not math.isfinite(r2):
-            raise ValueError(f"{where}: {cls.KEYS_TEXT} must be finite and >= 0, r2 finite")
-        return cls(*coefficients, r2, points)
+        if not all(math.isfinite(c) and c >= 0 for c in (*coefficients, cache)) or not math.isfinite(r2):
+            raise ValueError(f"{where}: {', '.join(cls.KEYS)} and {cls.CACHE_FIELD} must be finite and >= 0, r2 finite")
+        return cls(*coefficients, cache, r2, points)
 
     def scaled(self, factor: float):
-        return type(self)(*(getattr(self, k) * factor for k in self.KEYS), self.r2, self.points)
+        return type(self)(*(getattr(self, k) * factor for k in self.KEYS), self.cache, self.r2, self.points)
+
+
+CACHE_GRID = tuple(float(2**k) for k in range(10, 25))
+"""Cache sizes (1k..16M values, or source row-heads) a fit with a cache term tries."""
+
+
+def miss_share(size: float, cache: float) -> float:
+    """The share of reads of ``size`` values spread uniformly that miss a cache of ``cache`` values:
+    1 - cache / size, 0 while they fit (and for a fit without a cache, ``cache`` 0, all of them)."""
+    if size <= cache or size <= 0:
+        return 0.0
+    return 1.0 - cache / size
+
+
+def _fit_with_cache(columns: np.ndarray, t: np.ndarray, paid: int, sizes: np.ndarray) -> tuple[list, float, float]:
+    """``_non_negative_fit`` of ``columns`` with one more column inserted after column ``paid``:
+    column ``paid`` times ``miss_share(size, cache)``, the cache the best of ``CACHE_GRID`` (or
+    none: the column 0). Returns (coefficients, the cache, R^2)."""
+    best = None
+    for cache in (0.0, *CACHE_GRID):
+        missed = columns[:, paid] * np.array([miss_share(s, cache) if cache else 0.0 for s in sizes])
+        rows = np.insert(columns, paid + 1, missed, axis=1)
+        coefficients, r2, err = _non_negative_fit(rows, t)
+        if best is None or err < best[3] * (1 - 1e-9):
+            best = (coefficients, cache if coefficients[paid + 1] > 0 else 0.0, r2, err)
+    return best[:3]
 
 
 @dataclass(frozen=True, slots=True)
 class RestFit(_LinearFit):
     """The rest of a layer (everything but the attention kernels: projections, FFN, norms, GELU,
-    dropout, residual sums and the copies between them, forward plus backward):
-    ``t = s_per_mac * MACs + s_per_value * values + s_per_layer * layers``, where MACs are the
-    projections' node-MACs (n d^2 (4 + 2 f) per Transformer block), values the element-wise work's
-    node-values (n d per block) and layers the blocks run. One power of node-MACs cannot follow it:
-    on the 2-core CPU a block of (131072, 64) costs 1.6x one of (32768, 128) at the same MACs, and
-    the cost per n d value grows linearly with d (element-wise work beside the products)."""
+    dropout, residual sums and the copies between them, forward plus backward)::
+
+        t = s_per_mac * MACs + (s_per_value + s_per_missed_value * miss) * values + s_per_layer * layers
+
+    where MACs are the projections' node-MACs (n d^2 (4 + 2 f) per Transformer block), values the
+    element-wise work's node-values (n d per block), layers the blocks run, and miss =
+    max(0, 1 - cache_values / (values per block)): the element-wise passes stream from memory once a
+    block's n x d arrays outgrow the cache. One power of node-MACs cannot follow it: on the 2-core
+    CPU a block of (131072, 64) costs 1.6x one of (32768, 128) at the same MACs; without the cache
+    term the fit predicted 0.80-0.94 of the blocks of 65k-262k rows."""
 
     s_per_mac: float
     s_per_value: float
+    s_per_missed_value: float
     s_per_layer: float
+    cache_values: float
+    """Node-values per block the cache holds (0: no cache term)."""
     r2: float
     """Coefficient of determination in log space, comparable with ``LogLogFit.r2``."""
     points: tuple[tuple[float, float, float], ...] = ()
     """The measured (node-MACs, node-values, seconds) of one block each."""
 
-    model = "macs_values"
-    KEYS = ("s_per_mac", "s_per_value", "s_per_layer")
-    KEYS_TEXT = "s_per_mac, s_per_value and s_per_layer"
+    model = "macs_values_cache"
+    KEYS = ("s_per_mac", "s_per_value", "s_per_missed_value", "s_per_layer")
+    CACHE_FIELD = "cache_values"
     WHAT = "rest fit"
     POINT_NAMES = "node-MACs, node-values"
+    LEGACY_MODEL = "macs_values"  # 2026-12-04: no cache term
+
+    @property
+    def cache(self) -> float:
+        return self.cache_values
 
     def __call__(self, macs: float, values: float = 0.0, layers: float = 1.0) -> float:
         """Predicted seconds of ``layers`` blocks with ``macs`` node-MACs and ``values`` node-values
         in all (0 when there is no work)."""
         if macs <= 0 and values <= 0:
             return 0.0
-        return self.s_per_mac * macs + self.s_per_value * values + self.s_per_layer * layers
+        missed = self.s_per_missed_value * miss_share(values / max(layers, 1.0), self.cache_values)
+        return self.s_per_mac * macs + (self.s_per_value + missed) * values + self.s_per_layer * layers
 
     def describe(self) -> str:
+        cache = f" (+{self.s_per_missed_value * 1e9:.3g} past {self.cache_values:.3g} per block)"
         return (
-            f"{self.s_per_mac * 1e12:.3g} ps/MAC + {self.s_per_value * 1e9:.3g} ns/value + "
-            f"{self.s_per_layer * 1e6:.0f} us/layer"
+            f"{self.s_per_mac * 1e12:.3g} ps/MAC + {self.s_per_value * 1e9:.3g} ns/value"
+            + (cache if self.s_per_missed_value > 0 else "")
+            + f" + {self.s_per_layer * 1e6:.0f} us/layer"
         )
 
 
-def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> tuple[list[float], float]:
+def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> tuple[list[float], float, float]:
     """Coefficients c >= 0 of ``rows @ c`` through times ``t`` with the least squared relative error
     (every size weighs the same, as in log space): the best non-negative solution over every subset
-    of the columns; and its R^2 in log space."""
+    of the columns; its R^2 in log space and its sum of squared relative errors."""
     k_all = rows.shape[1]
     scaled = rows / t[:, None]  # minimise sum((rows @ c / t - 1)^2)
     best, best_err = np.zeros(k_all), math.inf
@@ -274,13 +328,13 @@ def _non_negative_fit(rows: np.ndarray, t: np.ndarray) -> tuple[list[float], flo
             if err < best_err:
                 best, best_err = c, err
     r2 = log_r2(t.tolist(), np.maximum(rows @ best, 1e-300).tolist())
-    return [float(c) for c in best], r2
+    return [float(c) for c in best], r2, best_err
 
 
 def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
-    """``a * macs + b * values + c`` through (macs, values, seconds) points of one block each, with
-    the least squared relative error and a, b, c >= 0 (``_non_negative_fit``). Needs three or
-    more points with t > 0 whose (macs, values) are not all proportional."""
+    """``RestFit`` through (macs, values, seconds) points of one block each, with the least squared
+    relative error and non-negative coefficients, the cache the best of ``CACHE_GRID`` (or none).
+    Needs three or more points with t > 0 whose (macs, values) are not all proportional."""
     pts = [(float(m), float(v), float(t)) for m, v, t in points if t > 0 and (m > 0 or v > 0)]
     rows = np.array([[m, v, 1.0] for m, v, _ in pts]).reshape(-1, 3)
     t = np.array([p[2] for p in pts])
@@ -289,89 +343,137 @@ def fit_rest(points: list[tuple[float, float, float]]) -> RestFit:
             "a rest fit needs at least three blocks with positive times whose node-MACs and node-values "
             f"are not in one proportion (blocks of two or more hidden sizes), got {points}"
         )
-    best, r2 = _non_negative_fit(rows, t)
-    return RestFit(*best, r2, tuple(pts))
+    coefficients, cache, r2 = _fit_with_cache(rows, t, 1, rows[:, 1])
+    return RestFit(*coefficients, cache, r2, tuple(pts))
 
 
 @dataclass(frozen=True, slots=True)
 class AttentionFit(_LinearFit):
-    """The fused attention kernel, forward plus backward: ``t = s_per_edge * edges + s_per_edge_head *
-    edge_heads + s_per_row_head * row_heads + s_per_call``. One power of edge-heads cannot follow it:
-    on the 2-core CPU an edge costs nearly as much at 4 heads as at 8 (loading a source row's K and V
-    is one scattered read whatever its width), and a row's softmax, output and gradients cost apart
-    from its edges (2.3M edges take 574 ms over 65k rows and 1,006 ms over 524k). ``edge_heads`` and
-    ``row_heads`` are at the profile's head dimension (``head_dim_knee`` scales them)."""
+    """The fused attention kernel, forward plus backward::
+
+        t = s_per_edge * edges + (s_per_edge_head + s_per_missed_edge_head * miss) * edge_heads
+            + s_per_row_head * row_heads + s_per_source_row_head * source_row_heads + s_per_call
+
+    with miss = max(0, 1 - cache_row_heads / source_row_heads): an edge reads its source's K and V
+    rows, a scattered read that leaves the cache once the K and V of the call's source rows (its
+    source row-heads; one is D values of K and D of V) outgrow it; each source row-head also costs
+    apart from its edges (dK and dV are zeroed and written for every source row). On the 2-core CPU
+    one edge-head over 16k rows cost 26 ns with 1 MiB of K/V, 52 ns with 64 MiB and 75 ns with
+    256 MiB, and a fit without these terms predicted 0.41-0.57 of the largest calls measured (2M
+    edges). One power of edge-heads cannot follow it either: an edge costs nearly as much at 4 heads
+    as at 8, and a row's softmax, output and gradients cost apart from its edges. ``edge_heads``,
+    ``row_heads`` and ``source_row_heads`` are at the profile's head dimension (``head_dim_knee``
+    scales the call)."""
 
     s_per_edge: float
     s_per_edge_head: float
+    s_per_missed_edge_head: float
     s_per_row_head: float
+    s_per_source_row_head: float
     s_per_call: float
+    cache_row_heads: float
+    """Source row-heads the cache holds (0: no cache term)."""
     r2: float
     """Coefficient of determination in log space, comparable with ``LogLogFit.r2``."""
-    points: tuple[tuple[float, float, float, float], ...] = ()
-    """The measured (edges, edge-heads, row-heads, seconds) of one kernel call each."""
+    points: tuple[tuple[float, float, float, float, float], ...] = ()
+    """The measured (edges, edge-heads, row-heads, source row-heads, seconds) of one kernel call each."""
 
-    model = "edges_heads_rows"
-    KEYS = ("s_per_edge", "s_per_edge_head", "s_per_row_head", "s_per_call")
-    KEYS_TEXT = ", ".join(KEYS)
+    model = "gather_cache"
+    KEYS = (
+        "s_per_edge",
+        "s_per_edge_head",
+        "s_per_missed_edge_head",
+        "s_per_row_head",
+        "s_per_source_row_head",
+        "s_per_call",
+    )
+    CACHE_FIELD = "cache_row_heads"
     WHAT = "attention fit"
-    POINT_NAMES = "edges, edge-heads, row-heads"
+    POINT_NAMES = "edges, edge-heads, row-heads, source row-heads"
+    LEGACY_MODEL = "edges_heads_rows"  # 2026-12-05: no cache and no source terms
 
-    def __call__(self, edges: float, edge_heads: float, row_heads: float) -> float:
-        """Predicted seconds of one call (0 when there is no work)."""
+    @property
+    def cache(self) -> float:
+        return self.cache_row_heads
+
+    @classmethod
+    def _from_legacy(cls, d: dict) -> dict:
+        """Its points had no source row-heads: a call's sources were its own rows."""
+        points = [
+            [*p[:3], p[2], *p[3:]] if isinstance(p, list | tuple) and len(p) == 4 else p for p in d.get("points", [])
+        ]
+        return {**_LinearFit._from_legacy.__func__(cls, d), "points": points}
+
+    def __call__(
+        self, edges: float, edge_heads: float, row_heads: float, source_row_heads: float | None = None
+    ) -> float:
+        """Predicted seconds of one call (0 when there is no work); ``source_row_heads`` defaults to
+        ``row_heads`` (a call whose sources are its own rows)."""
         if edge_heads <= 0 and row_heads <= 0:
             return 0.0
+        sources = row_heads if source_row_heads is None else source_row_heads
+        per_edge_head = self.s_per_edge_head + self.s_per_missed_edge_head * miss_share(sources, self.cache_row_heads)
         return (
             self.s_per_edge * edges
-            + self.s_per_edge_head * edge_heads
+            + per_edge_head * edge_heads
             + self.s_per_row_head * row_heads
+            + self.s_per_source_row_head * sources
             + self.s_per_call
         )
 
     def describe(self) -> str:
+        cache = f" (+{self.s_per_missed_edge_head * 1e9:.3g} past {self.cache_row_heads:.3g} source row-heads)"
         return (
-            f"{self.s_per_edge * 1e9:.3g} ns/edge + {self.s_per_edge_head * 1e9:.3g} ns/edge-head + "
-            f"{self.s_per_row_head * 1e9:.3g} ns/row-head + {self.s_per_call * 1e6:.0f} us"
+            f"{self.s_per_edge * 1e9:.3g} ns/edge + {self.s_per_edge_head * 1e9:.3g} ns/edge-head"
+            + (cache if self.s_per_missed_edge_head > 0 else "")
+            + f" + {self.s_per_row_head * 1e9:.3g} ns/row-head + {self.s_per_source_row_head * 1e9:.3g} ns/source "
+            f"row-head + {self.s_per_call * 1e6:.0f} us"
         )
 
 
-def fit_attention(points: list[tuple[float, float, float, float]]) -> AttentionFit:
-    """``AttentionFit`` through (edges, edge-heads, row-heads, seconds) points, with the least squared
-    relative error and non-negative coefficients. Needs graphs of two or more degrees and head counts
-    (four or more points whose columns are independent)."""
-    pts = [tuple(float(x) for x in p) for p in points if p[3] > 0 and p[1] > 0]
-    rows = np.array([[e, eh, rh, 1.0] for e, eh, rh, _ in pts]).reshape(-1, 4)
-    if len(pts) < 4 or np.linalg.matrix_rank(rows) < 4:
+def fit_attention(points: list[tuple[float, ...]]) -> AttentionFit:
+    """``AttentionFit`` through (edges, edge-heads, row-heads, source row-heads, seconds) points with
+    the least squared relative error and non-negative coefficients, the cache the best of
+    ``CACHE_GRID`` (or none). Needs graphs of two or more degrees, head counts and source counts
+    (five or more points whose columns are independent)."""
+    pts = [tuple(float(x) for x in p) for p in points if p[4] > 0 and p[1] > 0]
+    rows = np.array([[e, eh, rh, srh, 1.0] for e, eh, rh, srh, _ in pts]).reshape(-1, 5)
+    if len(pts) < 5 or np.linalg.matrix_rank(rows) < 5:
         raise ValueError(
-            "an attention fit needs kernel calls on graphs of two or more degrees and head counts "
-            f"(edges, edge-heads and row-heads not in one proportion), got {points}"
+            "an attention fit needs kernel calls on graphs of two or more degrees, head counts and source "
+            f"row counts (edges, edge-heads, row-heads and source row-heads not in one proportion), got {points}"
         )
-    t = np.array([p[3] for p in pts])
-    best, r2 = _non_negative_fit(rows, t)
-    return AttentionFit(*best, r2, tuple(pts))
+    t = np.array([p[4] for p in pts])
+    coefficients, cache, r2 = _fit_with_cache(rows, t, 1, rows[:, 3])
+    return AttentionFit(*coefficients, cache, r2, tuple(pts))
 
 
 def attention_from_dict(d: dict, where: str) -> LogLogFit | AttentionFit:
-    """An attention fit written by ``AttentionFit.to_dict``, or (no ``model``) the log-log line of
-    edge-heads of profiles written before it."""
+    """An attention fit written by ``AttentionFit.to_dict`` (or its 2026-12-05 form, without the cache
+    and source terms), or (no ``model``) the log-log line of edge-heads of profiles written before it."""
     return _loglog_or(AttentionFit, d, where, "attention fit")
 
 
 def attention_seconds(
-    fit: LogLogFit | AttentionFit, edges: float, edge_heads: float, row_heads: float, d_scale: float = 1.0
+    fit: LogLogFit | AttentionFit,
+    edges: float,
+    edge_heads: float,
+    row_heads: float,
+    d_scale: float = 1.0,
+    source_row_heads: float | None = None,
 ) -> float:
     """Seconds of one attention call at the profile's head dimension, times the head-dim knee's
-    ``d_scale`` = (knee + D) / (knee + D_profile): an ``AttentionFit`` reads all three terms and the
-    knee, a ratio of whole calls, scales the call; an old profile's log-log line reads the edge-heads
+    ``d_scale`` = (knee + D) / (knee + D_profile): an ``AttentionFit`` reads every term and the knee,
+    a ratio of whole calls, scales the call; an old profile's log-log line reads the edge-heads
     scaled by the knee."""
     if isinstance(fit, AttentionFit):
-        return d_scale * fit(edges, edge_heads, row_heads)
+        return d_scale * fit(edges, edge_heads, row_heads, source_row_heads)
     return fit(edge_heads * d_scale)
 
 
 def rest_from_dict(d: dict, where: str) -> LogLogFit | RestFit:
-    """A rest fit written by ``RestFit.to_dict``, or (no ``model``) the log-log line of node-MACs
-    of profiles written before it."""
+    """A rest fit written by ``RestFit.to_dict`` (or its 2026-12-04 form, without the cache term), or
+    (no ``model``) the log-log line of node-MACs of profiles written before it."""
     return _loglog_or(RestFit, d, where, "rest fit")
 
 

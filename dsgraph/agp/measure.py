@@ -1,10 +1,11 @@
 """The measurements behind a profile: per rank count p, on p ranks running at once,
 
 - attention: fused sparse attention forward plus backward on random graphs of growing edge count,
-  and of a second in-degree and head count at the largest sizes (``AttentionFit``: time against
-  edges, edge-heads and row-heads, and one fixed cost per call), at the profile's head dimension D,
-  and at 2D (their ratio gives the share of the per-(edge, head) cost that does not grow with D:
-  ``head_dim_knee``);
+  of a second in-degree and head count at the largest sizes, and of one size whose in-edges come
+  from 1/16 to 16 times as many rows (``AttentionFit``: time against edges, edge-heads, row-heads and
+  source row-heads, the K/V reads' cache, and one fixed cost per call), at the profile's head
+  dimension D, and at 2D (their ratio gives the share of the per-(edge, head) cost that does not
+  grow with D: ``head_dim_knee``);
 - rest: one Transformer block, the layer's real code (projections, norms, FFN, GELU, dropout,
   residual sums) with the attention kernel replaced by a stand-in that costs nothing and passes
   gradients to q, k and v as the kernel does (``AttentionStandIn``), forward plus backward, on
@@ -54,6 +55,9 @@ class Sizes:
 
     attention_nodes: tuple[int, ...]
     """Rows of the random attention graphs (ATTENTION_DEGREE in-edges each)."""
+    source_case: tuple[int, tuple[int, ...]]
+    """(rows, source rows ...) of the graphs whose in-edges come from more or fewer rows than they
+    have (ATTENTION_DEGREE each): the K/V a call reads outgrowing the cache."""
     rest_shapes: tuple[tuple[int, int], ...]
     """(nodes, hidden) of the pass-through Transformer blocks."""
     max_message_bytes: int
@@ -62,6 +66,7 @@ class Sizes:
 
 CPU_SIZES = Sizes(  # up to 2M edges and 262k-node blocks: the graphs full-graph training runs (rmat:16-18)
     attention_nodes=(128, 512, 2048, 8192, 32768, 131072),
+    source_case=(16384, (2**10, 2**12, 2**14, 2**16, 2**18)),  # 1 MiB .. 256 MiB of fp32 K and V at H 8, D 16
     rest_shapes=(
         (128, 64),
         (512, 64),
@@ -79,6 +84,7 @@ CPU_SIZES = Sizes(  # up to 2M edges and 262k-node blocks: the graphs full-graph
 )
 CUDA_SIZES = Sizes(  # up to 16M edges and 1M-node blocks: past launch latency, into the bandwidth regime
     attention_nodes=(2**12, 2**14, 2**16, 2**18, 2**20),
+    source_case=(2**16, (2**12, 2**15, 2**18, 2**21)),  # 4 MiB .. 2 GiB of fp32 K and V at H 8, D 16
     rest_shapes=((2**12, 64), (2**14, 128), (2**16, 128), (2**18, 128), (2**20, 128), (2**16, 256), (2**18, 64)),
     max_message_bytes=2**26,
 )
@@ -136,10 +142,11 @@ def interleaved_min(
     return out
 
 
-def random_csr(num_nodes: int, degree: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CSR of ``num_nodes`` rows with ``degree`` random in-edges each."""
+def random_csr(num_nodes: int, degree: int, seed: int, sources: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of ``num_nodes`` rows with ``degree`` random in-edges each, from ``sources`` rows
+    (default: the same rows)."""
     rng = np.random.default_rng(seed)
-    col = torch.from_numpy(rng.integers(0, num_nodes, num_nodes * degree).astype(np.int32))
+    col = torch.from_numpy(rng.integers(0, sources or num_nodes, num_nodes * degree).astype(np.int32))
     rowptr = torch.arange(0, num_nodes * degree + 1, degree, dtype=torch.int64)
     return rowptr, col
 
@@ -147,29 +154,36 @@ def random_csr(num_nodes: int, degree: int, seed: int) -> tuple[torch.Tensor, to
 def _attention_cases(rank, heads, head_dim, dtype, backend, device, quantity="attention") -> list:
     """The kernel forward plus backward on random graphs: every size of ``attention_nodes`` at
     ATTENTION_DEGREE in-edges and ``heads`` heads, and (``quantity`` "attention") the largest sizes
-    again at SHAPE_DEGREE and at ``heads // SHAPE_HEADS_DIVISOR``, so the fit separates the cost per
-    edge, per edge-head and per row-head. The case's x is (edges, edge-heads, row-heads)."""
+    again at SHAPE_DEGREE and at ``heads // SHAPE_HEADS_DIVISOR``, and (``quantity`` "attention")
+    ``source_case``'s rows with in-edges from fewer and more rows, so the fit separates the cost per
+    edge, per edge-head, per row-head and per source row-head, and finds the cache. The case's x is
+    (edges, edge-heads, row-heads, source row-heads)."""
     sizes = sizes_for(device).attention_nodes
-    shapes = [(n, ATTENTION_DEGREE, heads) for n in sizes]
+    shapes = [(n, ATTENTION_DEGREE, heads, n) for n in sizes]
     if quantity == "attention":
         few_heads = max(1, heads // SHAPE_HEADS_DIVISOR)
-        shapes += [(n, SHAPE_DEGREE, heads) for n in sizes[-SHAPE_SIZES:]]
-        shapes += [(n, ATTENTION_DEGREE, few_heads) for n in sizes[-SHAPE_SIZES:] if few_heads != heads]
-    return [_attention_case(rank, n, degree, h, head_dim, dtype, backend, device, quantity) for n, degree, h in shapes]
+        shapes += [(n, SHAPE_DEGREE, heads, n) for n in sizes[-SHAPE_SIZES:]]
+        shapes += [(n, ATTENTION_DEGREE, few_heads, n) for n in sizes[-SHAPE_SIZES:] if few_heads != heads]
+        n, sources = sizes_for(device).source_case
+        shapes += [(n, ATTENTION_DEGREE, heads, s) for s in sources]
+    return [_attention_case(rank, *shape, head_dim, dtype, backend, device, quantity) for shape in shapes]
 
 
-def _attention_case(rank, n, degree, heads, head_dim, dtype, backend, device, quantity):
+def _attention_case(rank, n, degree, heads, sources, head_dim, dtype, backend, device, quantity):
+    """The kernel over ``n`` rows of ``degree`` in-edges from ``sources`` rows. The case's x is
+    (edges, edge-heads, row-heads, source row-heads)."""
     from dsgraph.ops import sparse_attention
 
-    rowptr, col = (t.to(device) for t in random_csr(n, degree, seed=rank))
-    q, k, v = (torch.randn(n, heads, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
+    rowptr, col = (t.to(device) for t in random_csr(n, degree, seed=rank, sources=sources))
+    q = torch.randn(n, heads, head_dim, dtype=dtype, device=device, requires_grad=True)
+    k, v = (torch.randn(sources, heads, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
     dy = torch.randn(n, heads, head_dim, dtype=dtype, device=device)
 
-    def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):
-        sparse_attention(rowptr, col, q, k, v, backend=backend).backward(dy)
+    def run(rowptr=rowptr, col=col, q=q, k=k, v=v, dy=dy):  # the gradients are returned, not accumulated
+        torch.autograd.grad(sparse_attention(rowptr, col, q, k, v, backend=backend), (q, k, v), dy)
 
     edges = float(col.numel())
-    return (quantity, (edges, edges * heads, float(n * heads)), run)
+    return (quantity, (edges, edges * heads, float(n * heads), float(sources * heads)), run)
 
 
 class AttentionStandIn(torch.autograd.Function):

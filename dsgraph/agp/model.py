@@ -8,10 +8,11 @@ Each strategy states its own terms (``Strategy.cost`` in its file: the busiest r
 and rows, its collectives and their bytes per layer, the graph arrays and activations it keeps);
 this module is one loop over them:
 
-- attention: the profile's alpha fit at p ranks applied to the kernel call's edges, edge-heads and
-  row-heads (``AttentionFit``), scaled by the head-dim knee when the model's D differs from the
-  profile's (the knee is the ratio of whole calls at 2D and D); an old profile's log-log line reads
-  the edge-heads alone, scaled by the knee;
+- attention: the profile's alpha fit at p ranks applied to each kernel call's edges, edge-heads,
+  row-heads and source row-heads (``AttentionFit``: K/V reads slow down once the call's source rows
+  outgrow the cache), scaled by the head-dim knee when the model's D differs from the profile's (the
+  knee is the ratio of whole calls at 2D and D); an old profile's log-log line reads the edge-heads
+  alone, scaled by the knee;
 - comm: each collective's beta fit at p ranks on its per-rank message, forward plus backward; a
   strategy whose collectives overlap its attention costs the longer of the two;
 - rest: the profile's fit for everything of a layer but the attention kernels (``RestFit``: the
@@ -40,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import attention_seconds, rest_seconds
+from dsgraph.agp.fits import AttentionFit, attention_seconds, rest_seconds
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
 from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
@@ -265,6 +266,19 @@ def _message_inter_bytes(fits, message) -> float:
     return message[2] * fit.inter_bytes(message[1], message[3] if len(message) > 3 else None)
 
 
+def _attention_call_s(fit, terms, model_heads: int, d_scale: float) -> float:
+    """Seconds of one layer's kernel calls on the busiest rank: ``attention_calls`` calls, each over
+    ``attention_rows`` rows (default: the rank's rows) and ``attention_sources`` source rows (default:
+    the same rows) at ``attention_heads`` heads (default: the model's), sharing the edges."""
+    heads = terms.attention_heads or model_heads
+    rows = terms.attention_rows or terms.rows
+    sources = terms.attention_sources or rows
+    calls = terms.attention_calls if isinstance(fit, AttentionFit) else 1  # a log-log line: one call, as before
+    edge_heads = terms.edge_heads / calls
+    one = attention_seconds(fit, edge_heads / heads, edge_heads, rows * heads, d_scale, sources * heads)
+    return calls * one
+
+
 def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int) -> dict:
     """Attention and collective seconds of all layers, each split into the layers' own and the
     forwards checkpointing recomputes; the global attention's all-reduces (``glob``, never
@@ -299,9 +313,7 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         d_scale = (fits.head_dim_knee + kind.shape.head_dim) / (
             fits.head_dim_knee + profile.head_dim
         )  # cost ~ knee + D
-        heads = terms.attention_heads or kind.shape.heads
-        rows = terms.attention_rows or terms.rows
-        one = attention_seconds(fits.attention, terms.edge_heads / heads, terms.edge_heads, rows * heads, d_scale)
+        one = _attention_call_s(fits.attention, terms, kind.shape.heads, d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
         layer = sum(_message_s(fits, m) for m in terms.messages)

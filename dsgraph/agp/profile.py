@@ -17,12 +17,14 @@ Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
 
 FIT is a ``LogLogFit`` (log_a, slope, r2, points); a collective's FIT may instead be a
 ``LatencyBandwidthFit`` ({"model": "latency_bandwidth", latency_s, s_per_byte, r2, points}), which
-``dsgraph profile`` writes since 2026-12-04, and ``rest`` a ``RestFit`` ({"model": "macs_values",
-s_per_mac, s_per_value, s_per_layer, r2, points [[node-MACs, node-values, seconds], ...]}), which it
-writes since 2026-12-04 too (profiles with a log-log ``rest`` still load and predict as before), and
-``attention`` an ``AttentionFit`` ({"model": "edges_heads_rows", s_per_edge, s_per_edge_head,
-s_per_row_head, s_per_call, r2, points [[edges, edge-heads, row-heads, seconds], ...]}), which it
-writes since 2026-12-05 (a log-log ``attention`` of edge-heads still loads and predicts as before).
+``dsgraph profile`` writes since 2026-12-04, ``rest`` a ``RestFit`` ({"model": "macs_values_cache",
+s_per_mac, s_per_value, s_per_missed_value, s_per_layer, cache_values, r2, points [[node-MACs,
+node-values, seconds], ...]}) and ``attention`` an ``AttentionFit`` ({"model": "gather_cache",
+s_per_edge, s_per_edge_head, s_per_missed_edge_head, s_per_row_head, s_per_source_row_head,
+s_per_call, cache_row_heads, r2, points [[edges, edge-heads, row-heads, source row-heads, seconds],
+...]}), the forms it writes since 2026-12-05 (evening). Earlier forms still load and predict as
+they did: a log-log ``rest`` or ``attention``, ``rest`` "macs_values" (2026-12-04) and
+``attention`` "edges_heads_rows" (2026-12-05), read with their missing terms 0.
 Units of x: a log-log ``attention`` edge-heads (one edge for one head of dimension ``head_dim``, forward plus
 backward, per rank while all p ranks compute at once); ``rest`` one Transformer block's node-MACs
 (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the QKV, output and FFN projections, forward

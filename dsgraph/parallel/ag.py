@@ -112,6 +112,10 @@ class AllGather(Strategy):
             forward_bytes=2 * g * k * (p - 1),
             edge_heads=e * model.heads,
             rows=n,
+            # the kernel reads K/V of all P (padded) blocks; one call per head group
+            attention_sources=p * n,
+            attention_heads=model.heads / g if p > 1 else 0.0,
+            attention_calls=g if p > 1 else 1,
             messages=messages,
             bytes_sent=2 * g * ((1 + regather) * k + dk) * (p - 1),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (n_all + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES + e * ROWPTR_BYTES,

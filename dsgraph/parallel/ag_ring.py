@@ -301,6 +301,8 @@ class AllGatherRing(Strategy):
             forward_bytes=kv_sent,
             edge_heads=e * model.heads,
             rows=n,
+            attention_calls=p,  # one kernel call per block: the rank's rows over one block's K/V
+            attention_sources=n,
             messages=messages,
             bytes_sent=2 * kv_sent + (n_all * grad_row if p > 1 else 0.0),
             graph_bytes=p * (n + 1) * ROWPTR_BYTES + (n_all + p) * ROWPTR_BYTES + e * (2 * INDEX_BYTES + ROWPTR_BYTES),

@@ -137,6 +137,7 @@ class Halo(Strategy):
             forward_bytes=max(split.send_sizes) * row,
             edge_heads=e * model.heads,
             rows=n,
+            attention_sources=remote,  # the kernel reads K/V of its own rows and the halo
             messages=messages,
             bytes_sent=max(s * row + h * grad_row for s, h in zip(split.send_sizes, split.halo_sizes)),
             graph_bytes=(n + 1) * ROWPTR_BYTES + (remote + 1) * ROWPTR_BYTES + 2 * e * INDEX_BYTES,

@@ -125,6 +125,12 @@ class CostTerms:
     """Rows the busiest rank's attention kernel runs over, where they are not ``rows`` (GP-A2A: all N)."""
     attention_heads: float = 0.0
     """Heads per edge the busiest rank's kernel computes, where not all of the model's (GP-A2A: H / p)."""
+    attention_sources: float = 0.0
+    """Rows whose K and V one kernel call reads (and whose dK, dV it writes), where they are not the rows
+    it runs over: GP-AG's gathered N (padded), GP-Halo's own rows and halo, GP-AG ring's one block."""
+    attention_calls: int = 1
+    """Kernel calls per layer, each over ``attention_rows`` rows and its share of the edges (GP-AG
+    ring: one per block, P)."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
     forward_messages: tuple[tuple[str, float, float], ...] = ()

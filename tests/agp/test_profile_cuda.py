@@ -150,6 +150,7 @@ def test_cpu_profile_still_measures_end_to_end(tmp_path, capsys):
         and profile.system["comm_backend"] == "gloo"
         and profile.system["ranks_measured"] == [1]
     )
-    points = profile.ranks[1].attention.points  # every size at in-degree 16, the largest again at 4 and at H / 4
-    expected = len(measure.CPU_SIZES.attention_nodes) + 2 * measure.SHAPE_SIZES
+    points = profile.ranks[1].attention.points  # every size at in-degree 16, the largest again at 4 and at H / 4,
+    expected = len(measure.CPU_SIZES.attention_nodes) + 2 * measure.SHAPE_SIZES  # and the source counts
+    expected += len(measure.CPU_SIZES.source_case[1])
     assert all(p[-1] > 0 for p in points) and len(points) == expected

@@ -1,12 +1,13 @@
-"""The rest of a layer: ``RestFit`` (a * MACs + b * node-values + c * layers) on synthetic points,
-the block it is measured on, old log-log profiles still loading, and the model's compute terms."""
+"""The rest of a layer: ``RestFit`` (a * MACs + (b + m * miss) * node-values + c * layers, miss the share
+of a block's values past the cache) on synthetic points, the block it is measured on, old profiles
+still loading, and the model's compute terms."""
 
 import math
 
 import pytest
 import torch
 
-from dsgraph.agp.fits import LogLogFit, RestFit, fit_loglog, fit_rest, rest_from_dict, rest_seconds
+from dsgraph.agp.fits import LogLogFit, RestFit, fit_loglog, fit_rest, miss_share, rest_from_dict, rest_seconds
 from dsgraph.agp.measure import CPU_SIZES, CUDA_SIZES, AttentionStandIn
 from dsgraph.agp.model import GraphShape, ModelShape, predict
 from dsgraph.agp.profile import load_profile, profile_from_dict
@@ -17,18 +18,21 @@ PER_BYTE = {"all_gather": 1e-9, "reduce_scatter": 1e-9, "all_to_all": 1e-9, "all
 FFN = 2
 
 
-def block_point(n, d, a, b, c):
+def block_point(n, d, a, b, c, missed=0.0, cache=0.0):
     macs, values = n * d * d * (4 + 2 * FFN), n * d
-    return macs, values, a * macs + b * values + c
+    return macs, values, a * macs + (b + missed * miss_share(values, cache)) * values + c
 
 
-def test_fit_recovers_the_three_terms_from_blocks_of_several_widths():
-    a, b, c = 60e-12, 45e-9, 1.5e-3
-    fit = fit_rest([block_point(n, d, a, b, c) for n, d in CPU_SIZES.rest_shapes])
-    assert (fit.s_per_mac, fit.s_per_value, fit.s_per_layer) == pytest.approx((a, b, c), rel=1e-6)
-    assert fit.r2 == pytest.approx(1.0)
-    n, d = 262_144, 128  # beyond the measured sizes: the terms extrapolate in proportion
-    assert fit(*block_point(n, d, a, b, c)[:2]) == pytest.approx(block_point(n, d, a, b, c)[2], rel=1e-6)
+def test_fit_recovers_every_term_and_the_cache_from_blocks_of_several_widths():
+    a, b, m, c, cache = 60e-12, 20e-9, 30e-9, 1.5e-3, 2.0**18
+    fit = fit_rest([block_point(n, d, a, b, c, m, cache) for n, d in CPU_SIZES.rest_shapes])
+    got = (fit.s_per_mac, fit.s_per_value, fit.s_per_missed_value, fit.s_per_layer)
+    assert got == pytest.approx((a, b, m, c), rel=1e-6)
+    assert fit.cache_values == cache and fit.r2 == pytest.approx(1.0)
+    n, d = 524_288, 128  # beyond the measured sizes: the terms extrapolate
+    point = block_point(n, d, a, b, c, m, cache)
+    assert fit(*point[:2]) == pytest.approx(point[2], rel=1e-6)
+    assert fit(3 * point[0], 3 * point[1], 3) == pytest.approx(3 * point[2], rel=1e-6)  # the cache is per block
 
 
 def test_fit_separates_what_one_power_of_macs_cannot():
@@ -48,8 +52,8 @@ def test_fit_keeps_every_coefficient_non_negative():
     """Times that fall with the node-values at fixed MACs would want b < 0: the fit drops that term."""
     points = [(1e9, 1e6, 0.10), (1e9, 4e6, 0.09), (4e9, 1e6, 0.40), (4e9, 4e6, 0.38), (2e9, 2e6, 0.2)]
     fit = fit_rest(points)
-    assert min(fit.s_per_mac, fit.s_per_value, fit.s_per_layer) >= 0.0
-    assert fit.s_per_value == 0.0 and fit.s_per_mac > 0.0
+    assert min(fit.s_per_mac, fit.s_per_value, fit.s_per_missed_value, fit.s_per_layer) >= 0.0
+    assert fit.s_per_value == 0.0 and fit.s_per_missed_value == 0.0 and fit.s_per_mac > 0.0
     for m, v, t in points:
         assert fit(m, v) == pytest.approx(t, rel=0.1)
 
@@ -67,11 +71,18 @@ def test_rest_fit_round_trip_and_malformed():
     again = rest_from_dict(fit.to_dict(), "here")
     assert again == fit and isinstance(again, RestFit)
     bad = {**fit.to_dict(), "s_per_value": -1.0}
-    with pytest.raises(ValueError, match="here: s_per_mac, s_per_value and s_per_layer must be finite and >= 0"):
+    message = "here: s_per_mac, s_per_value, s_per_missed_value, s_per_layer and cache_values must be finite and >= 0"
+    with pytest.raises(ValueError, match=message):
         rest_from_dict(bad, "here")
+    with pytest.raises(ValueError, match=message):
+        rest_from_dict({**fit.to_dict(), "cache_values": -1.0}, "here")
     with pytest.raises(ValueError, match="unknown rest fit model 'cubic'"):
         rest_from_dict({**fit.to_dict(), "model": "cubic"}, "here")
     assert fit.scaled(2.0)(1e9, 1e6, 1) == pytest.approx(2 * fit(1e9, 1e6, 1))
+    old = {"model": "macs_values", "s_per_mac": 6e-11, "s_per_value": 4e-8, "s_per_layer": 2e-3, "r2": 0.99}
+    loaded = rest_from_dict(old, "old")  # the form of 2026-12-04: no cache term
+    assert (loaded.s_per_missed_value, loaded.cache_values) == (0.0, 0.0)
+    assert loaded(1e9, 1e6, 1) == pytest.approx(6e-11 * 1e9 + 4e-8 * 1e6 + 2e-3)
 
 
 def test_measured_sizes_span_two_widths_at_least():
@@ -120,7 +131,7 @@ def test_old_loglog_rest_profiles_load_and_predict_as_before(tmp_path):
 
 def test_model_rest_term_is_macs_values_and_layers():
     a, b, c = 60e-12, 45e-9, 1.5e-3
-    profile = _profile(RestFit(a, b, c, 1.0))
+    profile = _profile(RestFit(a, b, 0.0, c, 0.0, 1.0))
     n, e, d, layers = 40_000, 600_000, 96, 3
     graph, model = GraphShape(num_nodes=n, num_edges=e), ModelShape(layers=layers, hidden=d, heads=6, ffn_mult=FFN)
     pred = predict("ag", 1, graph, model, profile, step=False)
