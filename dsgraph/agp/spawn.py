@@ -32,6 +32,7 @@ def _entry(rank, p, port, threads, out_path, fn, args, comm="gloo"):
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(p), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if comm == "nccl" else "cpu")  # what deepspeed.comm runs on
     import torch
     import torch.distributed as dist
 
