@@ -230,6 +230,10 @@ class _LinearFit:
     def scaled(self, factor: float):
         return type(self)(*(getattr(self, k) * factor for k in self.KEYS), self.cache, self.r2, self.points)
 
+    def _past_cache(self, rate: float, unit: str) -> str:
+        """``describe``'s note of the cost ``rate`` (s) paid past the cache, in ``unit``; "" without one."""
+        return f" (+{rate * 1e9:.3g} past {self.cache:.3g} {unit})" if rate > 0 else ""
+
 
 CACHE_GRID = tuple(float(2**k) for k in range(10, 25))
 """Cache sizes (1k..16M values, or source row-heads) a fit with a cache term tries."""
@@ -302,10 +306,9 @@ class RestFit(_LinearFit):
         return self.s_per_mac * macs + (self.s_per_value + missed) * values + self.s_per_layer * layers
 
     def describe(self) -> str:
-        cache = f" (+{self.s_per_missed_value * 1e9:.3g} past {self.cache_values:.3g} per block)"
         return (
             f"{self.s_per_mac * 1e12:.3g} ps/MAC + {self.s_per_value * 1e9:.3g} ns/value"
-            + (cache if self.s_per_missed_value > 0 else "")
+            + self._past_cache(self.s_per_missed_value, "per block")
             + f" + {self.s_per_layer * 1e6:.0f} us/layer"
         )
 
@@ -422,10 +425,9 @@ class AttentionFit(_LinearFit):
         )
 
     def describe(self) -> str:
-        cache = f" (+{self.s_per_missed_edge_head * 1e9:.3g} past {self.cache_row_heads:.3g} source row-heads)"
         return (
             f"{self.s_per_edge * 1e9:.3g} ns/edge + {self.s_per_edge_head * 1e9:.3g} ns/edge-head"
-            + (cache if self.s_per_missed_edge_head > 0 else "")
+            + self._past_cache(self.s_per_missed_edge_head, "source row-heads")
             + f" + {self.s_per_row_head * 1e9:.3g} ns/row-head + {self.s_per_source_row_head * 1e9:.3g} ns/source "
             f"row-head + {self.s_per_call * 1e6:.0f} us"
         )
@@ -461,13 +463,15 @@ def attention_seconds(
     row_heads: float,
     d_scale: float = 1.0,
     source_row_heads: float | None = None,
+    calls: int = 1,
 ) -> float:
-    """Seconds of one attention call at the profile's head dimension, times the head-dim knee's
-    ``d_scale`` = (knee + D) / (knee + D_profile): an ``AttentionFit`` reads every term and the knee,
-    a ratio of whole calls, scales the call; an old profile's log-log line reads the edge-heads
-    scaled by the knee."""
+    """Seconds of ``calls`` attention calls sharing ``edges`` and ``edge_heads``, each over
+    ``row_heads`` and ``source_row_heads``, at the profile's head dimension, times the head-dim knee's
+    ``d_scale`` = (knee + D) / (knee + D_profile): an ``AttentionFit`` reads every term of each call
+    and the knee, a ratio of whole calls, scales them; an old profile's log-log line reads all the
+    edge-heads as one call, scaled by the knee (as it always did)."""
     if isinstance(fit, AttentionFit):
-        return d_scale * fit(edges, edge_heads, row_heads, source_row_heads)
+        return calls * d_scale * fit(edges / calls, edge_heads / calls, row_heads, source_row_heads)
     return fit(edge_heads * d_scale)
 
 

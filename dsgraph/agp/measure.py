@@ -111,7 +111,7 @@ def timed(run: Callable[[], None], device: torch.device) -> float:
     return begin.elapsed_time(end) / 1e3
 
 
-def _time_once(run: Callable[[], None], device: torch.device) -> float:
+def slowest_time(run: Callable[[], None], device: torch.device) -> float:
     """The slowest rank's time of one call of ``run`` (all ranks call it together after a barrier)."""
     import torch.distributed as dist
 
@@ -135,7 +135,7 @@ def interleaved_min(
     best = [float("inf")] * len(cases)
     for _ in range(reps):
         for i, (_, _, run) in enumerate(cases):
-            best[i] = min(best[i], _time_once(run, device))
+            best[i] = min(best[i], slowest_time(run, device))
     out: dict[str, list[tuple[float, float]]] = {}
     for (quantity, x, _), t in zip(cases, best):
         out.setdefault(quantity, []).append((x, t))

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dsgraph.agp.fits import AttentionFit, attention_seconds, rest_seconds
+from dsgraph.agp.fits import attention_seconds, rest_seconds
 from dsgraph.agp.profile import Profile
 from dsgraph.parallel.registry import auto_candidates, get_strategy
 from dsgraph.parallel.shapes import GlobalAttentionCost, GraphShape, ModelShape, SplitShape  # noqa: F401 (re-exported)
@@ -273,10 +273,10 @@ def _attention_call_s(fit, terms, model_heads: int, d_scale: float) -> float:
     heads = terms.attention_heads or model_heads
     rows = terms.attention_rows or terms.rows
     sources = terms.attention_sources or rows
-    calls = terms.attention_calls if isinstance(fit, AttentionFit) else 1  # a log-log line: one call, as before
-    edge_heads = terms.edge_heads / calls
-    one = attention_seconds(fit, edge_heads / heads, edge_heads, rows * heads, d_scale, sources * heads)
-    return calls * one
+    edges = terms.edge_heads / heads
+    return attention_seconds(
+        fit, edges, terms.edge_heads, rows * heads, d_scale, sources * heads, calls=terms.attention_calls
+    )
 
 
 def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int) -> dict:

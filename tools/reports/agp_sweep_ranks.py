@@ -20,7 +20,7 @@ import gc
 
 import torch
 
-from dsgraph.agp.measure import timed
+from dsgraph.agp.measure import slowest_time
 from dsgraph.agp.model import strategy_names
 
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -75,14 +75,6 @@ def _slowest(values: list[float]) -> list[float]:
     if dist.get_world_size() > 1:
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
     return out.tolist()
-
-
-def _time_sample(run) -> float:
-    """Seconds of the slowest rank, the heap as the previous call left it."""
-    import torch.distributed as dist
-
-    dist.barrier()
-    return _slowest([timed(run, torch.device("cpu"))])[0]
 
 
 def _memory_sample(run, probe: PeakProbe) -> tuple[float, float]:
@@ -158,7 +150,7 @@ def rank_sweep(rank, p, cfgs, reps, backend, log_prefix=""):
         best = {name: float("inf") for name, _ in cases}
         for _ in range(reps):
             for name, run in cases:
-                best[name] = min(best[name], _time_sample(run))
+                best[name] = min(best[name], slowest_time(run, torch.device("cpu")))
         memory = {name: _memory_sample(run, probe) for name, run in cases}
         best = {name: (t, *memory[name]) for name, t in best.items()}
         for name, sample in best.items():
