@@ -111,8 +111,9 @@ class LatencyBandwidthFit:
             return 0.0
         return self.latency_s + self.s_per_byte * x
 
-    def describe(self) -> str:
-        bandwidth = f"{1e-9 / self.s_per_byte:.2f} GB/s" if self.s_per_byte > 0 else "no per-byte cost"
+    def describe(self, unit: str = "B") -> str:
+        """``unit``: what x counts (bytes; " values" for the copy fit)."""
+        bandwidth = f"{1e-9 / self.s_per_byte:.2f} G{unit}/s" if self.s_per_byte > 0 else f"no cost per{unit or ' B'}"
         return f"{self.latency_s * 1e6:.0f} us + {bandwidth}"
 
     def to_dict(self) -> dict:

@@ -11,6 +11,9 @@
   gradients to q, k and v as the kernel does (``AttentionStandIn``), forward plus backward, on
   growing node counts and three hidden sizes (``RestFit``: time against node-MACs n d^2 (4 + 2 f),
   node-values n d and one fixed cost per block);
+- copy: rows copied into another layout (a transpose made contiguous, as strategies lay rows out to
+  send them and back), at growing sizes (``LatencyBandwidthFit``: time against values written): the
+  price per value of a strategy's own tensor work around its kernels (``CostTerms.copied_values``);
 - collectives (p > 1): all-gather, reduce-scatter, all-to-all and an uneven all-to-all at message
   sizes 2^10 .. max_bytes (time against bytes per rank, fitted as latency plus bandwidth).
 
@@ -62,6 +65,8 @@ class Sizes:
     """(nodes, hidden) of the pass-through Transformer blocks."""
     max_message_bytes: int
     """Largest collective message by default (memory permitting)."""
+    copy_values: tuple[int, ...]
+    """Values written by the copy cases."""
 
 
 CPU_SIZES = Sizes(  # up to 2M edges and 262k-node blocks: the graphs full-graph training runs (rmat:16-18)
@@ -81,12 +86,14 @@ CPU_SIZES = Sizes(  # up to 2M edges and 262k-node blocks: the graphs full-graph
         (262144, 64),
     ),
     max_message_bytes=2**22,
+    copy_values=(2**16, 2**18, 2**20, 2**22, 2**24),  # 256 KiB .. 64 MiB of fp32
 )
 CUDA_SIZES = Sizes(  # up to 16M edges and 1M-node blocks: past launch latency, into the bandwidth regime
     attention_nodes=(2**12, 2**14, 2**16, 2**18, 2**20),
     source_case=(2**16, (2**12, 2**15, 2**18, 2**21)),  # 4 MiB .. 2 GiB of fp32 K and V at H 8, D 16
     rest_shapes=((2**12, 64), (2**14, 128), (2**16, 128), (2**18, 128), (2**20, 128), (2**16, 256), (2**18, 64)),
     max_message_bytes=2**26,
+    copy_values=(2**20, 2**22, 2**24, 2**26, 2**28),  # 4 MiB .. 1 GiB of fp32
 )
 
 
@@ -221,6 +228,22 @@ def _rest_cases(ffn_mult, dtype, device) -> list:
     return cases
 
 
+COPY_WIDTH = 64  # values per row that move together (H/P heads of D = 16 at H 8, P 2)
+
+
+def _copy_cases(dtype, device) -> list:
+    """Rows of ``COPY_WIDTH`` values in two halves put into the other order ([n, 2, w] -> [2, n, w],
+    the layout change of rows sent to two ranks) at ``copy_values`` sizes, into a buffer allocated
+    once: a training step's copies find their memory in the allocator's cache (a fresh 64 MiB
+    tensor would time the page faults of its first touch). The case's x is the values written."""
+    cases = []
+    for values in sizes_for(device).copy_values:
+        x = torch.randn(values // (2 * COPY_WIDTH), 2, COPY_WIDTH, dtype=dtype, device=device)
+        out = torch.empty(2, values // (2 * COPY_WIDTH), COPY_WIDTH, dtype=dtype, device=device)
+        cases.append(("copy", float(values), lambda x=x, out=out: out.copy_(x.transpose(0, 1))))
+    return cases
+
+
 def message_sizes(max_bytes: int) -> list[int]:
     """2^10, 2^12, ... (powers of 4 times 2^10) up to max_bytes."""
     sizes, m = [], 2**10
@@ -286,6 +309,7 @@ def _measure_rank(rank, p, heads, head_dim, ffn_mult, dtype_name, backend, max_b
     dtype, device = DTYPES[dtype_name], rank_device(rank, backend)
     torch.manual_seed(rank)
     cases = _attention_cases(rank, heads, head_dim, dtype, backend, device) + _rest_cases(ffn_mult, dtype, device)
+    cases += _copy_cases(dtype, device)
     cases += _attention_cases(rank, heads, 2 * head_dim, dtype, backend, device, quantity="attention_2d")
     if p > 1:
         cases += _collective_cases(rank, p, max_bytes, device)
@@ -412,6 +436,7 @@ def measure_profile(
             rest=fit_rest([(*x, t) for x, t in raw["rest"]]),
             collectives={c: fit_latency_bandwidth(raw[c]) for c in COLLECTIVES if c in raw},
             head_dim_knee=head_dim_knee(raw, head_dim),
+            copy=fit_latency_bandwidth(raw["copy"]),
         )
         log(f"profile: {p} rank(s) measured in {time.perf_counter() - began:.1f} s on {comm}")
     system = system_description(backend, threads)

@@ -2,7 +2,7 @@
 
 For strategy s on p ranks, one training iteration costs (per rank, the slowest rank sets the pace)::
 
-    T(s, p) = L * (attention(s, p) + comm(s, p)) + rest(p) [+ gradient sync(p)]
+    T(s, p) = L * (attention(s, p) + copies(s, p) + comm(s, p)) + rest(p) [+ gradient sync(p)]
 
 Each strategy states its own terms (``Strategy.cost`` in its file: the busiest rank's edge-heads
 and rows, its collectives and their bytes per layer, the graph arrays and activations it keeps);
@@ -13,8 +13,11 @@ this module is one loop over them:
   outgrow the cache), scaled by the head-dim knee when the model's D differs from the profile's (the
   knee is the ratio of whole calls at 2D and D); an old profile's log-log line reads the edge-heads
   alone, scaled by the knee;
+- copies: the values the strategy's own code writes around its kernels (``CostTerms.copied_values``:
+  layouts rows travel in, concatenations, contiguous copies, a ring's merges, a halo's gathers and
+  scatters) at the profile's copy fit (none in profiles without one);
 - comm: each collective's beta fit at p ranks on its per-rank message, forward plus backward; a
-  strategy whose collectives overlap its attention costs the longer of the two;
+  strategy whose collectives overlap its attention (and copies) costs the longer of the two;
 - rest: the profile's fit for everything of a layer but the attention kernels (``RestFit``: the
   projections' and FFN's node-MACs, the element-wise work's node-values n d and a fixed cost per
   layer; an old profile's log-log line reads the MACs alone), over all layers, plus the input
@@ -113,6 +116,7 @@ keeps per checkpointed block; the largest short-lived buffer of the backward."""
 TIME_TERMS = (
     "attention",
     "attention recompute",
+    "copies",
     "collectives",
     "collectives recompute",
     "overlap",
@@ -121,9 +125,10 @@ TIME_TERMS = (
     "overhead",
 )
 """Per-iteration time by term: the attention kernels (forward + backward) and the forwards that
-checkpointing runs again; the strategy's collectives and their recomputed forwards; what overlap of
-collectives with attention saves (<= 0); the projections, FFN, input projection and classifier;
-ZeRO's gradient reduction; a calibrated overhead."""
+checkpointing runs again; the strategy's own tensor work around them (``CostTerms.copied_values`` at
+the profile's copy rate, recomputed forwards included); the strategy's collectives and their
+recomputed forwards; what overlap of collectives with attention saves (<= 0); the projections, FFN,
+input projection and classifier; ZeRO's gradient reduction; a calibrated overhead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +293,7 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
     keys = (
         "attention",
         "attention_recompute",
+        "copies",
         "comm",
         "comm_recompute",
         "glob",
@@ -316,6 +322,8 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         one = _attention_call_s(fits.attention, terms, kind.shape.heads, d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
+        copies = fits.copy(terms.copied_values) if fits.copy is not None and terms.copied_values else 0.0
+        out["copies"] += (kind.count + FORWARD_SHARE * kind.attention_recomputes) * copies
         layer = sum(_message_s(fits, m) for m in terms.messages)
         forward = sum(_message_s(fits, m) for m in terms.forward_messages)
         out["comm"] += kind.count * layer * scale
@@ -381,15 +389,17 @@ def predict(
     hidden = min(t["hidden"], FORWARD_SHARE * attention)  # what runs during the forward's attention costs nothing more
     comm -= hidden
     glob = t["glob"] + t["glob_recompute"]
-    layers = (max(attention, comm) if all_terms[0].overlapped else attention + comm) + glob
+    compute = attention + t["copies"]  # a ring's merges run between its kernels, while blocks travel
+    layers = (max(compute, comm) if all_terms[0].overlapped else compute + comm) + glob
     comm += glob
     total = layers + rest + calibration.overhead_s
     time_terms = {
         "attention": t["attention"],
         "attention recompute": t["attention_recompute"],
+        "copies": t["copies"],
         "collectives": t["comm"] + t["glob"],
         "collectives recompute": t["comm_recompute"] + t["glob_recompute"],
-        "overlap": layers - attention - comm - hidden,
+        "overlap": layers - compute - comm - hidden,
         "projections": projections,
         "gradient sync": rest - projections,
         "overhead": calibration.overhead_s,

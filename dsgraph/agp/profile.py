@@ -7,10 +7,10 @@ Schema (``format`` "dsgraph-agp-profile", ``version`` 1)::
       "backend": "cpu", "dtype": "float32", "heads": 8, "head_dim": 16, "ffn_mult": 2,
       "system": {"description": "...", "memory_capacity_bytes": 1.3e11, "memory_shared_by_ranks": true, ...},
       "ranks": {
-        "1": {"attention": FIT, "rest": FIT, "head_dim_knee": 12.5},
+        "1": {"attention": FIT, "rest": FIT, "head_dim_knee": 12.5, "copy": FIT},
         "2": {"attention": FIT, "rest": FIT,
               "collectives": {"all_gather": FIT, "reduce_scatter": FIT, "all_to_all": FIT, "all_to_all_uneven": FIT},
-              "head_dim_knee": 12.5},
+              "head_dim_knee": 12.5, "copy": FIT},
         ...
       }
     }
@@ -30,6 +30,11 @@ backward, per rank while all p ranks compute at once); ``rest`` one Transformer 
 (a node times d^2 * (4 + 2 * ffn_mult) multiply-adds: the QKV, output and FFN projections, forward
 plus backward) and node-values (a node times d: the element-wise work); collectives bytes sent per
 rank (the per-rank input of all-gather and all-to-all, the per-rank output of reduce-scatter).
+
+``copy`` (optional; written since 2026-12-05, night) is a ``LatencyBandwidthFit`` of seconds against
+values written by a copy of rows into another layout, per rank while all p ranks copy at once: the
+price of a strategy's own tensor work around its kernels (``CostTerms.copied_values``). Profiles
+without it predict without that work.
 
 ``head_dim_knee`` (optional; 0 when absent) is delta in: one (edge, head) of head dimension D costs
 in proportion to delta + D (measured from the attention times at D and 2D).
@@ -86,6 +91,10 @@ class RankFits:
     collectives: dict[str, LogLogFit | LatencyBandwidthFit] = field(default_factory=dict)
     head_dim_knee: float = 0.0
     """delta: one (edge, head) of head dimension D costs in proportion to delta + D (0: to D)."""
+    copy: LatencyBandwidthFit | None = None
+    """Seconds against values written by a copy into another layout (what a strategy's own tensor
+    work around its kernels costs per value, ``CostTerms.copied_values``); None in profiles written
+    before it: that work is then not priced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +153,7 @@ class Profile:
             g = self.hierarchy.ranks_per_node
             base = self.ranks[g]
             collectives = ComposedCollectives(self.hierarchy, base.collectives, p // g)
-            return RankFits(
-                attention=base.attention, rest=base.rest, collectives=collectives, head_dim_knee=base.head_dim_knee
-            )
+            return dataclasses.replace(base, collectives=collectives)
         if p not in self.ranks:
             if self.hierarchy is not None:
                 g = self.hierarchy.ranks_per_node
@@ -198,6 +205,8 @@ class Profile:
                 entry["collectives"] = {name: fit.to_dict() for name, fit in f.collectives.items()}
             if f.head_dim_knee:
                 entry["head_dim_knee"] = f.head_dim_knee
+            if f.copy is not None:
+                entry["copy"] = f.copy.to_dict()
             ranks[str(p)] = entry
         return {
             "format": FORMAT,
@@ -250,6 +259,15 @@ def _non_negative(value, where: str) -> float:
     return float(value)
 
 
+def _copy_fit(d, where: str) -> LatencyBandwidthFit | None:
+    """A rank count's copy fit, or None where the profile has none."""
+    if d is None:
+        return None
+    if not isinstance(d, dict) or d.get("model") != LatencyBandwidthFit.model:
+        raise ValueError(f"{where}: expected a {LatencyBandwidthFit.model} fit, got {d!r}")
+    return LatencyBandwidthFit.from_dict(d, where)
+
+
 def profile_from_dict(data, source: str = "<profile>") -> Profile:
     """Validates a parsed profile; every error names ``source`` and the offending key."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -292,6 +310,7 @@ def profile_from_dict(data, source: str = "<profile>") -> Profile:
             rest=rest_from_dict(entry["rest"], f"{source}: ranks.{key}.rest"),
             collectives=collectives,
             head_dim_knee=_non_negative(entry.get("head_dim_knee", 0.0), f"{source}: ranks.{key}.head_dim_knee"),
+            copy=_copy_fit(entry.get("copy"), f"{source}: ranks.{key}.copy"),
         )
     if 1 not in ranks:
         raise ValueError(f"{source}: the profile has no single-rank fits (ranks.1)")
@@ -327,12 +346,7 @@ def with_collectives_from(measured: Profile, other: Profile, max_ranks: int) -> 
     base = measured.ranks[1]
     ranks = dict(measured.ranks)
     for p in wanted:
-        ranks[p] = RankFits(
-            attention=base.attention,
-            rest=base.rest,
-            collectives=dict(other.ranks[p].collectives),
-            head_dim_knee=base.head_dim_knee,
-        )
+        ranks[p] = dataclasses.replace(base, collectives=dict(other.ranks[p].collectives))
     system = dict(measured.system)
     span = f"{wanted[0]}..{wanted[-1]}" if len(wanted) > 1 else str(wanted[0])
     system["description"] = f"{system.get('description', '')}; collectives for p = {span} from {other.source}"

@@ -135,6 +135,26 @@ def _split(qkv: torch.Tensor, constant: bool) -> tuple:
     return (None, None, qkv) if constant else qkv.chunk(3, dim=2)
 
 
+def copied_values(rows: int, hidden: int, heads: int, p: int, groups: int = 1) -> float:
+    """Values a rank of ``rows`` rows (about N / P) writes per layer besides its kernel and
+    collectives (``CostTerms.copied_values``), all of ``rows`` x ``hidden`` tensors: q | k | v
+    concatenated and their gradients (6); the kernel's copies of the strided head-split q, k, v and
+    of their gradients (7); the send layouts of q | k | v and of y's gradient (4), and on more than
+    one head per rank (per group) the node split of y and of q | k | v's gradient (4; with one
+    head it is a view). With head groups: 7 then, 1 more concatenation, each group's slices
+    take full-width gradients (3 per group) that are summed (3 per group but one), and 12 more
+    layout copies (19 with more than one head per group). One rank: the concatenations and the
+    kernel's copies (13)."""
+    if p == 1:
+        return float(13 * rows * hidden)
+    per_group = heads // p // groups
+    if groups == 1:
+        units = 17 + (4 if per_group > 1 else 0)
+    else:
+        units = 7 + 3 * (groups - 1) + 3 * groups + (19 if per_group > 1 else 12)
+    return float(units * rows * hidden)
+
+
 class AllToAll(Strategy):
     name = "a2a"
     summary = "all-to-all to a head split, attention over the whole graph for H/P heads; needs H divisible by the ranks"
@@ -226,5 +246,6 @@ class AllToAll(Strategy):
             + n_all * model.heads / p * (4 + 4 * c)
             + model.bias_bytes(e_all, b) / p,
             kv_replica_bytes=n_all * 2 * d / p * b,  # k and v of all N rows for this rank's H/P heads
+            copied_values=copied_values(-(-n_all // p), d, model.heads, p, g),  # its even split of rows
             transient_bytes=2 * n_all * 3 * d / p * b,
         )

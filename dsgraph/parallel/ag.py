@@ -84,6 +84,21 @@ class AllGatherAttention(GraphAttention):
         return torch.cat(ys, dim=1)
 
 
+def copied_values(rows: int, largest: int, hidden: int, p: int, groups: int = 1) -> float:
+    """Values a rank of ``rows`` rows writes per layer besides its kernel and collectives
+    (``CostTerms.copied_values``), ``largest`` the most rows of any rank. One rank: none. A rank
+    with fewer rows than the largest pads its K and V to them (2 largest zeroed, 2 rows copied).
+    With head groups: each group's K and V slices are copied out to be sent (2), the kernel copies
+    the strided q slice and its gradients (3), each group's q, k, v slices take full-width
+    gradients (3 per group) that are summed (3 per group but one), and the groups' outputs are
+    concatenated (1), all of ``rows`` rows."""
+    if p == 1:
+        return 0.0
+    padded = 0 if rows == largest else 2 * rows + 2 * largest
+    grouped = (6 * groups + 3) * rows if groups > 1 else 0
+    return float((padded + grouped) * hidden)
+
+
 class AllGather(Strategy):
     name = "ag"
     summary = "all-gather K and V (two collectives per layer); any head count; per-rank K/V replica N x d"
@@ -124,6 +139,7 @@ class AllGather(Strategy):
             + model.bias_bytes(e, dtype_bytes)
             + model.edge_value_bytes(n, e, dtype_bytes),
             kv_replica_bytes=replica,
+            copied_values=max(copied_values(r, n, model.hidden, p, g) for r in split.part_nodes),
             # backward: dK/dV of all N rows, and (P > 1) the buffer that reduce-scatters them
             transient_bytes=(2 if p > 1 else 1) * n_all * 2 * model.hidden * dtype_bytes,
         )

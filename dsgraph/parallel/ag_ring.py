@@ -270,6 +270,20 @@ class RingAttention(GraphAttention):
         return _Ring.apply(q_nHD, k_nHD, v_nHD, bias_eH, None if edge_values is None else edge_values.detach(), self)
 
 
+def copied_values(rows: int, total_rows: int, hidden: int, heads: int, p: int) -> float:
+    """Values a rank of ``rows`` rows writes per layer besides its kernels and collectives
+    (``CostTerms.copied_values``), ``total_rows`` = N: K and V stacked for the ring, forward and
+    backward (4 rows); P - 1 merges of a block's partial result (4 rows each: two scalings, the sum,
+    the division); in backward, each block's share of the output gradient rescaled (P rows), dq
+    zeroed and summed over the blocks (1 + P rows), and each block's dK | dV accumulator
+    concatenated (2 N in all) and summed into the arriving one (2 (N - rows)); per (row, head), the
+    log-sum-exp terms of the merges and of each block's backward (17 P - 12). One rank: K and V
+    stacked once."""
+    if p == 1:
+        return float(2 * rows * hidden)
+    return float((4 * total_rows + (6 * p - 1) * rows) * hidden + (17 * p - 12) * rows * heads)
+
+
 class AllGatherRing(Strategy):
     name = "ag_ring"
     summary = (
@@ -315,5 +329,6 @@ class AllGatherRing(Strategy):
             transient_bytes=4 * n * row
             + n * d * 4
             + e * c * b,  # two K/V blocks and two dK/dV blocks in flight, dq; u by block
+            copied_values=copied_values(n, n_all, d, model.heads, p),
             overlapped=True,
         )

@@ -90,6 +90,20 @@ class HaloAttention(GraphAttention):
         return tuple(torch.cat([part[i] for part in y_parts]).index_select(0, plan.row_order) for i in (0, 1))
 
 
+def copied_values(rows: int, halo: int, sent: int, hidden: int, p: int) -> float:
+    """Values a rank of ``rows`` own rows, ``halo`` halo rows and ``sent`` rows sent writes per layer
+    besides its kernels and collectives (``CostTerms.copied_values``), in rows of ``hidden`` values:
+    K and V stacked (2 rows) and the sent rows gathered (2 sent); q's interior and boundary rows
+    and the output's row order gathered (2 rows) and concatenated (1 rows); own and halo K/V
+    concatenated (2 (rows + halo)); the kernel's copies of the strided K and V it reads and of their
+    gradients (5 (rows + halo)); in backward, the K and V slices' gradients widened and summed
+    (6 (rows + halo)), the gathers' gradients zeroed and scattered back (5 and 5 rows) and q's, k's
+    and v's gradient parts summed (5 rows). One rank: 15 rows (no halo, no boundary)."""
+    if p == 1:
+        return float(15 * rows * hidden)
+    return float((33 * rows + 13 * halo + 2 * sent) * hidden)
+
+
 class Halo(Strategy):
     name = "halo"
     summary = (
@@ -144,4 +158,7 @@ class Halo(Strategy):
             activation_bytes=kept + n * model.heads * 4 + model.bias_bytes(e, b) + model.edge_value_bytes(n, e, b),
             halo_bytes=halo * 2 * d * b,
             transient_bytes=(2 if p > 1 else 1) * remote * 2 * d * b,  # dK/dV, and (P > 1) the rows sent back
+            copied_values=max(
+                copied_values(*sizes, d, p) for sizes in zip(split.part_nodes, split.halo_sizes, split.send_sizes)
+            ),
         )

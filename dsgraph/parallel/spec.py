@@ -131,6 +131,13 @@ class CostTerms:
     attention_calls: int = 1
     """Kernel calls per layer, each over ``attention_rows`` rows and its share of the edges (GP-AG
     ring: one per block, P)."""
+    copied_values: float = 0.0
+    """Values the busiest rank's strategy code writes per layer, forward plus backward, besides its
+    kernels and collectives: the layouts rows travel in and come back from, concatenations, the
+    kernel's contiguous copies of strided views, a ring's merges, a halo's gathers and scatters
+    (memory-bound work the profile prices per value, ``RankFits.copy``). Counted for the plain path
+    (no score bias, edge values or compression); ``tests/agp/test_copied_values.py`` holds each
+    strategy's count against the tensor operations its code runs."""
     overlapped: bool = False
     """True when the collectives run while attention computes (the layer takes the longer of the two)."""
     forward_messages: tuple[tuple[str, float, float], ...] = ()

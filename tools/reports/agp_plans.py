@@ -121,6 +121,7 @@ def row(graph: str, world: int) -> str:
     pick = plan["pick_at_world_size"]
     t = pick["time_terms"]
     comm = t["collectives"] + t["collectives recompute"] + t["overlap"]
+    compute = t["attention"] + t["attention recompute"] + t.get("copies", 0.0)
     fastest = plan["pick"]
     variants = [v for v in plan["variants"] if v["p"] == world and v["feasible"]]
     variant = min(variants, key=lambda v: v["time_s"]) if variants else None
@@ -128,7 +129,7 @@ def row(graph: str, world: int) -> str:
     return (
         f"| {graph} | {world} ({nodes}) | **{pick['strategy']}** | {pick['memory_bytes'] / 2**30:.1f} "
         f"| {pick['time_s']:.3f} | "
-        f"{t['attention'] + t['attention recompute']:.3f} / {comm:.3f} / {t['projections'] + t['gradient sync']:.3f} "
+        f"{compute:.3f} / {comm:.3f} / {t['projections'] + t['gradient sync']:.3f} "
         f"| {cross} | "
         f"{_cell(variant) if variant else '-'} | {fastest['strategy']}@{fastest['p']} |"
     )
