@@ -111,10 +111,12 @@ class LatencyBandwidthFit:
             return 0.0
         return self.latency_s + self.s_per_byte * x
 
-    def describe(self, unit: str = "B") -> str:
-        """``unit``: what x counts (bytes; " values" for the copy fit)."""
-        bandwidth = f"{1e-9 / self.s_per_byte:.2f} G{unit}/s" if self.s_per_byte > 0 else f"no cost per{unit or ' B'}"
-        return f"{self.latency_s * 1e6:.0f} us + {bandwidth}"
+    def describe(self, unit: str = "byte") -> str:
+        """``unit``: what x counts (bytes; "value" for the copy fit)."""
+        if self.s_per_byte <= 0:
+            return f"{self.latency_s * 1e6:.0f} us + no per-{unit} cost"
+        rate = "GB/s" if unit == "byte" else f"G {unit}s/s"
+        return f"{self.latency_s * 1e6:.0f} us + {1e-9 / self.s_per_byte:.2f} {rate}"
 
     def to_dict(self) -> dict:
         return {

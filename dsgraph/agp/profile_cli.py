@@ -85,7 +85,7 @@ def format_fits(profile) -> str:
             lines.append(f"{p:>2}  {name:<18} {fit.r2:6.3f}  {at:<28} {fit.describe()}")
         if fits.copy is not None:
             at = f"{fits.copy(2**20) * 1e3:9.3f} ms at 2^20 values"
-            lines.append(f"{p:>2}  {'copy':<18} {fits.copy.r2:6.3f}  {at:<28} {fits.copy.describe(' values')}")
+            lines.append(f"{p:>2}  {'copy':<18} {fits.copy.r2:6.3f}  {at:<28} {fits.copy.describe('value')}")
     knees = ", ".join(f"p={p}: {fits.head_dim_knee:.1f}" for p, fits in sorted(profile.ranks.items()))
     lines.append(f"head_dim_knee (an (edge, head) costs in proportion to knee + D): {knees}")
     source = profile.system.get("collectives_source")

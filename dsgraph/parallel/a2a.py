@@ -139,12 +139,12 @@ def copied_values(rows: int, hidden: int, heads: int, p: int, groups: int = 1) -
     """Values a rank of ``rows`` rows (about N / P) writes per layer besides its kernel and
     collectives (``CostTerms.copied_values``), all of ``rows`` x ``hidden`` tensors: q | k | v
     concatenated and their gradients (6); the kernel's copies of the strided head-split q, k, v and
-    of their gradients (7); the send layouts of q | k | v and of y's gradient (4), and on more than
-    one head per rank (per group) the node split of y and of q | k | v's gradient (4; with one
-    head it is a view). With head groups: 7 then, 1 more concatenation, each group's slices
-    take full-width gradients (3 per group) that are summed (3 per group but one), and 12 more
-    layout copies (19 with more than one head per group). One rank: the concatenations and the
-    kernel's copies (13)."""
+    of their gradients (7); the send layouts of q | k | v and of y's gradient (4), and with more than
+    one head per rank the node split of y and of q | k | v's gradient (4; with one head it is a
+    view). With head groups: the concatenations and the groups' y concatenated (7), each group's
+    slices taking full-width gradients (3 per group) that are summed (3 per group but one), and the
+    layout and kernel copies (19; 12 with one head per group). One rank: the concatenations and
+    the kernel's copies (13)."""
     if p == 1:
         return float(13 * rows * hidden)
     per_group = heads // p // groups

@@ -94,7 +94,7 @@ def copied_values(rows: int, halo: int, sent: int, hidden: int, p: int) -> float
     """Values a rank of ``rows`` own rows, ``halo`` halo rows and ``sent`` rows sent writes per layer
     besides its kernels and collectives (``CostTerms.copied_values``), in rows of ``hidden`` values:
     K and V stacked (2 rows) and the sent rows gathered (2 sent); q's interior and boundary rows
-    and the output's row order gathered (2 rows) and concatenated (1 rows); own and halo K/V
+    and the output's row order gathered (2 rows), the outputs concatenated (rows); own and halo K/V
     concatenated (2 (rows + halo)); the kernel's copies of the strided K and V it reads and of their
     gradients (5 (rows + halo)); in backward, the K and V slices' gradients widened and summed
     (6 (rows + halo)), the gathers' gradients zeroed and scattered back (5 and 5 rows) and q's, k's
