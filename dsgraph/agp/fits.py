@@ -207,8 +207,14 @@ class _LinearFit:
 
     @classmethod
     def _from_legacy(cls, d: dict) -> dict:
-        """``d`` in this form: the coefficients it lacks and the cache 0 (points as they are)."""
-        return {**dict.fromkeys(cls.KEYS, 0.0), **d, "model": cls.model, cls.CACHE_FIELD: 0.0}
+        """``d`` in this form: the coefficients it lacks and the cache 0, its points ``_legacy_points``."""
+        points = cls._legacy_points(d.get("points", []))
+        return {**dict.fromkeys(cls.KEYS, 0.0), **d, "model": cls.model, cls.CACHE_FIELD: 0.0, "points": points}
+
+    @staticmethod
+    def _legacy_points(points: list) -> list:
+        """An older form's points in this form's shape (as they are, by default)."""
+        return points
 
     @classmethod
     def from_dict(cls, d: dict, where: str):
@@ -402,13 +408,10 @@ class AttentionFit(_LinearFit):
     def cache(self) -> float:
         return self.cache_row_heads
 
-    @classmethod
-    def _from_legacy(cls, d: dict) -> dict:
+    @staticmethod
+    def _legacy_points(points: list) -> list:
         """Its points had no source row-heads: a call's sources were its own rows."""
-        points = [
-            [*p[:3], p[2], *p[3:]] if isinstance(p, list | tuple) and len(p) == 4 else p for p in d.get("points", [])
-        ]
-        return {**_LinearFit._from_legacy.__func__(cls, d), "points": points}
+        return [[*p[:3], p[2], *p[3:]] if isinstance(p, list | tuple) and len(p) == 4 else p for p in points]
 
     def __call__(
         self, edges: float, edge_heads: float, row_heads: float, source_row_heads: float | None = None

@@ -322,7 +322,7 @@ def _layer_times(kinds, all_terms, fits, profile: Profile, scale: float, p: int)
         one = _attention_call_s(fits.attention, terms, kind.shape.heads, d_scale)
         out["attention"] += kind.count * one
         out["attention_recompute"] += FORWARD_SHARE * kind.attention_recomputes * one
-        copies = fits.copy(terms.copied_values) if fits.copy is not None and terms.copied_values else 0.0
+        copies = fits.copy(terms.copied_values) if fits.copy is not None else 0.0  # 0 for no values
         out["copies"] += (kind.count + FORWARD_SHARE * kind.attention_recomputes) * copies
         layer = sum(_message_s(fits, m) for m in terms.messages)
         forward = sum(_message_s(fits, m) for m in terms.forward_messages)

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dsgraph.parallel import StrategyContext, a2a, ag, ag_ring, auto_candidates, get_strategy, halo
 from dsgraph.parallel.config import ParallelConfig
 from dsgraph.parallel.shapes import GraphShape, ModelShape
+from dsgraph.parallel.spec import head_groups
 from tests.distributed import run
 from tests.graphs import random_graph
 
@@ -53,9 +54,9 @@ def _formula(name, rank_graph, pg, heads, hidden, chunks) -> float:
     """The strategy's ``copied_values`` of this rank's sizes."""
     p, rows = pg.world_size, rank_graph.nodes.num_rows
     if name == "ag":
-        return ag.copied_values(rows, max(pg.counts), hidden, p, len(ag.head_groups(heads, chunks)) if p > 1 else 1)
+        return ag.copied_values(rows, max(pg.counts), hidden, p, len(head_groups(heads, chunks)) if p > 1 else 1)
     if name == "a2a":
-        groups = len(a2a.head_groups(heads // p, chunks)) if p > 1 else 1
+        groups = len(head_groups(heads // p, chunks)) if p > 1 else 1
         return a2a.copied_values(rows, hidden, heads, p, groups)
     if name == "ag_ring":
         return ag_ring.copied_values(rows, sum(pg.counts), hidden, heads, p)

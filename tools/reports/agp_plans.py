@@ -121,7 +121,7 @@ def row(graph: str, world: int) -> str:
     pick = plan["pick_at_world_size"]
     t = pick["time_terms"]
     comm = t["collectives"] + t["collectives recompute"] + t["overlap"]
-    compute = t["attention"] + t["attention recompute"] + t.get("copies", 0.0)
+    compute = t["attention"] + t["attention recompute"] + t["copies"]
     fastest = plan["pick"]
     variants = [v for v in plan["variants"] if v["p"] == world and v["feasible"]]
     variant = min(variants, key=lambda v: v["time_s"]) if variants else None
